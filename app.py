@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+"""CDK app: picks the environment (-c env=dev|prod), builds its stacks, adds compliance checks."""
+
+from __future__ import annotations
+
+from aws_cdk import App
+
+from infra.compliance import add_compliance_checks
+from infra.config import load_config
+from infra.stacks.runner_stats_stack import RunnerStatsStack
+
+
+def build_app(app: App | None = None) -> App:
+    app = app or App()
+    config = load_config(app.node.try_get_context("env"))
+    RunnerStatsStack(app, f"{config.stack_prefix}-RunnerStats", config=config)
+    add_compliance_checks(app)
+    return app
+
+
+if __name__ == "__main__":
+    build_app().synth()

@@ -1,0 +1,1 @@
+"""Benchmarks: baselines that the pipeline is measured against. Nothing here is deployed."""

@@ -1,0 +1,1 @@
+"""onceflow infrastructure (CDK only; never imports runtime/)."""

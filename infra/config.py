@@ -1,0 +1,142 @@
+"""Typed per-environment configuration, read from CDK context and validated at synth time.
+
+`cdk synth -c env=dev` (the default) or `-c env=prod`. Values live here, not in cdk.json, so
+they are typed and reviewed; cdk.json only selects the environment.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_logs as logs
+
+
+class ConfigError(ValueError):
+    """The environment configuration is invalid; synth stops before building anything."""
+
+
+@dataclass(frozen=True)
+class RunnerStatsConfig:
+    stream_mode: kinesis.StreamMode = kinesis.StreamMode.PROVISIONED
+    shard_count: int = 1
+    stream_retention_hours: int = 24
+    batch_size: int = 100
+    batching_window_seconds: int = 0
+    parallelization_factor: int = 1
+    retry_attempts: int = 10
+    max_record_age_seconds: int = 6 * 3600
+    gap_max_lag: int = 40
+    gap_max_open: int = 64
+    archive_chunk_size: int = 20
+    commit_attempts: int = 4
+    max_message_bytes: int = 4096
+    reject_payload_max_bytes: int = 4096
+    memory_mb: int = 256
+    timeout_seconds: int = 60
+
+    def validate(self) -> None:
+        if self.stream_mode == kinesis.StreamMode.PROVISIONED and not 1 <= self.shard_count <= 500:
+            raise ConfigError("runner_stats.shard_count must be 1..500 for a provisioned stream")
+        if not 24 <= self.stream_retention_hours <= 8760:
+            raise ConfigError("runner_stats.stream_retention_hours must be 24..8760")
+        if not 1 <= self.batch_size <= 10_000:
+            raise ConfigError("runner_stats.batch_size must be 1..10000 (Kinesis event source limit)")
+        if not 0 <= self.batching_window_seconds <= 300:
+            raise ConfigError("runner_stats.batching_window_seconds must be 0..300")
+        if not 1 <= self.parallelization_factor <= 10:
+            raise ConfigError("runner_stats.parallelization_factor must be 1..10")
+        if not 0 <= self.retry_attempts <= 10_000:
+            raise ConfigError("runner_stats.retry_attempts must be 0..10000 (bounded, never infinite)")
+        if not 60 <= self.max_record_age_seconds <= 604_800:
+            raise ConfigError("runner_stats.max_record_age_seconds must be 60..604800")
+        if self.max_record_age_seconds > self.stream_retention_hours * 3600:
+            raise ConfigError("runner_stats.max_record_age_seconds must not exceed the stream retention")
+        if not 1 <= self.archive_chunk_size <= 40:
+            raise ConfigError("runner_stats.archive_chunk_size must be 1..40 (keeps the run item near 1 KB)")
+        if self.gap_max_lag < 1 or self.gap_max_open < 1 or self.commit_attempts < 1:
+            raise ConfigError("runner_stats gap bounds and commit_attempts must be >= 1")
+        if not 3 <= self.timeout_seconds <= 900:
+            raise ConfigError("runner_stats.timeout_seconds must be 3..900")
+
+
+@dataclass(frozen=True)
+class AlarmThresholds:
+    iterator_age_ms: int = 15 * 60 * 1000
+    rejected_per_5min: int = 10
+    failed_batches_per_5min: int = 1
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: str
+    stack_prefix: str
+    owner: str
+    retain_data: bool
+    log_retention: logs.RetentionDays
+    powertools_layer_version: str
+    log_level: str = "INFO"
+    runner_stats: RunnerStatsConfig = field(default_factory=RunnerStatsConfig)
+    alarms: AlarmThresholds = field(default_factory=AlarmThresholds)
+
+    @property
+    def removal_policy(self) -> RemovalPolicy:
+        return RemovalPolicy.RETAIN if self.retain_data else RemovalPolicy.DESTROY
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"project": "onceflow", "environment": self.name, "owner": self.owner}
+
+    def validate(self) -> EnvConfig:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{1,20}", self.name):
+            raise ConfigError(f"environment name {self.name!r} must be lower-case letters, digits and dashes")
+        if not re.fullmatch(r"3\.\d+\.\d+", self.powertools_layer_version):
+            raise ConfigError("powertools_layer_version must be a Powertools v3 release such as 3.37.0")
+        if self.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ConfigError(f"log_level {self.log_level!r} is not a Powertools log level")
+        self.runner_stats.validate()
+        return self
+
+
+
+ENVIRONMENTS: dict[str, EnvConfig] = {
+    "dev": EnvConfig(
+        name="dev",
+        stack_prefix="Onceflow-dev",
+        owner="onceflow-team",
+        retain_data=False,
+        log_retention=logs.RetentionDays.ONE_WEEK,
+        powertools_layer_version="3.37.0",
+        log_level="DEBUG",
+        runner_stats=RunnerStatsConfig(),
+    ),
+    "prod": EnvConfig(
+        name="prod",
+        stack_prefix="Onceflow-prod",
+        owner="onceflow-team",
+        retain_data=True,
+        log_retention=logs.RetentionDays.THREE_MONTHS,
+        powertools_layer_version="3.37.0",
+        runner_stats=RunnerStatsConfig(
+            shard_count=2,
+            stream_retention_hours=48,
+            batch_size=1000,
+            # Waiting up to 30 s for a fuller batch folds ~1 message per device into each run
+            # item write; the cost is up to 30 s more latency (README: cost figures).
+            batching_window_seconds=30,
+            max_record_age_seconds=24 * 3600,
+            memory_mb=512,
+            timeout_seconds=120,
+        ),
+        alarms=AlarmThresholds(iterator_age_ms=5 * 60 * 1000),
+    ),
+}
+
+
+def load_config(env_name: str | None) -> EnvConfig:
+    name = env_name or "dev"
+    if name not in ENVIRONMENTS:
+        raise ConfigError(f"unknown environment {name!r}; choose one of {', '.join(sorted(ENVIRONMENTS))}")
+    return ENVIRONMENTS[name].validate()

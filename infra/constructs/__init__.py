@@ -1,0 +1,1 @@
+"""One construct per capability; stacks only compose them."""

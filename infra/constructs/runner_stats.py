@@ -1,0 +1,167 @@
+"""RunnerStatsPipeline: Kinesis -> Lambda -> DynamoDB with exactly-once effects.
+
+Usable from any stack: pass an existing stream to consume it, or let the construct create an
+encrypted one. Everything it creates is exposed as a typed attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.config import EnvConfig
+from infra.lambda_factory import FunctionSpec, create_function
+
+HANDLER = "runtime.runner_stats.handler.handler"
+# The runtime's settings object reads these names (runtime/runner_stats/settings.py); the
+# infra tests check the synthesized function against that module.
+_TABLE_ENV = ("RUN_STATS_TABLE", "TENDENCY_TABLE", "MESSAGES_TABLE", "REJECTS_TABLE")
+
+
+@dataclass(frozen=True)
+class RunnerStatsPipelineProps:
+    """Inputs of the pipeline.
+
+    config: the environment configuration (stream, batching, limits, retention, removal).
+    stream: an existing Kinesis stream to consume; by default an encrypted stream is created
+        with the configured mode, shard count and retention. An imported stream must allow
+        this function to read it (CDK adds the grant on the construct's side).
+    """
+
+    config: EnvConfig
+    stream: kinesis.IStream | None = None
+
+
+class RunnerStatsPipeline(Construct):
+    stream: kinesis.IStream
+    run_stats_table: dynamodb.Table
+    tendency_table: dynamodb.Table
+    messages_table: dynamodb.Table
+    rejects_table: dynamodb.Table
+    failure_queue: sqs.Queue
+    function: lambda_.Function
+    event_source: sources.KinesisEventSource
+
+    def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsPipelineProps) -> None:
+        if not isinstance(props, RunnerStatsPipelineProps):
+            raise TypeError("RunnerStatsPipeline needs RunnerStatsPipelineProps")
+        props.config.validate()
+        super().__init__(scope, construct_id)
+        config = props.config
+        settings = config.runner_stats
+
+        self.stream = props.stream or kinesis.Stream(
+            self,
+            "Stream",
+            stream_mode=settings.stream_mode,
+            shard_count=settings.shard_count if settings.stream_mode == kinesis.StreamMode.PROVISIONED else None,
+            retention_period=Duration.hours(settings.stream_retention_hours),
+            encryption=kinesis.StreamEncryption.MANAGED,
+            removal_policy=config.removal_policy,
+        )
+        self.run_stats_table = self._table(
+            "RunStatsTable",
+            config,
+            dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER),
+            dynamodb.Attribute(name="run_id", type=dynamodb.AttributeType.NUMBER),
+        )
+        self.tendency_table = self._table(
+            "TendencyTable", config, dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER)
+        )
+        self.messages_table = self._table(
+            "MessagesTable",
+            config,
+            dynamodb.Attribute(name="run_key", type=dynamodb.AttributeType.STRING),
+            dynamodb.Attribute(name="chunk", type=dynamodb.AttributeType.NUMBER),
+        )
+        self.rejects_table = self._table(
+            "RejectsTable", config, dynamodb.Attribute(name="record_id", type=dynamodb.AttributeType.STRING)
+        )
+        self.failure_queue = sqs.Queue(
+            self,
+            "FailureQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+            removal_policy=config.removal_policy,
+        )
+
+        created = create_function(
+            self,
+            "Handler",
+            FunctionSpec(
+                handler=HANDLER,
+                service="runner-stats",
+                description="Folds device messages from Kinesis into exactly-once run statistics",
+                memory_mb=settings.memory_mb,
+                timeout_seconds=settings.timeout_seconds,
+                environment=dict(
+                    zip(
+                        _TABLE_ENV,
+                        (
+                            self.run_stats_table.table_name,
+                            self.tendency_table.table_name,
+                            self.messages_table.table_name,
+                            self.rejects_table.table_name,
+                        ),
+                        strict=True,
+                    ),
+                    GAP_MAX_LAG=str(settings.gap_max_lag),
+                    GAP_MAX_OPEN=str(settings.gap_max_open),
+                    ARCHIVE_CHUNK_SIZE=str(settings.archive_chunk_size),
+                    COMMIT_ATTEMPTS=str(settings.commit_attempts),
+                    MAX_MESSAGE_BYTES=str(settings.max_message_bytes),
+                    REJECT_PAYLOAD_MAX_BYTES=str(settings.reject_payload_max_bytes),
+                ),
+            ),
+            config,
+        )
+        self.function = created.function
+        # Exactly the actions the handler uses, on exactly its tables (TransactWriteItems is
+        # authorized per item as PutItem).
+        self.run_stats_table.grant(self.function, "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem")
+        self.tendency_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem")
+        self.messages_table.grant(self.function, "dynamodb:PutItem")
+        self.rejects_table.grant(self.function, "dynamodb:PutItem")
+
+        self.event_source = sources.KinesisEventSource(
+            self.stream,
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=settings.batch_size,
+            max_batching_window=Duration.seconds(settings.batching_window_seconds),
+            parallelization_factor=settings.parallelization_factor,
+            bisect_batch_on_error=True,
+            report_batch_item_failures=True,
+            retry_attempts=settings.retry_attempts,
+            max_record_age=Duration.seconds(settings.max_record_age_seconds),
+            on_failure=sources.SqsDlq(self.failure_queue),
+        )
+        self.function.add_event_source(self.event_source)
+
+    def _table(
+        self,
+        construct_id: str,
+        config: EnvConfig,
+        partition_key: dynamodb.Attribute,
+        sort_key: dynamodb.Attribute | None = None,
+    ) -> dynamodb.Table:
+        return dynamodb.Table(
+            self,
+            construct_id,
+            partition_key=partition_key,
+            sort_key=sort_key,
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            deletion_protection=config.retain_data,
+            removal_policy=config.removal_policy,
+        )

@@ -1,0 +1,130 @@
+"""THE one place that makes Lambda functions.
+
+Every function of every pipeline gets the same shape: the one code asset built from runtime/
+alone, the latest Python runtime CDK offers on arm64, Powertools from the AWS-managed layer
+(resolved at deploy time from its public SSM parameter for the stack's region), JSON logs into
+its own log group with the configured retention, X-Ray tracing, and a role that may write only
+to that log group until the caller grants it more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra.compliance import acknowledge
+from infra.config import EnvConfig
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
+ARCHITECTURE = lambda_.Architecture.ARM_64
+METRICS_NAMESPACE = "onceflow"
+# Only the runtime package goes into the asset; tests, infra and tooling stay out.
+_ASSET_EXCLUDES = ["*", ".*", "!runtime", "!runtime/**", "**/__pycache__", "**/*.pyc"]
+_CODE_ATTRIBUTE = "_onceflow_runtime_code"
+_LAYER_ATTRIBUTE = "_onceflow_powertools_layer"
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """What differs between functions; everything else is the factory's default."""
+
+    handler: str  # e.g. "runtime.runner_stats.handler.handler"
+    service: str  # POWERTOOLS_SERVICE_NAME
+    description: str
+    environment: dict[str, str] = field(default_factory=dict)
+    memory_mb: int = 256
+    timeout_seconds: int = 30
+
+    def __post_init__(self) -> None:
+        if not self.handler.startswith("runtime.") or self.handler.count(".") < 2:
+            raise ValueError(f"handler {self.handler!r} must be a dotted path inside the runtime package")
+        reserved = {name for name in self.environment if name.startswith(("POWERTOOLS_", "AWS_"))}
+        if reserved:
+            raise ValueError(f"environment names reserved for the factory: {sorted(reserved)}")
+
+
+@dataclass(frozen=True)
+class CreatedFunction:
+    function: lambda_.Function
+    role: iam.Role
+    log_group: logs.LogGroup
+
+
+def runtime_code(scope: Construct) -> lambda_.Code:
+    """The single code asset of a stack (one per stack: assets belong to a stack)."""
+    stack = Stack.of(scope)
+    code = getattr(stack, _CODE_ATTRIBUTE, None)
+    if code is None:
+        code = lambda_.Code.from_asset(str(PROJECT_ROOT), exclude=_ASSET_EXCLUDES)
+        setattr(stack, _CODE_ATTRIBUTE, code)
+    return code  # type: ignore[no-any-return]
+
+
+def powertools_layer(scope: Construct, config: EnvConfig) -> lambda_.ILayerVersion:
+    """The AWS-managed Powertools layer for this runtime and architecture, by region."""
+    stack = Stack.of(scope)
+    layer = getattr(stack, _LAYER_ATTRIBUTE, None)
+    if layer is None:
+        python = PYTHON_RUNTIME.name  # "python3.14"
+        parameter = f"/aws/service/powertools/python/arm64/{python}/{config.powertools_layer_version}"
+        arn = ssm.StringParameter.value_for_string_parameter(stack, parameter)
+        layer = lambda_.LayerVersion.from_layer_version_arn(stack, "PowertoolsLayer", arn)
+        setattr(stack, _LAYER_ATTRIBUTE, layer)
+    return layer  # type: ignore[no-any-return]
+
+
+def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, config: EnvConfig) -> CreatedFunction:
+    log_group = logs.LogGroup(
+        scope,
+        f"{construct_id}Logs",
+        retention=config.log_retention,
+        removal_policy=config.removal_policy,
+    )
+    role = iam.Role(
+        scope,
+        f"{construct_id}Role",
+        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        description=f"{spec.description} (least privilege; grants added by its construct)",
+    )
+    # Its own log group only, instead of the account-wide AWSLambdaBasicExecutionRole.
+    log_group.grant_write(role)
+    function = lambda_.Function(
+        scope,
+        construct_id,
+        runtime=PYTHON_RUNTIME,
+        architecture=ARCHITECTURE,
+        code=runtime_code(scope),
+        handler=spec.handler,
+        description=spec.description,
+        role=role,
+        memory_size=spec.memory_mb,
+        timeout=Duration.seconds(spec.timeout_seconds),
+        layers=[powertools_layer(scope, config)],
+        tracing=lambda_.Tracing.ACTIVE,
+        log_group=log_group,
+        logging_format=lambda_.LoggingFormat.JSON,
+        application_log_level_v2=lambda_.ApplicationLogLevel(config.log_level if config.log_level != "WARNING" else "WARN"),
+        system_log_level_v2=lambda_.SystemLogLevel.WARN,
+        environment={
+            "POWERTOOLS_SERVICE_NAME": spec.service,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": config.log_level,
+            **spec.environment,
+        },
+    )
+    # Active tracing adds the X-Ray statement at creation, so the default policy exists now.
+    acknowledge(
+        role.node.find_child("DefaultPolicy"),
+        "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+        "xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions; "
+        "every other statement of this role names its own resources.",
+    )
+    return CreatedFunction(function=function, role=role, log_group=log_group)

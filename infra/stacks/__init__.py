@@ -1,0 +1,1 @@
+"""Stacks: each composes constructs and nothing else."""

@@ -1,0 +1,1 @@
+"""onceflow runtime: the one Python package deployed as the Lambda code asset."""

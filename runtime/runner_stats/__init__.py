@@ -1,0 +1,1 @@
+"""Runner stats: Kinesis device messages folded into exactly-once per-run statistics."""

@@ -1,0 +1,46 @@
+"""Lambda entry point for the runner-stats Kinesis consumer. Thin: parse, call, map."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.runner_stats.service import BatchReport, RunnerStatsService
+from runtime.runner_stats.settings import RunnerStatsSettings
+from runtime.runner_stats.store import DynamoRunStatsStore
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+
+_METRIC_NAMES = {
+    "accepted": "AcceptedMessages",
+    "duplicate": "DuplicateMessages",
+    "stale": "StaleMessages",
+    "rejected": "RejectedRecords",
+    "retried": "CommitRetries",
+    "gaps_closed": "GapsClosed",
+}
+
+
+@functools.cache
+def service() -> RunnerStatsService:
+    """Built on the first invocation (cold start), from the validated settings."""
+    settings = RunnerStatsSettings.from_env(os.environ)
+    store = DynamoRunStatsStore(settings.tables, reject_payload_max_bytes=settings.reject_payload_max_bytes)
+    return RunnerStatsService(store, settings.options)
+
+
+def publish(report: BatchReport) -> None:
+    for count_name, metric_name in _METRIC_NAMES.items():
+        metrics.add_metric(name=metric_name, unit=MetricUnit.Count, value=report.counts[count_name])
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    records = event.get("Records", [])
+    report = service().process(records)
+    publish(report)
+    if report.failures:
+        logger.warning("reporting batch item failures", extra={"failures": len(report.failures), "records": len(records)})
+    return {"batchItemFailures": report.batch_item_failures()}

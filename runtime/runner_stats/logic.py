@@ -1,0 +1,208 @@
+"""The pure core of runner stats: fold a key's messages into its context, and merge tendencies.
+
+`fold(context, messages)` is the seed's g(x, c) = (r, c') applied to a whole batch for one key:
+it applies the messages one by one in memory, so its result is identical to processing them
+one at a time, and it is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
+
+from runtime.runner_stats.models import (
+    ArchiveChunk,
+    ArchivedMessage,
+    FoldPolicy,
+    FoldResult,
+    Outcome,
+    PositionedMessage,
+    RunContext,
+    SeqRange,
+    TendencySlot,
+    UserTendency,
+)
+
+# Milestones of a run's total distance. Labels only move up, because totals only grow.
+TENDENCY_MILESTONES: tuple[tuple[Decimal, str], ...] = ((Decimal(5000), "well done"), (Decimal(200), "good job"))
+TENDENCY_START = "fine"
+
+
+def tendency_label(total_meters: Decimal) -> str:
+    for threshold, label in TENDENCY_MILESTONES:
+        if total_meters >= threshold:
+            return label
+    return TENDENCY_START
+
+
+# --- sequence ranges (sorted, disjoint, inclusive) -------------------------------------------
+
+
+def contains(ranges: Sequence[SeqRange], value: int) -> bool:
+    return any(low <= value <= high for low, high in ranges)
+
+
+def remove_value(ranges: Sequence[SeqRange], value: int) -> tuple[SeqRange, ...]:
+    result: list[SeqRange] = []
+    for low, high in ranges:
+        if low <= value <= high:
+            if low < value:
+                result.append((low, value - 1))
+            if value < high:
+                result.append((value + 1, high))
+        else:
+            result.append((low, high))
+    return tuple(result)
+
+
+def add_range(ranges: Sequence[SeqRange], new: SeqRange) -> tuple[SeqRange, ...]:
+    merged: list[SeqRange] = []
+    for low, high in sorted([*ranges, new]):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
+
+
+def count_values(ranges: Sequence[SeqRange]) -> int:
+    return sum(high - low + 1 for low, high in ranges)
+
+
+def take_lowest(ranges: Sequence[SeqRange], count: int) -> tuple[tuple[SeqRange, ...], tuple[SeqRange, ...]]:
+    """Split off the `count` lowest values: (taken, remaining)."""
+    taken: list[SeqRange] = []
+    remaining: list[SeqRange] = []
+    for low, high in ranges:
+        if count <= 0:
+            remaining.append((low, high))
+            continue
+        size = high - low + 1
+        if size <= count:
+            taken.append((low, high))
+            count -= size
+        else:
+            taken.append((low, low + count - 1))
+            remaining.append((low + count, high))
+            count = 0
+    return tuple(taken), tuple(remaining)
+
+
+def split_below(ranges: Sequence[SeqRange], bound: int) -> tuple[tuple[SeqRange, ...], tuple[SeqRange, ...]]:
+    """Split into (values < bound, values >= bound)."""
+    below: list[SeqRange] = []
+    rest: list[SeqRange] = []
+    for low, high in ranges:
+        if high < bound:
+            below.append((low, high))
+        elif low >= bound:
+            rest.append((low, high))
+        else:
+            below.append((low, bound - 1))
+            rest.append((bound, high))
+    return tuple(below), tuple(rest)
+
+
+# --- the fold ---------------------------------------------------------------------------------
+
+
+def _close_old_gaps(context: RunContext, policy: FoldPolicy) -> tuple[RunContext, int]:
+    by_lag, gaps = split_below(context.gaps, context.high_water - policy.gap_max_lag)
+    by_count: tuple[SeqRange, ...] = ()
+    excess = count_values(gaps) - policy.gap_max_open
+    if excess > 0:
+        by_count, gaps = take_lowest(gaps, excess)
+    closing = by_lag + by_count
+    if not closing:
+        return context, 0
+    closed = context.closed
+    for seq_range in closing:
+        closed = add_range(closed, seq_range)
+    # Only the newest closed ranges are remembered, so the item stays small. A message for a
+    # range forgotten here is then indistinguishable from a duplicate; either way it is not applied.
+    closed = closed[-policy.closed_ranges_kept :]
+    count = count_values(closing)
+    return replace(context, gaps=gaps, closed=closed, gaps_closed=context.gaps_closed + count), count
+
+
+def _apply(context: RunContext, message: ArchivedMessage) -> RunContext:
+    first_ts = message.timestamp_utc if context.first_ts is None else min(context.first_ts, message.timestamp_utc)
+    last_ts = message.timestamp_utc if context.last_ts is None else max(context.last_ts, message.timestamp_utc)
+    return replace(
+        context,
+        total_meters=context.total_meters + message.distance_meters,
+        first_ts=first_ts,
+        last_ts=last_ts,
+        message_count=context.message_count + 1,
+        pending=(*context.pending, message),
+    )
+
+
+def classify(context: RunContext, sequence_id: int) -> Outcome:
+    if sequence_id > context.high_water or contains(context.gaps, sequence_id):
+        return Outcome.ACCEPTED
+    if contains(context.closed, sequence_id):
+        return Outcome.TOO_LATE
+    return Outcome.DUPLICATE
+
+
+def fold(context: RunContext, messages: Sequence[PositionedMessage], policy: FoldPolicy) -> FoldResult:
+    """Apply one key's messages, in shard order, to the context that was read.
+
+    The archive chunk flushed here is made only of the *stored* pending tail, never of this
+    batch's messages, so two workers that read the same version flush identical chunks.
+    """
+    start = context
+    chunk: ArchiveChunk | None = None
+    outcomes: list[tuple[PositionedMessage, Outcome]] = []
+    gaps_closed = 0
+    for positioned in messages:
+        message = positioned.message
+        outcome = classify(context, message.sequence_id)
+        outcomes.append((positioned, outcome))
+        if outcome is not Outcome.ACCEPTED:
+            continue
+        if chunk is None and len(start.pending) >= policy.archive_chunk_size and context.pending == start.pending:
+            chunk = ArchiveChunk(start.key, start.archive_chunks, start.pending)
+            context = replace(context, pending=(), archive_chunks=start.archive_chunks + 1)
+        seq = message.sequence_id
+        if seq > context.high_water:
+            if seq > context.high_water + 1:
+                context = replace(context, gaps=add_range(context.gaps, (context.high_water + 1, seq - 1)))
+            context = replace(context, high_water=seq)
+        else:
+            context = replace(context, gaps=remove_value(context.gaps, seq))
+        context = _apply(context, ArchivedMessage(seq, message.timestamp_utc, message.distance_meters))
+        context, closed_now = _close_old_gaps(context, policy)
+        gaps_closed += closed_now
+    changed = context != start
+    too_late = tuple(p for p, outcome in outcomes if outcome is Outcome.TOO_LATE)
+    return FoldResult(context, tuple(outcomes), chunk, gaps_closed, changed, too_late)
+
+
+# --- tendency -----------------------------------------------------------------------------------
+
+
+def _order(slot: TendencySlot) -> tuple[int, int]:
+    return (slot.started_at, slot.run_id)
+
+
+def merge_tendency(record: UserTendency, slot: TendencySlot) -> UserTendency:
+    """Keep the user's two latest runs (by start), each with its latest label.
+
+    The result does not depend on the order in which runs report, so redelivery and
+    reordering end in the same record as a clean pass.
+    """
+    current, previous = record.current, record.previous
+    if current is None:
+        current = slot
+    elif slot.run_id == current.run_id:
+        current = replace(current, label=slot.label)
+    elif previous is not None and slot.run_id == previous.run_id:
+        previous = replace(previous, label=slot.label)
+    elif _order(slot) > _order(current):
+        current, previous = slot, current
+    elif previous is None or _order(slot) > _order(previous):
+        previous = slot
+    return replace(record, current=current, previous=previous)

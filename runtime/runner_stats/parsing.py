@@ -1,0 +1,117 @@
+"""Turns one Kinesis record of a Lambda event into a message or a rejection. Pure."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from runtime.runner_stats.models import (
+    DeviceMessage,
+    PositionedMessage,
+    RejectReason,
+    Rejection,
+    RunKey,
+    StreamPosition,
+)
+
+REQUIRED_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc", "distance_meters")
+_INTEGER_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc")
+# A device moving faster than this is a broken sensor, not a runner (1 km in 30 s).
+MAX_DISTANCE_PER_MESSAGE = Decimal(1000)
+
+
+def position_of(record: Mapping[str, Any]) -> StreamPosition:
+    kinesis = record.get("kinesis", {})
+    sequence_number = str(kinesis.get("sequenceNumber", ""))
+    return StreamPosition(
+        record_id=str(record.get("eventID") or sequence_number),
+        sequence_number=sequence_number,
+        partition_key=str(kinesis.get("partitionKey", "")),
+    )
+
+
+def parse_record(record: Mapping[str, Any], *, max_bytes: int) -> PositionedMessage | Rejection:
+    position = position_of(record)
+    encoded = record.get("kinesis", {}).get("data", "")
+    try:
+        payload = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raw = encoded.encode("utf-8", "replace") if isinstance(encoded, str) else b""
+        return Rejection(position, RejectReason.NOT_BASE64, "record data is not valid base64", raw)
+    if len(payload) > max_bytes:
+        return Rejection(position, RejectReason.TOO_LARGE, f"record is {len(payload)} bytes; the limit is {max_bytes}", payload)
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return Rejection(position, RejectReason.NOT_UTF8, "record data is not UTF-8 text", payload)
+    try:
+        document = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+    except ValueError as err:
+        return Rejection(position, RejectReason.NOT_JSON, f"record data is not JSON: {err}", payload)
+    if not isinstance(document, dict):
+        return Rejection(position, RejectReason.NOT_OBJECT, f"expected a JSON object, got {type(document).__name__}", payload)
+    return _message_from_document(document, position, payload)
+
+
+def _message_from_document(document: dict[str, Any], position: StreamPosition, payload: bytes) -> PositionedMessage | Rejection:
+    missing = [name for name in REQUIRED_FIELDS if name not in document]
+    if missing:
+        return Rejection(position, RejectReason.MISSING_FIELD, f"missing field(s): {', '.join(missing)}", payload)
+    for name in _INTEGER_FIELDS:
+        value = document[name]
+        # bool is an int subclass in Python, but `true` is not an id.
+        if isinstance(value, bool) or not isinstance(value, int):
+            return Rejection(position, RejectReason.WRONG_TYPE, f"{name} must be an integer, got {_json_type(value)}", payload)
+    distance = document["distance_meters"]
+    if isinstance(distance, bool) or not isinstance(distance, int | Decimal):
+        return Rejection(position, RejectReason.WRONG_TYPE, f"distance_meters must be a number, got {_json_type(distance)}", payload)
+    distance = Decimal(distance)
+    key = RunKey(document["user_id"], document["run_id"])
+    problem = _range_problem(document, distance)
+    if problem:
+        return Rejection(position, RejectReason.OUT_OF_RANGE, problem, payload, key)
+    message = DeviceMessage(
+        user_id=document["user_id"],
+        run_id=document["run_id"],
+        sequence_id=document["sequence_id"],
+        timestamp_utc=document["timestamp_utc"],
+        distance_meters=distance,
+    )
+    return PositionedMessage(position, message)
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _range_problem(document: dict[str, Any], distance: Decimal) -> str | None:
+    if document["user_id"] < 0 or document["run_id"] < 0:
+        return "user_id and run_id must be >= 0"
+    if document["sequence_id"] < 1:
+        return f"sequence_id must be >= 1, got {document['sequence_id']}"
+    if document["timestamp_utc"] <= 0:
+        return f"timestamp_utc must be a positive epoch-milliseconds value, got {document['timestamp_utc']}"
+    if not distance.is_finite() or distance < 0:
+        return f"distance_meters must be a finite number >= 0, got {distance}"
+    if distance > MAX_DISTANCE_PER_MESSAGE:
+        return f"distance_meters {distance} exceeds the plausible {MAX_DISTANCE_PER_MESSAGE} m per message"
+    return None
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | Decimal):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"

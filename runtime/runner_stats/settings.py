@@ -1,0 +1,56 @@
+"""The runner-stats handler's settings: read from the environment once, validated, frozen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from runtime.runner_stats.models import FoldPolicy
+from runtime.runner_stats.service import ServiceOptions
+from runtime.runner_stats.store import RunStatsTables
+from runtime.shared.settings import SettingsError, int_setting, require_str
+
+# The names the Lambda factory's callers set (infra/constructs/runner_stats.py); an infra test
+# checks the synthesized function carries exactly these.
+ENV_RUN_STATS_TABLE = "RUN_STATS_TABLE"
+ENV_TENDENCY_TABLE = "TENDENCY_TABLE"
+ENV_MESSAGES_TABLE = "MESSAGES_TABLE"
+ENV_REJECTS_TABLE = "REJECTS_TABLE"
+ENV_GAP_MAX_LAG = "GAP_MAX_LAG"
+ENV_GAP_MAX_OPEN = "GAP_MAX_OPEN"
+ENV_ARCHIVE_CHUNK_SIZE = "ARCHIVE_CHUNK_SIZE"
+ENV_COMMIT_ATTEMPTS = "COMMIT_ATTEMPTS"
+ENV_MAX_MESSAGE_BYTES = "MAX_MESSAGE_BYTES"
+ENV_REJECT_PAYLOAD_MAX_BYTES = "REJECT_PAYLOAD_MAX_BYTES"
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerStatsSettings:
+    tables: RunStatsTables
+    options: ServiceOptions
+    reject_payload_max_bytes: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RunnerStatsSettings:
+        defaults = FoldPolicy()
+        policy = FoldPolicy(
+            gap_max_lag=int_setting(env, ENV_GAP_MAX_LAG, defaults.gap_max_lag),
+            gap_max_open=int_setting(env, ENV_GAP_MAX_OPEN, defaults.gap_max_open),
+            archive_chunk_size=int_setting(env, ENV_ARCHIVE_CHUNK_SIZE, defaults.archive_chunk_size),
+        )
+        if policy.archive_chunk_size > 40:
+            raise SettingsError(f"{ENV_ARCHIVE_CHUNK_SIZE} must be <= 40 so the run item stays near 1 KB")
+        return cls(
+            tables=RunStatsTables(
+                run_stats=require_str(env, ENV_RUN_STATS_TABLE),
+                tendency=require_str(env, ENV_TENDENCY_TABLE),
+                messages=require_str(env, ENV_MESSAGES_TABLE),
+                rejects=require_str(env, ENV_REJECTS_TABLE),
+            ),
+            options=ServiceOptions(
+                policy=policy,
+                commit_attempts=int_setting(env, ENV_COMMIT_ATTEMPTS, ServiceOptions().commit_attempts),
+                max_message_bytes=int_setting(env, ENV_MAX_MESSAGE_BYTES, ServiceOptions().max_message_bytes),
+            ),
+            reject_payload_max_bytes=int_setting(env, ENV_REJECT_PAYLOAD_MAX_BYTES, 4096),
+        )

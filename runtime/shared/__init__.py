@@ -1,0 +1,1 @@
+"""Building blocks shared by every pipeline: observability, settings, DynamoDB helpers, primitives."""

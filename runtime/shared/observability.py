@@ -1,0 +1,32 @@
+"""Logger, Tracer and Metrics, created once for the whole package.
+
+Every handler is wrapped with :func:`instrumented`, so the decorators are always stacked in
+the same order: logging context outermost (so even a tracer or metrics failure is logged with
+the request id), then tracing, then metrics flushing innermost (so metrics are flushed before
+the trace segment closes). Service name and metrics namespace come from the standard
+POWERTOOLS_* variables that the Lambda factory sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+
+__all__ = ["MetricUnit", "instrumented", "logger", "metrics", "tracer"]
+
+
+def instrumented(handler: HandlerT) -> HandlerT:
+    """Apply the package's observability decorators in the one agreed order."""
+    wrapped = metrics.log_metrics(handler)
+    wrapped = tracer.capture_lambda_handler(wrapped)
+    wrapped = logger.inject_lambda_context(wrapped)
+    return wrapped  # type: ignore[no-any-return]  # Powertools decorators are untyped wrappers
