@@ -178,6 +178,7 @@ class CapacityMeter:
         tag = f"onceflow-capacity-meter-{id(self)}"
         events.register("before-call.dynamodb.*", partial(self._before, region), unique_id=f"{tag}-before")
         events.register("after-call.dynamodb.*", partial(self._after, region, client), unique_id=f"{tag}-after")
+        events.register("after-call-error.dynamodb.*", self._forget, unique_id=f"{tag}-error")
 
     def reset(self) -> None:
         self.wru = 0.0
@@ -222,6 +223,10 @@ class CapacityMeter:
         elif op in ("Query", "Scan") and ok:
             size = self._evaluated_size(region, client, op, body, parsed)
             self.rru += _read_units(size, bool(body.get("ConsistentRead")))
+
+    def _forget(self, context: Any, **_: Any) -> None:
+        # The request never got an answer (e.g. connection error): nothing to bill.
+        self._pending.pop(id(context), None)
 
     # -- costs ------------------------------------------------------------------------------
 

@@ -1,0 +1,140 @@
+"""A Kinesis event source mapping, replayed in-process: how Lambda would deliver a shard.
+
+It builds Lambda's Kinesis event for each batch, honours `batchItemFailures` by restarting
+from the lowest reported sequence number, retries a batch whose invocation failed, bisects
+it on error when asked, and sends a batch that exhausted its retries to the on-failure
+callback (the SQS destination).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from devtools.faults import SimulatedCrash
+
+SHARD_ID = "shardId-000000000000"
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    sequence_number: str
+    partition_key: str
+    data: bytes
+    arrival_ms: int = 0
+
+
+class ShardSource(Protocol):
+    def read(self, start_index: int, limit: int) -> list[ShardRecord]: ...
+
+
+@dataclass
+class ListShard:
+    records: Sequence[ShardRecord]
+
+    def read(self, start_index: int, limit: int) -> list[ShardRecord]:
+        return list(self.records[start_index : start_index + limit])
+
+
+def records_from_payloads(payloads: Sequence[tuple[str, bytes]], first_sequence: int = 1) -> list[ShardRecord]:
+    """Shard records with increasing, same-width sequence numbers (Kinesis ones are ordered strings)."""
+    return [
+        ShardRecord(sequence_number=f"{first_sequence + index:056d}", partition_key=key, data=data)
+        for index, (key, data) in enumerate(payloads)
+    ]
+
+
+def lambda_event(records: Sequence[ShardRecord], shard_id: str = SHARD_ID) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "eventSource": "aws:kinesis",
+                "eventID": f"{shard_id}:{record.sequence_number}",
+                "eventName": "aws:kinesis:record",
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": record.partition_key,
+                    "sequenceNumber": record.sequence_number,
+                    "data": base64.b64encode(record.data).decode("ascii"),
+                    "approximateArrivalTimestamp": record.arrival_ms / 1000,
+                },
+            }
+            for record in records
+        ]
+    }
+
+
+class Invoke(Protocol):
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass
+class PollStats:
+    invocations: int = 0
+    function_errors: int = 0
+    partial_failures: int = 0
+    redelivered_records: int = 0
+    sent_to_on_failure: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class EventSourceMapping:
+    invoke: Invoke
+    batch_size: int = 100
+    retry_attempts: int = 10
+    bisect_on_error: bool = True
+    on_failure: Callable[[list[ShardRecord]], None] = lambda records: None
+    stats: PollStats = field(default_factory=PollStats)
+
+    def drain(self, shard: ShardSource, start_index: int = 0) -> int:
+        """Deliver everything from start_index; returns the index after the last record."""
+        position = start_index
+        while True:
+            batch = shard.read(position, self.batch_size)
+            if not batch:
+                return position
+            position += self._deliver(batch)
+
+    def _deliver(self, batch: list[ShardRecord]) -> int:
+        """Deliver one batch until it is checkpointed; returns how many records it covered."""
+        attempts = 0
+        pending = batch
+        while pending:
+            size = len(pending)
+            self.stats.invocations += 1
+            self.stats.batch_sizes.append(size)
+            try:
+                response = self.invoke(lambda_event(pending))
+            except (Exception, SimulatedCrash):
+                self.stats.function_errors += 1
+                attempts += 1
+                if attempts > self.retry_attempts:
+                    self._give_up(pending)
+                    return len(batch)
+                if self.bisect_on_error and size > 1:
+                    # Lambda splits the failing batch and retries the halves in order.
+                    half = size // 2
+                    self._deliver(pending[:half])
+                    pending = pending[half:]
+                    attempts = 0
+                continue
+            failed = [item["itemIdentifier"] for item in response.get("batchItemFailures", [])]
+            if not failed:
+                return len(batch)
+            self.stats.partial_failures += 1
+            attempts += 1
+            lowest = min(failed)
+            index = next(i for i, record in enumerate(pending) if record.sequence_number == lowest)
+            if attempts > self.retry_attempts:
+                self._give_up(pending[index:])
+                return len(batch)
+            self.stats.redelivered_records += size - index
+            pending = pending[index:]
+        return len(batch)
+
+    def _give_up(self, records: list[ShardRecord]) -> None:
+        self.stats.sent_to_on_failure += len(records)
+        self.on_failure(records)

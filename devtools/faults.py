@@ -1,0 +1,62 @@
+"""Fault injection for the embedded cloud: crash the 'process' at a chosen write boundary.
+
+A crash is a BaseException, so no `except Exception` in the code under test can swallow it,
+just as nothing survives a Lambda runtime that dies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WRITE_OPERATIONS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
+
+
+class SimulatedCrash(BaseException):  # noqa: N818  (it is not an error the code may handle)
+    """The process died here."""
+
+
+@dataclass
+class WriteBoundaryCrasher:
+    """Counts DynamoDB writes on a client; crashes before or after write number `at` (1-based).
+
+    `at=None` only counts. Boundaries of a run with W writes: ("before", 1..W), ("after", 1..W).
+    """
+
+    at: int | None = None
+    when: str = "before"
+    writes: int = 0
+    crashed: bool = False
+    operations: list[str] = field(default_factory=list)
+
+    def attach(self, client: Any) -> WriteBoundaryCrasher:
+        client.meta.events.register("before-call.dynamodb.*", self._before)
+        client.meta.events.register("after-call.dynamodb.*", self._after)
+        return self
+
+    def detach(self, client: Any) -> None:
+        client.meta.events.unregister("before-call.dynamodb.*", self._before)
+        client.meta.events.unregister("after-call.dynamodb.*", self._after)
+
+    def _before(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name not in WRITE_OPERATIONS:
+            return
+        self.writes += 1
+        self.operations.append(f"{model.name}:{_target(model.name, params)}")
+        if self.at == self.writes and self.when == "before" and not self.crashed:
+            self.crashed = True
+            raise SimulatedCrash(f"crash before write {self.writes} ({model.name})")
+
+    def _after(self, model: Any, **_: Any) -> None:
+        if model.name in WRITE_OPERATIONS and self.at == self.writes and self.when == "after" and not self.crashed:
+            self.crashed = True
+            raise SimulatedCrash(f"crash after write {self.writes} ({model.name})")
+
+
+def _target(operation: str, params: dict[str, Any]) -> str:
+    if operation == "TransactWriteItems":
+        tables = [next(iter(item.values()))["TableName"] for item in params.get("TransactItems", [])]
+        return "+".join(tables)
+    if operation == "BatchWriteItem":
+        return "+".join(params.get("RequestItems", {}))
+    return str(params.get("TableName", ""))

@@ -1,0 +1,88 @@
+"""The runner-stats pipeline on the embedded cloud: tables from the synthesized template, the
+handler's settings from the synthesized function environment, and helpers to drive it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from devtools.state import PipelineView, capture
+from devtools.template_resources import EmbeddedCloud, Template
+from runtime.runner_stats.service import RunnerStatsService
+from runtime.runner_stats.settings import RunnerStatsSettings
+from runtime.runner_stats.store import DynamoRunStatsStore
+
+HANDLER = "runtime.runner_stats.handler.handler"
+
+
+def new_client(service: str = "dynamodb") -> Any:
+    import boto3
+
+    return boto3.client(service, region_name="us-east-1")
+
+
+@dataclass
+class RunnerStatsWorld:
+    cloud: EmbeddedCloud
+    client: Any
+    settings: RunnerStatsSettings
+
+    @classmethod
+    def create(cls, template: Template, *, with_queues: bool = False) -> RunnerStatsWorld:
+        """Call inside an active moto mock."""
+        client = new_client()
+        cloud = EmbeddedCloud(template).create(dynamodb=client, sqs=new_client("sqs") if with_queues else None)
+        settings = RunnerStatsSettings.from_env(cloud.function_environment(HANDLER))
+        return cls(cloud, client, settings)
+
+    def environment(self) -> dict[str, str]:
+        return self.cloud.function_environment(HANDLER)
+
+    def service(self, client: Any | None = None) -> RunnerStatsService:
+        store = DynamoRunStatsStore(
+            self.settings.tables,
+            client=client or self.client,
+            reject_payload_max_bytes=self.settings.reject_payload_max_bytes,
+        )
+        return RunnerStatsService(store, self.settings.options)
+
+    def invoke(self, event: dict[str, Any], client: Any | None = None) -> dict[str, Any]:
+        report = self.service(client).process(event.get("Records", []))
+        return {"batchItemFailures": report.batch_item_failures()}
+
+    def view(self) -> PipelineView:
+        return capture(self.client, self.settings.tables)
+
+
+_MOTO_WRITE_LOCK = threading.RLock()
+_ATOMIC_METHODS = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item", "get_item", "batch_get_item")
+
+
+@contextmanager
+def atomic_moto_dynamodb() -> Iterator[None]:
+    """Make moto's condition-check-then-write atomic across threads, as DynamoDB's is.
+
+    moto checks a condition and then writes without a lock, so two threads can both pass the
+    same condition; real DynamoDB never allows that, and tests of races must not be fooled by it.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    originals = {name: getattr(DynamoDBBackend, name) for name in _ATOMIC_METHODS}
+
+    def locked(original: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _MOTO_WRITE_LOCK:
+                return original(*args, **kwargs)
+
+        return wrapper
+
+    for name, original in originals.items():
+        setattr(DynamoDBBackend, name, locked(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(DynamoDBBackend, name, original)

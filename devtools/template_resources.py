@@ -1,0 +1,119 @@
+"""Builds the embedded (moto) cloud from a *synthesized* template, so tests, the demo and the
+benchmark use exactly the tables, queues and streams that would be deployed.
+
+Physical names are the logical ids; `names` maps logical id -> physical name so a function's
+environment (with its Refs) can be resolved the way CloudFormation would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+Template = dict[str, Any]
+
+
+def cdk_context(env_name: str) -> dict[str, Any]:
+    """cdk.json's context plus the environment, so in-process synth matches `cdk synth`."""
+    context: dict[str, Any] = json.loads((PROJECT_ROOT / "cdk.json").read_text())["context"]
+    return {**context, "env": env_name}
+
+
+def synth_templates(env_name: str, outdir: str | None = None) -> dict[str, Template]:
+    """Synthesize the app in-process (with cdk-nag on) and return stack name -> template."""
+    from aws_cdk import App
+
+    from app import build_app
+
+    app = build_app(App(context=cdk_context(env_name), outdir=outdir))
+    assembly = app.synth()
+    return {stack.stack_name: stack.template for stack in assembly.stacks}
+
+
+def load_assembly(directory: str | Path) -> dict[str, Template]:
+    """Templates of a `cdk synth -o DIR` cloud assembly."""
+    manifest = json.loads((Path(directory) / "manifest.json").read_text())
+    templates: dict[str, Template] = {}
+    for name, artifact in manifest["artifacts"].items():
+        if artifact.get("type") == "aws:cloudformation:stack":
+            template_file = artifact["properties"]["templateFile"]
+            templates[name] = json.loads((Path(directory) / template_file).read_text())
+    return templates
+
+
+def resources_of_type(template: Template, resource_type: str) -> dict[str, dict[str, Any]]:
+    return {lid: res for lid, res in template.get("Resources", {}).items() if res["Type"] == resource_type}
+
+
+def find_function(template: Template, handler: str) -> str:
+    matches = [lid for lid, res in resources_of_type(template, "AWS::Lambda::Function").items() if res["Properties"].get("Handler") == handler]
+    if len(matches) != 1:
+        raise LookupError(f"expected one function with handler {handler}, found {matches}")
+    return matches[0]
+
+
+@dataclass
+class EmbeddedCloud:
+    """What was created in moto from one template."""
+
+    template: Template
+    names: dict[str, str] = field(default_factory=dict)
+
+    def create(self, *, dynamodb: Any = None, sqs: Any = None, kinesis: Any = None) -> EmbeddedCloud:
+        if dynamodb is not None:
+            for logical_id, resource in resources_of_type(self.template, "AWS::DynamoDB::Table").items():
+                dynamodb.create_table(**table_request(logical_id, resource["Properties"]))
+                self.names[logical_id] = logical_id
+        if sqs is not None:
+            for logical_id in resources_of_type(self.template, "AWS::SQS::Queue"):
+                url = sqs.create_queue(QueueName=logical_id)["QueueUrl"]
+                self.names[logical_id] = logical_id
+                self.names[f"{logical_id}.url"] = url
+        if kinesis is not None:
+            for logical_id, resource in resources_of_type(self.template, "AWS::Kinesis::Stream").items():
+                props = resource["Properties"]
+                kinesis.create_stream(StreamName=logical_id, ShardCount=int(props.get("ShardCount", 1)))
+                self.names[logical_id] = logical_id
+        return self
+
+    def function_environment(self, handler: str) -> dict[str, str]:
+        function = self.template["Resources"][find_function(self.template, handler)]
+        variables = function["Properties"].get("Environment", {}).get("Variables", {})
+        return {name: self.resolve(value) for name, value in variables.items()}
+
+    def resolve(self, value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Mapping) and "Ref" in value:
+            return self.names[value["Ref"]]
+        raise ValueError(f"cannot resolve {value!r} in the embedded cloud")
+
+    def event_source_mapping(self, handler: str) -> dict[str, Any]:
+        function_id = find_function(self.template, handler)
+        for resource in resources_of_type(self.template, "AWS::Lambda::EventSourceMapping").values():
+            if resource["Properties"].get("FunctionName") == {"Ref": function_id}:
+                return dict(resource["Properties"])
+        raise LookupError(f"no event source mapping for {handler}")
+
+
+def table_request(table_name: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """CreateTable arguments from AWS::DynamoDB::Table properties."""
+    request: dict[str, Any] = {
+        "TableName": table_name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props.get("BillingMode", "PROVISIONED"),
+    }
+    if request["BillingMode"] == "PROVISIONED":
+        request["ProvisionedThroughput"] = props["ProvisionedThroughput"]
+    if "StreamSpecification" in props:
+        request["StreamSpecification"] = {"StreamEnabled": True, **props["StreamSpecification"]}
+    for index_kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes"):
+        if index_kind in props:
+            request[index_kind] = props[index_kind]
+    return request

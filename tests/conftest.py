@@ -1,0 +1,67 @@
+"""Shared fixtures: an embedded AWS (moto) built from the synthesized templates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.template_resources import Template, synth_templates
+
+AWS_TEST_ENV = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    # botocore 1.44 routes DynamoDB Streams to an account-based host moto does not serve.
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_NAMESPACE": "onceflow-tests",
+    "POWERTOOLS_SERVICE_NAME": "tests",
+}
+
+
+@pytest.fixture(autouse=True)
+def aws_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+_TEMPLATES: dict[str, dict[str, Template]] = {}
+
+
+def templates_for(env_name: str) -> dict[str, Template]:
+    """Synthesize once per session and environment (synth runs cdk-nag too)."""
+    if env_name not in _TEMPLATES:
+        _TEMPLATES[env_name] = synth_templates(env_name)
+    return _TEMPLATES[env_name]
+
+
+@pytest.fixture(scope="session")
+def dev_templates() -> dict[str, Template]:
+    return templates_for("dev")
+
+
+@pytest.fixture(scope="session")
+def prod_templates() -> dict[str, Template]:
+    return templates_for("prod")
+
+
+@pytest.fixture
+def runner_stats_template(dev_templates: dict[str, Template]) -> Template:
+    return dev_templates["Onceflow-dev-RunnerStats"]
+
+
+@pytest.fixture
+def moto_aws() -> Iterator[None]:
+    from moto import mock_aws
+
+    with mock_aws():
+        yield
+
+
+def dynamodb_client() -> Any:
+    import boto3
+
+    return boto3.client("dynamodb", region_name="us-east-1")
