@@ -6,6 +6,7 @@ just as nothing survives a Lambda runtime that dies.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,8 @@ class WriteBoundaryCrasher:
         if model.name not in WRITE_OPERATIONS:
             return
         self.writes += 1
-        self.operations.append(f"{model.name}:{_target(model.name, params)}")
+        # `params` is the serialized request here; DynamoDB's body is JSON.
+        self.operations.append(f"{model.name}:{_target(model.name, json.loads(params['body']))}")
         if self.at == self.writes and self.when == "before" and not self.crashed:
             self.crashed = True
             raise SimulatedCrash(f"crash before write {self.writes} ({model.name})")
