@@ -53,8 +53,7 @@ DEFAULT_ACCOUNT_ID = "123456789012"
 
 _BILLED_ERRORS = frozenset({"ConditionalCheckFailedException", "TransactionCanceledException"})
 _WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
-_NARROWING = ("FilterExpression", "QueryFilter", "ScanFilter", "ConditionalOperator",
-              "ProjectionExpression", "AttributesToGet", "Select")
+_NARROWING = ("FilterExpression", "QueryFilter", "ScanFilter", "ConditionalOperator", "ProjectionExpression", "AttributesToGet", "Select")
 _TOKEN = re.compile(r"[#:][A-Za-z0-9_]+")
 
 # botocore hands handlers untyped objects; Any keeps mypy honest about that.
@@ -199,8 +198,14 @@ class CapacityMeter:
         return None
 
     def _after(
-        self, region: str, client: Client, http_response: Any, parsed: Mapping[str, Any],
-        model: Any, context: Any, **_: Any,
+        self,
+        region: str,
+        client: Client,
+        http_response: Any,
+        parsed: Mapping[str, Any],
+        model: Any,
+        context: Any,
+        **_: Any,
     ) -> None:
         pending = self._pending.pop(id(context), None)
         if pending is None:
@@ -234,9 +239,7 @@ class CapacityMeter:
         unprocessed: set[_TableKey] = set()
         if pending.operation == "BatchWriteItem":
             leftovers = parsed.get("UnprocessedItems") or {}
-            unprocessed = {
-                _key_id(t, k) for t, k in _written_keys("BatchWriteItem", {"RequestItems": leftovers}, self._key_of(region))
-            }
+            unprocessed = {_key_id(t, k) for t, k in _written_keys("BatchWriteItem", {"RequestItems": leftovers}, self._key_of(region))}
         factor = 2 if pending.operation == "TransactWriteItems" else 1
         total = 0
         for ident, size_before in pending.before.items():
@@ -258,7 +261,12 @@ class CapacityMeter:
         return total
 
     def _evaluated_size(
-        self, region: str, client: Client, op: str, body: Mapping[str, Any], parsed: Mapping[str, Any],
+        self,
+        region: str,
+        client: Client,
+        op: str,
+        body: Mapping[str, Any],
+        parsed: Mapping[str, Any],
     ) -> int:
         if not any(name in body for name in _NARROWING):
             return sum(item_size(item) for item in parsed.get("Items", []))
@@ -321,11 +329,9 @@ class CapacityMeter:
     def _shadow(self, region: str, client: Client) -> Client:
         shadow = self._shadow_clients.get(region)
         if shadow is None:
-            import boto3  # only needed for the rare Query/Scan with a filter or projection
+            import boto3  # type: ignore[import-untyped, unused-ignore]  # only for filtered Query/Scan
 
-            shadow = boto3.session.Session().client(
-                "dynamodb", region_name=region, endpoint_url=client.meta.endpoint_url
-            )
+            shadow = boto3.session.Session().client("dynamodb", region_name=region, endpoint_url=client.meta.endpoint_url)
             self._shadow_clients[region] = shadow
         return shadow
 
@@ -342,7 +348,9 @@ def _decode_body(raw: Any) -> dict[str, Any]:
 
 
 def _written_keys(
-    operation: str, body: Mapping[str, Any], key_of: Callable[[str, Mapping[str, Any]], dict[str, Any]],
+    operation: str,
+    body: Mapping[str, Any],
+    key_of: Callable[[str, Mapping[str, Any]], dict[str, Any]],
 ) -> Iterable[tuple[str, Mapping[str, Any]]]:
     """(table, key) of every item a write request touches (or condition-checks)."""
     if operation == "PutItem":

@@ -62,3 +62,26 @@ def _target(operation: str, params: dict[str, Any]) -> str:
     if operation == "BatchWriteItem":
         return "+".join(params.get("RequestItems", {}))
     return str(params.get("TableName", ""))
+
+
+@dataclass
+class ThrottledWrites:
+    """Fails chosen DynamoDB writes (1-based numbers) with a throttling ClientError, which the
+    handler survives and reports as batch item failures."""
+
+    failing: frozenset[int]
+    writes: int = 0
+
+    def attach(self, client: Any) -> ThrottledWrites:
+        client.meta.events.register("before-call.dynamodb.*", self._before)
+        return self
+
+    def _before(self, model: Any, **_: Any) -> None:
+        if model.name not in WRITE_OPERATIONS:
+            return
+        self.writes += 1
+        if self.writes in self.failing:
+            from botocore.exceptions import ClientError
+
+            error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected throttle"}}
+            raise ClientError(error, model.name)  # type: ignore[arg-type]

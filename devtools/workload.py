@@ -202,9 +202,7 @@ def batches(deliveries: Sequence[Delivery], size: int) -> Iterator[list[Delivery
         yield list(deliveries[start : start + size])
 
 
-def kinesis_event(
-    batch: Sequence[Delivery], *, first_index: int = 0, stream_arn: str = _STREAM_ARN
-) -> dict[str, Any]:
+def kinesis_event(batch: Sequence[Delivery], *, first_index: int = 0, stream_arn: str = _STREAM_ARN) -> dict[str, Any]:
     """A Kinesis Lambda event for ``batch``; ``first_index`` is the batch's position in the stream,
     so sequence numbers and event ids stay unique and increasing across batches."""
     region = stream_arn.split(":")[3]

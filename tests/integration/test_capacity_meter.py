@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
+import boto3  # type: ignore[import-untyped, unused-ignore]
 import pytest
-from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from devtools.capacity import CapacityMeter, attribute_size, item_size
@@ -68,7 +67,7 @@ def test_meter_bills_writes_reads_and_failures(client: Any) -> None:
     assert meter.wru == 2
 
     # When a conditional put of a small item fails on the existing 1.5 KB item
-    with pytest.raises(ClientError) as failure:
+    with pytest.raises(client.exceptions.ClientError) as failure:
         client.put_item(
             TableName=TABLE,
             Item={"pk": {"S": "big"}},
@@ -98,11 +97,7 @@ def test_meter_bills_writes_reads_and_failures(client: Any) -> None:
     assert meter.wru == 4
 
     # When three keys are batch-read consistently / Then 1 RRU per key
-    client.batch_get_item(
-        RequestItems={
-            TABLE: {"Keys": [{"pk": {"S": k}} for k in ("a", "b", "big")], "ConsistentRead": True}
-        }
-    )
+    client.batch_get_item(RequestItems={TABLE: {"Keys": [{"pk": {"S": k}} for k in ("a", "b", "big")], "ConsistentRead": True}})
     assert meter.rru == 1.5 + 3
 
     # Then every call was counted by operation
@@ -116,7 +111,7 @@ def test_meter_bills_cancelled_transactions_updates_deletes_and_queries(client: 
     meter.attach(client)
 
     # When a transaction is cancelled by a failed condition check on the big item
-    with pytest.raises(ClientError) as failure:
+    with pytest.raises(client.exceptions.ClientError) as failure:
         client.transact_write_items(
             TransactItems=[
                 {"Put": {"TableName": TABLE, "Item": _small("c")}},

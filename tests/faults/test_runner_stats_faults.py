@@ -1,0 +1,194 @@
+"""Fault schedules for the runner-stats write path.
+
+Every case is compared with one clean pass: the same deliveries without faults, and the
+independent in-memory recomputation over the unique messages (devtools.reference).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+from decimal import Decimal
+
+import pytest
+from moto import mock_aws
+
+from devtools import reference
+from devtools.esm import EventSourceMapping, ListShard, ShardRecord, records_from_payloads
+from devtools.faults import SimulatedCrash, ThrottledWrites, WriteBoundaryCrasher
+from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb, new_client
+from devtools.state import PipelineView
+from devtools.workload import Workload, generate
+from tests.conftest import AWS_TEST_ENV, templates_for
+
+BATCH_SIZE = 20
+
+
+@functools.cache
+def workload() -> Workload:
+    # Small but complete: several users and runs, re-sends, late messages and poison records.
+    return generate(seed=11, users=3, runs_per_user=2, messages_per_run=12, resend_rate=0.3, late_rate=0.15, malformed=4)
+
+
+def shard_records(order: list[int] | None = None) -> list[ShardRecord]:
+    deliveries = workload().deliveries
+    chosen = [deliveries[i] for i in order] if order is not None else list(deliveries)
+    return records_from_payloads([(d.partition_key, d.data) for d in chosen])
+
+
+def run_pipeline(records: list[ShardRecord], *, batch_size: int = BATCH_SIZE, client_hook: object = None, bisect: bool = False) -> PipelineView:
+    """A fresh embedded cloud, the records delivered through a replayed event source mapping."""
+    with mock_aws():
+        world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"])
+        client = new_client()
+        if client_hook is not None:
+            client_hook.attach(client)  # type: ignore[attr-defined]
+        esm = EventSourceMapping(lambda event: world.invoke(event, client), batch_size=batch_size, bisect_on_error=bisect)
+        esm.drain(ListShard(records))
+        assert esm.stats.sent_to_on_failure == 0
+        return world.view()
+
+
+@functools.cache
+def clean_view() -> PipelineView:
+    return run_pipeline(shard_records())
+
+
+def assert_matches_reference(view: PipelineView) -> None:
+    unique = workload().unique
+    totals = reference.clean_pass(unique)
+    assert set(view.runs) == set(totals)
+    for key, expected in totals.items():
+        run = view.runs[key]
+        assert run.total_meters == Decimal(expected.total_meters)
+        assert run.total_seconds == Decimal(str(expected.total_seconds))
+        assert run.message_count == expected.message_count
+        assert run.gaps == ()
+        assert [m.sequence_id for m in run.archived] == sorted(m.sequence_id for m in unique if (m.user_id, m.run_id) == key)
+    tendencies = reference.clean_tendencies(totals)
+    assert view.tendencies == {
+        user: (t.current_run_id, t.current, t.previous_run_id, t.previous) for user, t in tendencies.items()
+    }
+
+
+@functools.cache
+def write_boundaries() -> list[tuple[str, int]]:
+    """Every write boundary of a clean pass: before and after each DynamoDB write."""
+    for name, value in AWS_TEST_ENV.items():
+        __import__("os").environ.setdefault(name, value)
+    counter = WriteBoundaryCrasher()
+    run_pipeline(shard_records(), client_hook=counter)
+    return [(when, number) for number in range(1, counter.writes + 1) for when in ("before", "after")]
+
+
+def test_clean_pass_equals_the_independent_recomputation() -> None:
+    # Given the workload with duplicates, late messages and poison records, When it is delivered once
+    view = clean_view()
+    # Then every run equals the in-memory recomputation over the unique messages
+    assert_matches_reference(view)
+    # And each poison record is kept with a reason
+    assert sorted(view.rejects.values()).count("too_late") == 0
+    assert len(view.rejects) == sum(1 for d in workload().deliveries if d.kind == "malformed")
+
+
+@pytest.mark.parametrize(("when", "write_number"), write_boundaries())
+def test_crash_at_every_write_boundary_then_redelivery(when: str, write_number: int) -> None:
+    # Given a process that dies at one write boundary, When Lambda redelivers the whole batch
+    crasher = WriteBoundaryCrasher(at=write_number, when=when)
+    view = run_pipeline(shard_records(), client_hook=crasher)
+    # Then the crash really happened, and the final state equals one clean pass
+    assert crasher.crashed
+    assert view == clean_view()
+
+
+@pytest.mark.parametrize("write_number", [number for when, number in write_boundaries() if when == "before"])
+def test_throttled_write_is_reported_per_key_and_redelivered(write_number: int) -> None:
+    # Given one write that fails with a throttling error (the handler survives it)
+    throttle = ThrottledWrites(frozenset({write_number}))
+    # When the failed key is reported and Lambda re-reads from its first record
+    view = run_pipeline(shard_records(), client_hook=throttle)
+    # Then nothing is lost or double counted
+    assert view == clean_view()
+
+
+def test_crash_with_bisect_on_error() -> None:
+    # Given crashes in several batches, When Lambda bisects the failing batches
+    crashers = [WriteBoundaryCrasher(at=n, when="after") for n in (3, 9, 17)]
+
+    class Chain:
+        def attach(self, client: object) -> None:
+            for crasher in crashers:
+                crasher.attach(client)
+
+    view = run_pipeline(shard_records(), client_hook=Chain(), bisect=True)
+    # Then the state equals one clean pass
+    assert all(c.crashed for c in crashers)
+    assert view == clean_view()
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 100])
+def test_batch_size_does_not_change_the_result(batch_size: int) -> None:
+    # Given the same deliveries, When they are folded in batches of another size
+    view = run_pipeline(shard_records(), batch_size=batch_size)
+    # Then the results are the same
+    assert view == clean_view()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_reordering_across_batches(seed: int) -> None:
+    # Given the deliveries in a random order (every gap stays within the configured bound)
+    order = list(range(len(workload().deliveries)))
+    random.Random(seed).shuffle(order)
+    # When they are delivered
+    view = run_pipeline(shard_records(order))
+    # Then the runs and tendencies equal one clean in-order pass over the unique messages
+    assert_matches_reference(view)
+    assert view.runs == clean_view().runs and view.tendencies == clean_view().tendencies
+
+
+def test_redelivering_everything_twice_changes_nothing() -> None:
+    # Given every record delivered, then the whole shard delivered again
+    records = shard_records()
+    view = run_pipeline(records + records_from_payloads([(r.partition_key, r.data) for r in records], first_sequence=10_000))
+    # Then nothing is counted twice
+    assert view.runs == clean_view().runs and view.tendencies == clean_view().tendencies
+
+
+def test_concurrent_invocations_on_the_same_keys() -> None:
+    # Given two invocations racing over overlapping slices of the same runs
+    records = shard_records()
+    overlap = len(records) // 3
+    slices = [records[: 2 * overlap], records[overlap:]]
+    with mock_aws(), atomic_moto_dynamodb():
+        world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"])
+        totals_seen: dict[tuple[int, int], list[Decimal]] = {}
+        stop = threading.Event()
+
+        def watch_totals() -> None:
+            watcher = new_client()
+            while not stop.is_set():
+                for item in watcher.scan(TableName=world.settings.tables.run_stats, ConsistentRead=True)["Items"]:
+                    key = (int(item["user_id"]["N"]), int(item["run_id"]["N"]))
+                    totals_seen.setdefault(key, []).append(Decimal(item["total_meters"]["N"]))
+
+        def deliver(part: list[ShardRecord]) -> None:
+            client = new_client()
+            EventSourceMapping(lambda event: world.invoke(event, client), batch_size=5).drain(ListShard(part))
+
+        # When both run at once, several times over, with a watcher reading totals throughout
+        watcher = threading.Thread(target=watch_totals)
+        watcher.start()
+        for _ in range(3):
+            threads = [threading.Thread(target=deliver, args=(part,)) for part in slices]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        stop.set()
+        watcher.join()
+        view = world.view()
+    # Then nothing is double counted, and no total ever went down
+    assert_matches_reference(view)
+    assert all(seen == sorted(seen) for seen in totals_seen.values())
+    assert totals_seen, "the watcher saw the totals while they were written"
