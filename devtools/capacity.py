@@ -13,7 +13,8 @@ Billing rules (on-demand, 1 WRU = 1 KB written, 1 RRU = 4 KB read strongly consi
 * BatchWriteItem: each put or delete as above (a delete's "after" is 0, so it costs the existing
   item's size); unprocessed items are not billed.
 * TransactWriteItems: 2 x the per-item WRU above for every Put/Update/Delete/ConditionCheck, also
-  when the transaction is cancelled (a ConditionCheck costs the existing item's size).
+  when the transaction is cancelled. A ConditionCheck, and every item of a cancelled transaction
+  (nothing was written), costs the existing item's size, min 1.
 * GetItem: ``ceil(size / 4096)`` RRU, minimum 1 (a missing item costs 1), for ConsistentRead=true;
   half of that when eventually consistent. The full item size counts even with a projection.
 * BatchGetItem: every requested key as GetItem, with its table's ConsistentRead flag; unprocessed

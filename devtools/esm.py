@@ -27,15 +27,45 @@ class ShardRecord:
 
 
 class ShardSource(Protocol):
-    def read(self, start_index: int, limit: int) -> list[ShardRecord]: ...
+    def read(self, after: str | None, limit: int) -> list[ShardRecord]:
+        """Up to `limit` records after the checkpoint sequence number (from the start if None)."""
+        ...
 
 
 @dataclass
 class ListShard:
     records: Sequence[ShardRecord]
 
-    def read(self, start_index: int, limit: int) -> list[ShardRecord]:
-        return list(self.records[start_index : start_index + limit])
+    def read(self, after: str | None, limit: int) -> list[ShardRecord]:
+        start = 0 if after is None else next(i for i, r in enumerate(self.records) if r.sequence_number == after) + 1
+        return list(self.records[start : start + limit])
+
+
+@dataclass
+class KinesisShard:
+    """A shard of a (moto) Kinesis stream, read with GetShardIterator/GetRecords like Lambda does."""
+
+    client: Any
+    stream_name: str
+    shard_id: str = SHARD_ID
+
+    def read(self, after: str | None, limit: int) -> list[ShardRecord]:
+        position: dict[str, str] = (
+            {"ShardIteratorType": "TRIM_HORIZON"}
+            if after is None
+            else {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": after}
+        )
+        iterator = self.client.get_shard_iterator(StreamName=self.stream_name, ShardId=self.shard_id, **position)["ShardIterator"]
+        response = self.client.get_records(ShardIterator=iterator, Limit=limit)
+        return [
+            ShardRecord(
+                sequence_number=record["SequenceNumber"],
+                partition_key=record["PartitionKey"],
+                data=record["Data"],
+                arrival_ms=int(record["ApproximateArrivalTimestamp"].timestamp() * 1000),
+            )
+            for record in response["Records"]
+        ]
 
 
 def records_from_payloads(payloads: Sequence[tuple[str, bytes]], first_sequence: int = 1) -> list[ShardRecord]:
@@ -89,17 +119,17 @@ class EventSourceMapping:
     on_failure: Callable[[list[ShardRecord]], None] = lambda records: None
     stats: PollStats = field(default_factory=PollStats)
 
-    def drain(self, shard: ShardSource, start_index: int = 0) -> int:
-        """Deliver everything from start_index; returns the index after the last record."""
-        position = start_index
+    def drain(self, shard: ShardSource, checkpoint: str | None = None) -> str | None:
+        """Deliver everything after the checkpoint; returns the final checkpoint."""
         while True:
-            batch = shard.read(position, self.batch_size)
+            batch = shard.read(checkpoint, self.batch_size)
             if not batch:
-                return position
-            position += self._deliver(batch)
+                return checkpoint
+            self._deliver(batch)
+            checkpoint = batch[-1].sequence_number
 
-    def _deliver(self, batch: list[ShardRecord]) -> int:
-        """Deliver one batch until it is checkpointed; returns how many records it covered."""
+    def _deliver(self, batch: list[ShardRecord]) -> None:
+        """Deliver one batch until it is checkpointed (done, or given up to on_failure)."""
         attempts = 0
         pending = batch
         while pending:
@@ -113,7 +143,7 @@ class EventSourceMapping:
                 attempts += 1
                 if attempts > self.retry_attempts:
                     self._give_up(pending)
-                    return len(batch)
+                    return
                 if self.bisect_on_error and size > 1:
                     # Lambda splits the failing batch and retries the halves in order.
                     half = size // 2
@@ -123,17 +153,16 @@ class EventSourceMapping:
                 continue
             failed = [item["itemIdentifier"] for item in response.get("batchItemFailures", [])]
             if not failed:
-                return len(batch)
+                return
             self.stats.partial_failures += 1
             attempts += 1
             lowest = min(failed)
             index = next(i for i, record in enumerate(pending) if record.sequence_number == lowest)
             if attempts > self.retry_attempts:
                 self._give_up(pending[index:])
-                return len(batch)
+                return
             self.stats.redelivered_records += size - index
             pending = pending[index:]
-        return len(batch)
 
     def _give_up(self, records: list[ShardRecord]) -> None:
         self.stats.sent_to_on_failure += len(records)

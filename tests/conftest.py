@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,12 @@ AWS_TEST_ENV = {
     "POWERTOOLS_METRICS_NAMESPACE": "onceflow-tests",
     "POWERTOOLS_SERVICE_NAME": "tests",
 }
+
+
+# Also at import time: Powertools reads its variables when a handler module is first imported,
+# which may happen while tests are collected, before any fixture runs.
+for _name, _value in AWS_TEST_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture(autouse=True)

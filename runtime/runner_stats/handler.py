@@ -24,11 +24,17 @@ _METRIC_NAMES = {
 
 
 @functools.cache
+def settings() -> RunnerStatsSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return RunnerStatsSettings.from_env(os.environ)
+
+
+@functools.cache
 def service() -> RunnerStatsService:
-    """Built on the first invocation (cold start), from the validated settings."""
-    settings = RunnerStatsSettings.from_env(os.environ)
-    store = DynamoRunStatsStore(settings.tables, reject_payload_max_bytes=settings.reject_payload_max_bytes)
-    return RunnerStatsService(store, settings.options)
+    """Built on the first invocation (cold start), never at import time."""
+    config = settings()
+    store = DynamoRunStatsStore(config.tables, reject_payload_max_bytes=config.reject_payload_max_bytes)
+    return RunnerStatsService(store, config.options)
 
 
 def publish(report: BatchReport) -> None:

@@ -20,7 +20,7 @@ from devtools.faults import SimulatedCrash, ThrottledWrites, WriteBoundaryCrashe
 from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb, new_client
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
-from tests.conftest import AWS_TEST_ENV, templates_for
+from tests.conftest import templates_for
 
 BATCH_SIZE = 20
 
@@ -75,8 +75,6 @@ def assert_matches_reference(view: PipelineView) -> None:
 @functools.cache
 def write_boundaries() -> list[tuple[str, int]]:
     """Every write boundary of a clean pass: before and after each DynamoDB write."""
-    for name, value in AWS_TEST_ENV.items():
-        __import__("os").environ.setdefault(name, value)
     counter = WriteBoundaryCrasher()
     run_pipeline(shard_records(), client_hook=counter)
     return [(when, number) for number in range(1, counter.writes + 1) for when in ("before", "after")]

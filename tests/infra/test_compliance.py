@@ -1,0 +1,180 @@
+"""cdk-nag (as CDK policy-validation plugins) runs on every synth, and its acknowledgements stay narrow.
+
+A finding that is not acknowledged makes `app.synth()` raise, so the session fixtures
+`dev_templates` / `prod_templates` already prove the real app has none; these tests make that
+explicit, prove the checks really fail on a bad resource, and pin down every acknowledgement.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, CfnResource, Stack, Stage
+from aws_cdk import aws_sqs as sqs
+from constructs import IConstruct
+
+from app import build_app
+from devtools.template_resources import cdk_context, synth_templates
+from infra.compliance import acknowledge, add_compliance_checks
+from infra.config import load_config
+
+ENVS = ("dev", "prod")
+PLUGINS = {"AwsSolutions", "Serverless"}
+# How CDK (2.275) records `Validations.of(scope).acknowledge(...)` on the construct.
+ACKNOWLEDGED_RULES_METADATA = "aws:cdk:acknowledged-rules"
+# The complete inventory: construct path inside the stack, rule -> the one CloudFormation resource
+# type the acknowledged construct wraps. A new acknowledgement must be added here, in review.
+EXPECTED_ACKNOWLEDGEMENTS = {
+    ("RunnerStats/FailureQueue", "AwsSolutions::AwsSolutions-SQS3"): "AWS::SQS::Queue",
+    ("RunnerStats/FailureQueue", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
+    ("RunnerStats/Handler", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    ("RunnerStats/HandlerRole/DefaultPolicy", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+}
+MIN_REASON_LENGTH = 40  # a sentence, not "ok" or "n/a"
+# jsii surfaces the failure as RuntimeError("ValidationFailed: ..."); the wording after it varies.
+VALIDATION_FAILED = r"ValidationFailed|Validation failed"
+
+
+def report_of(outdir: Path) -> dict[str, Any]:
+    report = outdir / "validation-report.json"
+    # CDK writes the report whenever a plugin ran; without one there was nothing to report.
+    return json.loads(report.read_text()) if report.exists() else {"pluginReports": []}
+
+
+def acknowledgements(app: App) -> list[tuple[IConstruct, str, str]]:
+    """(construct, rule, reason) for every acknowledgement anywhere in the construct tree."""
+    found = []
+    for construct in app.node.find_all():
+        for entry in construct.node.metadata:
+            if entry.type == ACKNOWLEDGED_RULES_METADATA:
+                found.extend((construct, rule, reason) for rule, reason in entry.data.items())
+    return found
+
+
+@pytest.fixture(scope="module", params=ENVS)
+def synthesized(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """The real app synthesized (with cdk-nag) into a directory, so its validation report is readable."""
+    outdir = tmp_path_factory.mktemp(f"{request.param}-assembly")
+    synth_templates(str(request.param), outdir=str(outdir))
+    return str(request.param), outdir
+
+
+@pytest.fixture(scope="module", params=ENVS)
+def built_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> App:
+    """The real app, built but not synthesized: its construct tree with the acknowledgements."""
+    outdir = tmp_path_factory.mktemp(f"{request.param}-unsynthesized")
+    return build_app(App(context=cdk_context(str(request.param)), outdir=str(outdir)))
+
+
+# --- the real app passes ----------------------------------------------------------------------
+
+
+def test_dev_and_prod_synthesize_with_the_checks_on(dev_templates: dict[str, Any], prod_templates: dict[str, Any]) -> None:
+    # Given the session's synth of both environments, with cdk-nag added by build_app
+    # When synth ran (it raises on any unacknowledged finding)
+    # Then it produced each environment's stack
+    assert set(dev_templates) == {f"{load_config('dev').stack_prefix}-RunnerStats"}
+    assert set(prod_templates) == {f"{load_config('prod').stack_prefix}-RunnerStats"}
+
+
+def test_validation_report_has_no_unacknowledged_findings(synthesized: tuple[str, Path]) -> None:
+    # Given the validation report of a synth into a directory
+    _, outdir = synthesized
+    report = report_of(outdir)
+    # When we read every plugin's conclusion
+    reports = {plugin["pluginName"]: plugin for plugin in report["pluginReports"]}
+    # Then both rule packs ran and succeeded with no open violations
+    assert set(reports) == PLUGINS
+    for name, plugin in reports.items():
+        assert plugin["conclusion"] == "success", name
+        assert plugin["violations"] == [], f"{name}: {plugin['violations']}"
+
+
+def test_every_suppressed_finding_is_acknowledged_on_its_own_resource(synthesized: tuple[str, Path]) -> None:
+    # Given the findings the report lists as acknowledged
+    env_name, outdir = synthesized
+    stack_name = f"{load_config(env_name).stack_prefix}-RunnerStats"
+    suppressed = [finding for plugin in report_of(outdir)["pluginReports"] for finding in plugin["suppressedViolations"]]
+    assert suppressed, "expected the known acknowledged findings in the report"
+    # When we compare where each was acknowledged with where it was found
+    for finding in suppressed:
+        acknowledged_at = finding["acknowledgedAt"]
+        # Then the acknowledgement sits below the stack (never on the app or the stack), names the
+        # finding it acknowledges, gives a reason, and covers only constructs inside that scope
+        assert acknowledged_at.startswith(f"{stack_name}/"), acknowledged_at
+        assert acknowledged_at.count("/") >= 2, f"acknowledged too high up: {acknowledged_at}"
+        assert len(finding["reason"].strip()) >= MIN_REASON_LENGTH
+        assert finding["acknowledgedId"].endswith(finding["ruleName"])
+        for violating in finding["violatingConstructs"]:
+            assert violating["constructPath"].startswith(f"{acknowledged_at}/")
+    found = {(f["acknowledgedAt"].removeprefix(f"{stack_name}/"), f["acknowledgedId"]) for f in suppressed}
+    assert found == set(EXPECTED_ACKNOWLEDGEMENTS)
+
+
+def test_acknowledgements_are_exactly_the_reviewed_ones_each_on_one_resource(built_app: App) -> None:
+    # Given the construct tree of the app before synth
+    # When we collect the acknowledgement metadata recorded on its constructs
+    found = acknowledgements(built_app)
+    assert found, f"no {ACKNOWLEDGED_RULES_METADATA!r} metadata found; has CDK changed how it records acknowledgements?"
+    inventory = {}
+    for construct, rule, reason in found:
+        # Then none is on the app, a stage or a stack (which would silence a rule everywhere below)
+        assert not Stage.is_stage(construct) and not Stack.is_stack(construct), f"{rule} acknowledged on {construct.node.path}"
+        # and each is on a construct standing for exactly one CloudFormation resource
+        resource = construct if CfnResource.is_cfn_resource(construct) else construct.node.default_child
+        assert resource is not None and CfnResource.is_cfn_resource(resource), construct.node.path
+        # and has a real reason
+        assert len(reason.strip()) >= MIN_REASON_LENGTH, f"{rule} on {construct.node.path}: {reason!r}"
+        # and wildcard IAM findings are acknowledged for one specific finding, not the whole rule
+        if rule in {"AwsSolutions::AwsSolutions-IAM4", "AwsSolutions::AwsSolutions-IAM5"}:
+            pytest.fail(f"{rule} on {construct.node.path} must name the finding, e.g. IAM5[Resource::*]")
+        path = construct.node.path.split("/", 1)[1]  # inside the stack
+        inventory[(path, rule)] = resource.cfn_resource_type  # type: ignore[union-attr]
+    # and they are exactly the reviewed inventory, each on the resource type it is about
+    assert inventory == EXPECTED_ACKNOWLEDGEMENTS
+
+
+# --- the checks really fail -------------------------------------------------------------------
+
+
+def test_an_unencrypted_queue_without_dlq_or_tls_fails_synth(tmp_path: Path) -> None:
+    # Given a throwaway app with the project's compliance checks and a careless queue
+    app = App(outdir=str(tmp_path))
+    add_compliance_checks(app)
+    stack = Stack(app, "Careless")
+    sqs.Queue(stack, "Queue", encryption=sqs.QueueEncryption.UNENCRYPTED)
+    # When it is synthesized
+    with pytest.raises(RuntimeError, match=VALIDATION_FAILED):
+        app.synth()
+    # Then the report names the queue's missing encryption, DLQ and TLS enforcement
+    violations = {
+        violation["ruleName"]: [c["constructPath"] for c in violation["violatingConstructs"]]
+        for plugin in report_of(tmp_path)["pluginReports"]
+        for violation in plugin["violations"]
+    }
+    for rule in ("AwsSolutions-SQS2", "AwsSolutions-SQS3", "AwsSolutions-SQS4", "Serverless-SQSRedrivePolicy"):
+        assert violations.get(rule) == ["Careless/Queue/Resource"], rule
+
+
+def test_an_acknowledgement_covers_only_the_resource_it_is_made_on(tmp_path: Path) -> None:
+    # Given two otherwise compliant queues without a DLQ, and the DLQ findings acknowledged on the first only
+    app = App(outdir=str(tmp_path))
+    add_compliance_checks(app)
+    stack = Stack(app, "TwoQueues")
+    first, _second = (
+        sqs.Queue(stack, name, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True) for name in ("First", "Second")
+    )
+    for rule in ("AwsSolutions::AwsSolutions-SQS3", "Serverless::Serverless-SQSRedrivePolicy"):
+        acknowledge(first, rule, "Throwaway test queue: the acknowledgement must not reach the other queue.")
+    # When it is synthesized
+    with pytest.raises(RuntimeError, match=VALIDATION_FAILED):
+        app.synth()
+    # Then the second queue's findings still fail synth, and the first queue's are only suppressed
+    plugins = report_of(tmp_path)["pluginReports"]
+    open_paths = {c["constructPath"] for p in plugins for v in p["violations"] for c in v["violatingConstructs"]}
+    suppressed_paths = {c["constructPath"] for p in plugins for v in p["suppressedViolations"] for c in v["violatingConstructs"]}
+    assert open_paths == {"TwoQueues/Second/Resource"}
+    assert suppressed_paths == {"TwoQueues/First/Resource"}

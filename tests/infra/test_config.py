@@ -1,0 +1,201 @@
+"""The typed per-environment configuration: valid as shipped, strict about bad values, and
+selectable from the CDK CLI exactly like from the tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_logs as logs
+
+from devtools.template_resources import PROJECT_ROOT, load_assembly
+from infra.config import ENVIRONMENTS, ConfigError, EnvConfig, RunnerStatsConfig, load_config
+
+ENVS = ("dev", "prod")
+
+
+def with_runner_stats(config: EnvConfig, **changes: Any) -> EnvConfig:
+    return dataclasses.replace(config, runner_stats=dataclasses.replace(config.runner_stats, **changes))
+
+
+# --- the shipped environments -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_shipped_environments_validate(env_name: str) -> None:
+    # Given an environment name the app accepts
+    # When its config is loaded
+    config = load_config(env_name)
+    # Then it validates and is the registered, immutable object
+    assert config is ENVIRONMENTS[env_name]
+    assert config.name == env_name
+    assert config.validate() is config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.retain_data = not config.retain_data  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("env_name", [None, ""])
+def test_no_environment_means_dev(env_name: str | None) -> None:
+    # Given no `-c env=...` on the command line
+    # When the config is loaded
+    config = load_config(env_name)
+    # Then it is dev, cdk.json's default
+    assert config is ENVIRONMENTS["dev"]
+
+
+@pytest.mark.parametrize("name", ["staging", "Prod", "dev "])
+def test_unknown_environment_is_refused(name: str) -> None:
+    # Given a name that is not a configured environment
+    # When it is loaded
+    # Then synth stops with the list of valid names
+    with pytest.raises(ConfigError, match=rf"unknown environment '{name}'; choose one of dev, prod"):
+        load_config(name)
+
+
+def test_prod_retains_data_and_dev_destroys_it() -> None:
+    # Given both environments
+    dev, prod = load_config("dev"), load_config("prod")
+    # When we ask for their removal policies
+    # Then prod keeps stateful resources and dev cleans up
+    assert prod.retain_data and prod.removal_policy == RemovalPolicy.RETAIN
+    assert not dev.retain_data and dev.removal_policy == RemovalPolicy.DESTROY
+
+
+def test_prod_sizes_and_retention() -> None:
+    # Given the prod environment
+    prod = load_config("prod").runner_stats
+    # When we read its throughput settings
+    # Then it batches 1000 records, waits up to 30 s for them, and gives up on records long
+    # before the stream would drop them
+    assert prod.batch_size == 1000 and prod.batching_window_seconds == 30
+    assert prod.max_record_age_seconds < prod.stream_retention_hours * 3600
+    assert load_config("prod").log_retention == logs.RetentionDays.THREE_MONTHS
+    assert load_config("dev").log_retention == logs.RetentionDays.ONE_WEEK
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_tags_name_project_environment_and_owner(env_name: str) -> None:
+    # Given an environment
+    config = load_config(env_name)
+    # When we read its tags
+    # Then they identify the project, the environment and the owner
+    assert config.tags == {"project": "onceflow", "environment": env_name, "owner": "onceflow-team"}
+
+
+# --- invalid values stop synth with a clear message -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param({"batch_size": 0}, r"batch_size must be 1\.\.10000", id="batch_size=0"),
+        pytest.param({"batch_size": 10_001}, r"batch_size must be 1\.\.10000", id="batch_size=10001"),
+        pytest.param({"retry_attempts": -1}, r"retry_attempts must be 0\.\.10000 \(bounded, never infinite\)", id="retry_attempts=-1"),
+        pytest.param({"max_record_age_seconds": 24 * 3600 + 1}, r"max_record_age_seconds must not exceed the stream retention", id="max_record_age_seconds=86401"),
+        pytest.param({"max_record_age_seconds": -1}, r"max_record_age_seconds must be 60\.\.604800", id="max_record_age_seconds=-1"),
+        pytest.param({"archive_chunk_size": 41}, r"archive_chunk_size must be 1\.\.40", id="archive_chunk_size=41"),
+        pytest.param({"archive_chunk_size": 0}, r"archive_chunk_size must be 1\.\.40", id="archive_chunk_size=0"),
+        pytest.param({"parallelization_factor": 11}, r"parallelization_factor must be 1\.\.10", id="parallelization_factor=11"),
+        pytest.param({"batching_window_seconds": 301}, r"batching_window_seconds must be 0\.\.300", id="batching_window_seconds=301"),
+        pytest.param({"shard_count": 0}, r"shard_count must be 1\.\.500", id="shard_count=0"),
+        pytest.param({"stream_retention_hours": 23}, r"stream_retention_hours must be 24\.\.8760", id="stream_retention_hours=23"),
+        pytest.param({"commit_attempts": 0}, r"commit_attempts must be >= 1", id="commit_attempts=0"),
+        pytest.param({"timeout_seconds": 901}, r"timeout_seconds must be 3\.\.900", id="timeout_seconds=901"),
+    ],
+)
+def test_invalid_runner_stats_values_are_refused(changes: dict[str, int], message: str) -> None:
+    # Given dev's config with one runner-stats value out of range (dev's stream keeps 24 h)
+    config = with_runner_stats(load_config("dev"), **changes)
+    # When it is validated
+    # Then it fails, naming the setting and its allowed range
+    with pytest.raises(ConfigError, match=message):
+        config.validate()
+
+
+@pytest.mark.parametrize("version", ["2.43.1", "latest", "3.37", "3.37.0-beta", ""])
+def test_powertools_version_must_be_a_v3_release(version: str) -> None:
+    # Given prod's config pinned to something that is not a Powertools v3 release
+    config = dataclasses.replace(load_config("prod"), powertools_layer_version=version)
+    # When it is validated
+    # Then it fails with an example of a valid version
+    with pytest.raises(ConfigError, match=r"powertools_layer_version must be a Powertools v3 release such as 3\.37\.0"):
+        config.validate()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"name": "Prod"}, r"environment name 'Prod' must be lower-case"),
+        ({"log_level": "TRACE"}, r"log_level 'TRACE' is not a Powertools log level"),
+    ],
+)
+def test_invalid_environment_values_are_refused(changes: dict[str, str], message: str) -> None:
+    # Given dev's config with an invalid top-level value
+    config = dataclasses.replace(load_config("dev"), **changes)
+    # When it is validated
+    # Then it fails, quoting the bad value
+    with pytest.raises(ConfigError, match=message):
+        config.validate()
+
+
+def test_config_errors_are_value_errors() -> None:
+    # Given the error type synth raises
+    # When callers catch ValueError
+    # Then they also catch configuration errors
+    assert issubclass(ConfigError, ValueError)
+    with pytest.raises(ValueError):
+        RunnerStatsConfig(batch_size=0).validate()
+
+
+# --- the real CLI -----------------------------------------------------------------------------
+
+# SLOW (~8 s per environment) and needs node_modules (`make install`): runs the real `npx cdk synth`. Deselect
+# with `-k "not cdk_cli"` for a quick run. No AWS credentials are involved: every AWS_* variable
+# is removed from its environment, and synth of an environment-agnostic stack needs none.
+CLI_TIMEOUT_SECONDS = 180
+
+
+def comparable(template: dict[str, Any]) -> dict[str, Any]:
+    """Drop what only the CLI adds (aws:cdk:path / asset metadata, the CDKMetadata resource)."""
+    resources = {
+        logical_id: {key: value for key, value in resource.items() if key != "Metadata"}
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] != "AWS::CDK::Metadata"
+    }
+    conditions = {name: value for name, value in template.get("Conditions", {}).items() if name != "CDKMetadataAvailable"}
+    return {**{k: v for k, v in template.items() if k not in {"Resources", "Conditions"}}, "Resources": resources} | (
+        {"Conditions": conditions} if conditions else {}
+    )
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_cdk_cli_synth_without_aws_credentials(env_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # Given the CDK CLI from node_modules, the venv first on PATH (cdk.json runs `python3 app.py`),
+    # and no AWS credentials or settings at all
+    assert (PROJECT_ROOT / "node_modules" / ".bin" / "cdk").exists(), "run `make install` first"
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    env["PATH"] = f"{PROJECT_ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["CDK_DISABLE_CLI_TELEMETRY"] = "true"
+    # When `cdk synth -c env=<env>` runs
+    result = subprocess.run(
+        ["npx", "cdk", "synth", "-c", f"env={env_name}", "--quiet", "--no-notices", "-o", str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+        check=False,
+    )
+    # Then it succeeds and writes the environment's stack, identical to the in-process synth the
+    # tests use (same context, same asset hash) apart from the metadata only the CLI adds
+    assert result.returncode == 0, result.stdout + result.stderr
+    in_process: dict[str, Any] = request.getfixturevalue(f"{env_name}_templates")
+    cli_templates = load_assembly(tmp_path)
+    assert set(cli_templates) == set(in_process)
+    for name, template in cli_templates.items():
+        assert comparable(template) == comparable(in_process[name]), name

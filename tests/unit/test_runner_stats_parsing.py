@@ -1,0 +1,229 @@
+"""parse_record: one Kinesis record of a Lambda event -> a message, or a rejection with a reason."""
+
+from __future__ import annotations
+
+import base64
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from runtime.runner_stats.models import DeviceMessage, PositionedMessage, RejectReason, Rejection, RunKey, StreamPosition
+from runtime.runner_stats.parsing import parse_record, position_of
+from tests.events.loader import load_event
+
+ONE_MB = 1024 * 1024
+SEQUENCE_NUMBER = "49590338271490256608559692538361571095921575989136588898"
+EVENT_ID = f"shardId-000000000000:{SEQUENCE_NUMBER}"
+POSITION = StreamPosition(EVENT_ID, SEQUENCE_NUMBER, "3000")
+GOOD = {"user_id": 3000, "run_id": 3091019, "sequence_id": 5, "timestamp_utc": 1509547964734, "distance_meters": 120}
+
+
+def record_with_data(data: Any) -> dict[str, Any]:
+    """A Lambda Kinesis record whose `kinesis.data` is exactly `data` (normally base64 text)."""
+    return {
+        "eventSource": "aws:kinesis",
+        "eventID": EVENT_ID,
+        "kinesis": {"partitionKey": "3000", "sequenceNumber": SEQUENCE_NUMBER, "data": data},
+    }
+
+
+def record_of(payload: bytes | str) -> dict[str, Any]:
+    raw = payload.encode("utf-8") if isinstance(payload, str) else payload
+    return record_with_data(base64.b64encode(raw).decode("ascii"))
+
+
+def document(**changes: Any) -> str:
+    body = {**GOOD, **changes}
+    return json.dumps({name: value for name, value in body.items() if value is not _DROP})
+
+
+_DROP = object()
+
+
+def parse(payload: bytes | str, max_bytes: int = 4096) -> PositionedMessage | Rejection:
+    return parse_record(record_of(payload), max_bytes=max_bytes)
+
+
+def rejected(payload: bytes | str, max_bytes: int = 4096) -> Rejection:
+    result = parse(payload, max_bytes)
+    assert isinstance(result, Rejection), f"expected a rejection, got {result!r}"
+    assert result.position == POSITION
+    return result
+
+
+# --- good records -------------------------------------------------------------------------------
+
+
+def test_a_good_record_becomes_a_positioned_message() -> None:
+    result = parse(json.dumps(GOOD))
+    assert result == PositionedMessage(POSITION, DeviceMessage(3000, 3091019, 5, 1509547964734, Decimal(120)))
+    assert result.message.key == RunKey(3000, 3091019)
+
+
+def test_fractional_distance_is_kept_exactly_and_extra_fields_are_ignored() -> None:
+    result = parse('{"user_id":1,"run_id":2,"sequence_id":3,"timestamp_utc":4,"distance_meters":12.30,"battery":0.5}')
+    assert isinstance(result, PositionedMessage)
+    assert result.message.distance_meters == Decimal("12.30")
+    assert str(result.message.distance_meters) == "12.30"  # parsed as Decimal, never through float
+
+
+def test_the_seed_sample_message_parses() -> None:
+    seed = load_event("runner_stats/seed_message_5.json")["Records"][0]
+    result = parse_record(seed, max_bytes=4096)
+    assert isinstance(result, PositionedMessage) and result.message.sequence_id == 5
+
+
+def test_position_falls_back_to_the_sequence_number_without_an_event_id() -> None:
+    record = record_of(json.dumps(GOOD))
+    del record["eventID"]
+    assert position_of(record) == StreamPosition(SEQUENCE_NUMBER, SEQUENCE_NUMBER, "3000")
+
+
+def test_a_record_of_exactly_max_bytes_is_accepted() -> None:
+    body = json.dumps({**GOOD, "padding": ""})
+    padded = body.replace('"padding": ""', '"padding": "' + "x" * (ONE_MB - len(body)) + '"')
+    assert len(padded.encode()) == ONE_MB
+    assert isinstance(parse(padded, max_bytes=ONE_MB), PositionedMessage)
+
+
+# --- bad records --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", ["%%% not base64 %%%", "eyJ1c2VyX2lkIjo", "ab=c", 12345, None])
+def test_data_that_is_not_base64(data: Any) -> None:
+    result = parse_record(record_with_data(data), max_bytes=4096)
+    assert isinstance(result, Rejection) and result.position == POSITION
+    assert result.reason is RejectReason.NOT_BASE64
+    assert result.detail == "record data is not valid base64"
+    assert result.payload == (data.encode() if isinstance(data, str) else b"")
+    assert result.key is None
+
+
+def test_data_that_is_not_utf8() -> None:
+    result = rejected(b"\xff\xfe{\x00")
+    assert result.reason is RejectReason.NOT_UTF8
+    assert result.detail == "record data is not UTF-8 text"
+    assert result.payload == b"\xff\xfe{\x00"
+
+
+@pytest.mark.parametrize("payload", ['{"user_id": 3000, ', "hello", "", "{'user_id': 1}"])
+def test_data_that_is_not_json(payload: str) -> None:
+    result = rejected(payload)
+    assert result.reason is RejectReason.NOT_JSON
+    assert result.detail.startswith("record data is not JSON: ")
+    assert result.payload == payload.encode()
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(constant: str) -> None:
+    result = rejected(document().replace('"distance_meters": 120', f'"distance_meters": {constant}'))
+    assert result.reason is RejectReason.NOT_JSON
+    assert result.detail == f"record data is not JSON: {constant} is not a JSON number"
+
+
+@pytest.mark.parametrize(("payload", "kind"), [("[1, 2, 3]", "list"), ('"a string"', "str"), ("42", "int")])
+def test_json_that_is_not_an_object(payload: str, kind: str) -> None:
+    result = rejected(payload)
+    assert result.reason is RejectReason.NOT_OBJECT
+    assert result.detail == f"expected a JSON object, got {kind}"
+
+
+@pytest.mark.xfail(strict=True, reason="runtime bug: NOT_OBJECT detail names Python types (NoneType, list), not JSON ones")
+def test_json_that_is_not_an_object_is_described_in_json_terms() -> None:
+    assert rejected("null").detail == "expected a JSON object, got null"
+    assert rejected("[1]").detail == "expected a JSON object, got array"
+
+
+def test_missing_fields_are_all_named() -> None:
+    result = rejected(document(run_id=_DROP, timestamp_utc=_DROP))
+    assert result.reason is RejectReason.MISSING_FIELD
+    assert result.detail == "missing field(s): run_id, timestamp_utc"
+    assert rejected("{}").detail == "missing field(s): user_id, run_id, sequence_id, timestamp_utc, distance_meters"
+
+
+@pytest.mark.parametrize(
+    ("payload", "detail"),
+    [
+        (document(user_id="3000"), "user_id must be an integer, got string"),
+        (document(run_id=True), "run_id must be an integer, got boolean"),
+        (document(run_id=None), "run_id must be an integer, got null"),
+        (document().replace('"sequence_id": 5', '"sequence_id": 2.5'), "sequence_id must be an integer, got number"),
+        (document().replace('"sequence_id": 5', '"sequence_id": 2.0'), "sequence_id must be an integer, got number"),
+        (document(timestamp_utc=[1]), "timestamp_utc must be an integer, got array"),
+        (document(distance_meters="120"), "distance_meters must be a number, got string"),
+        (document(distance_meters=False), "distance_meters must be a number, got boolean"),
+        (document(distance_meters={"m": 1}), "distance_meters must be a number, got object"),
+    ],
+    ids=["string-user", "bool-run", "null-run", "seq-2.5", "seq-2.0", "array-ts", "string-distance", "bool-distance", "object-distance"],
+)
+def test_wrong_types(payload: str, detail: str) -> None:
+    result = rejected(payload)
+    assert result.reason is RejectReason.WRONG_TYPE
+    assert result.detail == detail
+    assert result.payload == payload.encode()
+
+
+@pytest.mark.parametrize(
+    ("changes", "detail"),
+    [
+        ({"distance_meters": -5}, "distance_meters must be a finite number >= 0, got -5"),
+        ({"sequence_id": 0}, "sequence_id must be >= 1, got 0"),
+        ({"sequence_id": -1}, "sequence_id must be >= 1, got -1"),
+        ({"user_id": -1}, "user_id and run_id must be >= 0"),
+        ({"timestamp_utc": 0}, "timestamp_utc must be a positive epoch-milliseconds value, got 0"),
+        ({"distance_meters": 1001}, "distance_meters 1001 exceeds the plausible 1000 m per message"),
+    ],
+    ids=["negative-distance", "seq-0", "seq-minus-1", "negative-user", "zero-ts", "implausible-distance"],
+)
+def test_out_of_range_values(changes: dict[str, int], detail: str) -> None:
+    result = rejected(document(**changes))
+    assert result.reason is RejectReason.OUT_OF_RANGE
+    assert result.detail == detail
+    # The message was readable, so the rejection names its run
+    assert result.key == RunKey(changes.get("user_id", GOOD["user_id"]), GOOD["run_id"])
+
+
+def test_negative_fractional_distance() -> None:
+    result = rejected(document().replace('"distance_meters": 120', '"distance_meters": -0.5'))
+    assert result.reason is RejectReason.OUT_OF_RANGE
+    assert result.detail == "distance_meters must be a finite number >= 0, got -0.5"
+
+
+def test_a_record_over_max_bytes_is_too_large() -> None:
+    # Given a well-formed message padded one byte past 1 MB
+    body = json.dumps({**GOOD, "padding": ""})
+    payload = body.replace('"padding": ""', '"padding": "' + "x" * (ONE_MB + 1 - len(body)) + '"').encode()
+    assert len(payload) == ONE_MB + 1
+    # Then it is rejected for its size, before anything reads it
+    result = rejected(payload, max_bytes=ONE_MB)
+    assert result.reason is RejectReason.TOO_LARGE
+    assert result.detail == f"record is {ONE_MB + 1} bytes; the limit is {ONE_MB}"
+    assert result.payload == payload
+    assert result.key is None
+
+
+def test_size_is_checked_before_encoding() -> None:
+    assert rejected(b"\xff" * 5000).reason is RejectReason.TOO_LARGE
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "runtime bug: parse accepts numbers DynamoDB cannot store (more than 38 digits, or too small a magnitude);"
+        " writing them then fails on every redelivery"
+    ),
+)
+@pytest.mark.parametrize(
+    "payload",
+    [
+        document(user_id=10**39),
+        document(run_id=10**40),
+        document(timestamp_utc=10**39),
+        document().replace('"distance_meters": 120', '"distance_meters": 1E-200'),
+    ],
+    ids=["huge-user", "huge-run", "huge-ts", "tiny-distance"],
+)
+def test_numbers_dynamodb_cannot_store_are_out_of_range(payload: str) -> None:
+    assert rejected(payload).reason is RejectReason.OUT_OF_RANGE

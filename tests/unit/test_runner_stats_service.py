@@ -1,0 +1,396 @@
+"""RunnerStatsService over an in-memory store (no AWS): failures, retries and what gets reported.
+
+The fake store is a real implementation of the RunStatsStore port: its writes are conditional
+on the version that was read and raise VersionConflict like DynamoDB's conditional checks do.
+Races are staged by a 'rival' worker that writes between our read and our write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from devtools.esm import lambda_event, records_from_payloads
+from runtime.runner_stats.logic import fold
+from runtime.runner_stats.models import (
+    ArchiveChunk,
+    DeviceMessage,
+    FoldPolicy,
+    PositionedMessage,
+    RejectReason,
+    Rejection,
+    RunContext,
+    RunKey,
+    StreamPosition,
+    TendencySlot,
+    UserTendency,
+)
+from runtime.runner_stats.service import RunnerStatsService, ServiceOptions
+from runtime.runner_stats.settings import RunnerStatsSettings
+from runtime.runner_stats.store import RunStatsStore, RunStatsTables
+from runtime.shared.consistency import VersionConflict
+from runtime.shared.settings import SettingsError
+
+BASE_TS = 1_509_547_364_734
+RUN_A = RunKey(7, 1)
+RUN_B = RunKey(7, 2)  # same user as A
+RUN_C = RunKey(8, 1)  # another user
+RUN_D = RunKey(8, 2)  # same user as C
+
+
+class InjectedFailure(RuntimeError):
+    """A write or read that failed for a reason other than a lost race (throttling, timeout...)."""
+
+
+@dataclass
+class FakeStore:
+    contexts: dict[RunKey, RunContext] = field(default_factory=dict)
+    chunks: dict[tuple[RunKey, int], ArchiveChunk] = field(default_factory=dict)
+    tendencies: dict[int, UserTendency] = field(default_factory=dict)
+    rejections: dict[str, Rejection] = field(default_factory=dict)
+    commits: list[RunKey] = field(default_factory=list)  # every commit attempt, won or lost
+    # Fault hooks: called before the write is checked, so a rival can write first.
+    before_commit: Callable[[FakeStore, RunContext], None] | None = None
+    before_save_tendency: Callable[[FakeStore, UserTendency], None] | None = None
+    fail_load_contexts: bool = False
+    fail_rejections: bool = False
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def load_contexts(self, keys: Sequence[RunKey]) -> dict[RunKey, RunContext]:
+        if self.fail_load_contexts:
+            raise InjectedFailure("BatchGetItem failed")
+        return {key: self.load_context(key) for key in keys}
+
+    def load_context(self, key: RunKey) -> RunContext:
+        return self.contexts.get(key, RunContext(key))
+
+    def load_tendency(self, user_id: int) -> UserTendency:
+        return self.tendencies.get(user_id, UserTendency(user_id))
+
+    # --- conditional writes ----------------------------------------------------------------
+
+    def save_tendency(self, record: UserTendency) -> None:
+        if self.before_save_tendency is not None:
+            self.before_save_tendency(self, record)
+        if self.load_tendency(record.user_id).version != record.version:
+            raise VersionConflict(f"tendency of user {record.user_id} moved past version {record.version}")
+        self.tendencies[record.user_id] = replace(record, version=record.version + 1)
+
+    def commit(self, context: RunContext, chunk: ArchiveChunk | None) -> None:
+        self.commits.append(context.key)
+        if self.before_commit is not None:
+            self.before_commit(self, context)
+        if self.load_context(context.key).version != context.version - 1:
+            raise VersionConflict(f"run {context.key} moved past version {context.version - 1}")
+        if chunk is not None:
+            # Chunks are immutable: a rewrite must be identical (two workers flush the same one).
+            assert self.chunks.get((chunk.key, chunk.index), chunk) == chunk
+            self.chunks[(chunk.key, chunk.index)] = chunk
+        self.contexts[context.key] = context
+
+    def save_rejections(self, rejections: Sequence[Rejection]) -> None:
+        if self.fail_rejections:
+            raise InjectedFailure("PutItem on the rejects table failed")
+        for rejection in rejections:
+            self.rejections[rejection.position.record_id] = rejection
+
+
+_port_check: RunStatsStore = FakeStore()  # the fake implements the whole port (checked by type checkers)
+
+
+# --- building batches -------------------------------------------------------------------------
+
+
+def device(key: RunKey, seq: int, meters: int) -> dict[str, Any]:
+    return {
+        "user_id": key.user_id,
+        "run_id": key.run_id,
+        "sequence_id": seq,
+        "timestamp_utc": BASE_TS + seq * 30_000,
+        "distance_meters": meters,
+    }
+
+
+def batch(*payloads: dict[str, Any] | bytes) -> list[dict[str, Any]]:
+    """Lambda's Kinesis records for the payloads, in shard order (JSON objects are encoded)."""
+    encoded = [(str(p["user_id"]), json.dumps(p).encode()) if isinstance(p, dict) else ("0", p) for p in payloads]
+    return lambda_event(records_from_payloads(encoded))["Records"]
+
+
+def seq_number(record: dict[str, Any]) -> str:
+    return str(record["kinesis"]["sequenceNumber"])
+
+
+def failures_of(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"itemIdentifier": seq_number(record)} for record in records]
+
+
+def rival_applies(store: FakeStore, key: RunKey, *payloads: dict[str, Any]) -> None:
+    """Another worker reads the run, applies messages and commits, between our read and our write."""
+    messages = [
+        PositionedMessage(
+            StreamPosition(f"rival:{i}", f"rival:{i}", str(key.user_id)),
+            DeviceMessage(**{**p, "distance_meters": Decimal(p["distance_meters"])}),
+        )
+        for i, p in enumerate(payloads)
+    ]
+    stored = store.load_context(key)
+    result = fold(stored, messages, FoldPolicy())
+    store.contexts[key] = replace(result.context, version=stored.version + 1)
+
+
+def fail_commits_of(key: RunKey) -> Callable[[FakeStore, RunContext], None]:
+    def hook(_: FakeStore, context: RunContext) -> None:
+        if context.key == key:
+            raise InjectedFailure(f"PutItem of run {key} throttled")
+
+    return hook
+
+
+def service(store: FakeStore, **options: Any) -> RunnerStatsService:
+    return RunnerStatsService(store, ServiceOptions(**options))
+
+
+def pending_seqs(context: RunContext) -> list[int]:
+    return [m.sequence_id for m in context.pending]
+
+
+# --- the happy path ---------------------------------------------------------------------------
+
+
+def test_a_clean_batch_commits_every_key_and_reports_nothing() -> None:
+    store = FakeStore()
+    records = batch(device(RUN_A, 1, 100), device(RUN_C, 1, 300), device(RUN_A, 2, 150), device(RUN_A, 2, 150))
+    report = service(store).process(records)
+    assert report.batch_item_failures() == []
+    assert store.contexts[RUN_A].total_meters == Decimal(250) and store.contexts[RUN_A].version == 1
+    assert store.contexts[RUN_C].total_meters == Decimal(300)
+    assert report.counts["accepted"] == 3 and report.counts["duplicate"] == 1 and report.counts["retried"] == 0
+    assert store.tendencies[7].current == TendencySlot(1, BASE_TS + 30_000, "good job")
+    assert store.tendencies[8].current == TendencySlot(1, BASE_TS + 30_000, "good job")
+
+
+# --- per key stop-at-first-failure ------------------------------------------------------------
+
+
+def test_a_key_whose_commit_fails_is_reported_at_its_first_record_only() -> None:
+    # Given a store whose writes of run B fail (throttled, say)
+    store = FakeStore(before_commit=fail_commits_of(RUN_B))
+    # When a batch interleaves runs A and B of one user, and run C of another
+    records = batch(device(RUN_A, 1, 10), device(RUN_B, 1, 20), device(RUN_A, 2, 30), device(RUN_B, 2, 40), device(RUN_C, 1, 50))
+    report = service(store).process(records)
+    # Then exactly B's first record in the batch is reported (Lambda re-reads from there) ...
+    assert report.batch_item_failures() == failures_of([records[1]])
+    # ... and the other keys, including the one of the same user, are committed
+    assert RUN_B not in store.contexts
+    assert pending_seqs(store.contexts[RUN_A]) == [1, 2] and store.contexts[RUN_A].total_meters == Decimal(40)
+    assert store.contexts[RUN_C].total_meters == Decimal(50)
+    assert report.counts["accepted"] == 3  # B's messages were not applied, so not counted
+
+
+def test_redelivery_after_a_failed_key_ends_as_one_clean_pass() -> None:
+    # Given a batch whose run B failed to commit
+    store = FakeStore(before_commit=fail_commits_of(RUN_B))
+    records = batch(device(RUN_A, 1, 10), device(RUN_B, 1, 20), device(RUN_A, 2, 30), device(RUN_B, 2, 40))
+    first = service(store).process(records)
+    assert first.batch_item_failures() == failures_of([records[1]])
+    # When Lambda redelivers from the reported record, and the store has recovered
+    store.before_commit = None
+    second = service(store).process(records[1:])
+    assert second.batch_item_failures() == []
+    assert second.counts["accepted"] == 2 and second.counts["duplicate"] == 1  # A2 comes again and is dropped
+    assert store.contexts[RUN_A].total_meters == Decimal(40) and store.contexts[RUN_B].total_meters == Decimal(60)
+
+
+def test_a_failing_tendency_write_reports_only_that_users_keys() -> None:
+    store = FakeStore()
+
+    def fail_user_8(_: FakeStore, record: UserTendency) -> None:
+        if record.user_id == 8:
+            raise InjectedFailure("tendency PutItem failed")
+
+    store.before_save_tendency = fail_user_8
+    records = batch(device(RUN_C, 1, 10), device(RUN_A, 1, 20), device(RUN_C, 2, 30), device(RUN_D, 1, 5))
+    report = service(store).process(records)
+    assert report.batch_item_failures() == failures_of([records[0], records[3]])
+    assert RUN_C not in store.contexts and RUN_D not in store.contexts
+    assert store.contexts[RUN_A].total_meters == Decimal(20)
+
+
+# --- optimistic retries -----------------------------------------------------------------------
+
+
+def test_a_lost_race_is_retried_on_the_fresh_context() -> None:
+    # Given a rival worker that commits message 1 of run A just before our first commit
+    store = FakeStore()
+
+    def rival_once(s: FakeStore, context: RunContext) -> None:
+        if context.key == RUN_A and s.commits.count(RUN_A) == 1:
+            rival_applies(s, RUN_A, device(RUN_A, 1, 150))
+
+    store.before_commit = rival_once
+    # When our batch carries messages 1 and 2
+    report = service(store).process(batch(device(RUN_A, 1, 150), device(RUN_A, 2, 100)))
+    # Then our first commit loses, the retry folds over the rival's item, and 1 is not counted twice
+    assert report.batch_item_failures() == []
+    assert report.counts["retried"] == 1
+    assert store.commits == [RUN_A, RUN_A]
+    context = store.contexts[RUN_A]
+    assert context.version == 2 and context.total_meters == Decimal(250) and context.message_count == 2
+    assert pending_seqs(context) == [1, 2] and context.tendency == "good job"
+    assert report.counts["accepted"] == 1 and report.counts["duplicate"] == 1  # what the committed fold did
+    assert store.tendencies[7].current is not None and store.tendencies[7].current.label == "good job"
+
+
+def test_a_key_that_loses_every_race_is_reported_after_commit_attempts() -> None:
+    # Given a rival that always commits run A just before we do
+    store = FakeStore()
+
+    def rival_always(s: FakeStore, context: RunContext) -> None:
+        if context.key == RUN_A:
+            stored = s.load_context(RUN_A)
+            s.contexts[RUN_A] = replace(stored, version=stored.version + 1)
+
+    store.before_commit = rival_always
+    records = batch(device(RUN_A, 1, 10), device(RUN_B, 1, 20), device(RUN_A, 2, 30), device(RUN_C, 1, 40))
+    report = service(store, commit_attempts=3).process(records)
+    # Then A is tried exactly commit_attempts times and reported at its first record
+    assert store.commits.count(RUN_A) == 3
+    assert report.batch_item_failures() == failures_of([records[0]])
+    assert report.counts["retried"] == 2
+    assert store.contexts[RUN_A].message_count == 0  # only the rival's empty bumps
+    # And the other keys, of the same user or not, are committed once
+    assert store.commits.count(RUN_B) == 1 and store.contexts[RUN_B].total_meters == Decimal(20)
+    assert store.contexts[RUN_C].total_meters == Decimal(40)
+
+
+def test_a_lost_tendency_race_is_retried_and_merges_the_rivals_run() -> None:
+    # Given a rival that records a later run of user 7 just before our first tendency write
+    store = FakeStore()
+    rival_run = TendencySlot(99, BASE_TS + 10**8, "well done")
+
+    def rival_once(s: FakeStore, record: UserTendency) -> None:
+        if not s.tendencies:
+            s.tendencies[7] = UserTendency(7, version=1, current=rival_run)
+
+    store.before_save_tendency = rival_once
+    report = service(store).process(batch(device(RUN_A, 1, 10)))
+    assert report.batch_item_failures() == [] and report.counts["retried"] == 1
+    tendency = store.tendencies[7]
+    assert tendency.version == 2
+    assert tendency.current == rival_run and tendency.previous == TendencySlot(1, BASE_TS + 30_000, "fine")
+    assert store.contexts[RUN_A].total_meters == Decimal(10)
+
+
+# --- reads that fail, poison records, too-late records -----------------------------------------
+
+
+def test_when_contexts_cannot_be_read_every_key_is_reported_at_its_first_record() -> None:
+    store = FakeStore(fail_load_contexts=True)
+    records = batch(b"not json", device(RUN_A, 1, 10), device(RUN_B, 1, 20), device(RUN_A, 2, 30), device(RUN_C, 1, 40))
+    report = service(store).process(records)
+    assert report.batch_item_failures() == failures_of([records[1], records[2], records[4]])
+    assert store.commits == []
+    # The poison record was handled before the read and is not redelivered for nothing
+    assert [r.reason for r in store.rejections.values()] == [RejectReason.NOT_JSON]
+    assert report.counts["rejected"] == 1
+
+
+def test_a_poison_record_whose_reject_write_fails_is_reported() -> None:
+    store = FakeStore(fail_rejections=True)
+    records = batch(device(RUN_A, 1, 10), b"\xff not utf-8", device(RUN_A, 2, 30))
+    report = service(store).process(records)
+    assert report.batch_item_failures() == failures_of([records[1]])
+    assert report.counts["rejected"] == 0
+    # The good records around it are applied (a redelivery will drop them as duplicates)
+    assert store.contexts[RUN_A].total_meters == Decimal(40)
+
+
+def test_poison_records_are_stored_and_not_reported() -> None:
+    store = FakeStore()
+    records = batch(b"[1, 2]", device(RUN_A, 1, 10), json.dumps({"user_id": 7}).encode())
+    report = service(store).process(records)
+    assert report.batch_item_failures() == []
+    assert {rid: r.reason for rid, r in store.rejections.items()} == {
+        records[0]["eventID"]: RejectReason.NOT_OBJECT,
+        records[2]["eventID"]: RejectReason.MISSING_FIELD,
+    }
+    assert report.counts["rejected"] == 2 and report.counts["accepted"] == 1
+
+
+def test_a_too_late_message_is_stored_as_a_rejection_with_its_run() -> None:
+    # Given run A whose gap 2..5 was given up
+    store = FakeStore()
+    store.contexts[RUN_A] = RunContext(
+        RUN_A, version=3, high_water=60, closed=((2, 5),), gaps_closed=4, total_meters=Decimal(500), message_count=56
+    )
+    records = batch(device(RUN_A, 3, 80))
+    report = service(store).process(records)
+    assert report.batch_item_failures() == []
+    rejection = store.rejections[records[0]["eventID"]]
+    assert rejection.reason is RejectReason.TOO_LATE and rejection.key == RUN_A
+    assert rejection.detail == "sequence 3 was given up as a gap"
+    assert report.counts["stale"] == 1 and report.counts["accepted"] == 0
+    assert store.contexts[RUN_A].total_meters == Decimal(500)
+
+
+# --- settings -----------------------------------------------------------------------------------
+
+FULL_ENV = {
+    "RUN_STATS_TABLE": "runs",
+    "TENDENCY_TABLE": "tendency",
+    "MESSAGES_TABLE": "messages",
+    "REJECTS_TABLE": "rejects",
+    "GAP_MAX_LAG": "30",
+    "GAP_MAX_OPEN": "50",
+    "ARCHIVE_CHUNK_SIZE": "10",
+    "COMMIT_ATTEMPTS": "5",
+    "MAX_MESSAGE_BYTES": "2048",
+    "REJECT_PAYLOAD_MAX_BYTES": "1024",
+}
+
+
+def test_settings_from_a_full_environment() -> None:
+    settings = RunnerStatsSettings.from_env(FULL_ENV)
+    assert settings.tables == RunStatsTables("runs", "tendency", "messages", "rejects")
+    assert settings.options.policy == FoldPolicy(gap_max_lag=30, gap_max_open=50, archive_chunk_size=10)
+    assert settings.options.commit_attempts == 5 and settings.options.max_message_bytes == 2048
+    assert settings.reject_payload_max_bytes == 1024
+
+
+def test_settings_defaults_when_only_tables_are_given() -> None:
+    tables_only = {name: value for name, value in FULL_ENV.items() if name.endswith("_TABLE")}
+    settings = RunnerStatsSettings.from_env(tables_only)
+    assert settings.options == ServiceOptions()
+    assert settings.reject_payload_max_bytes == 4096
+
+
+@pytest.mark.parametrize("name", ["RUN_STATS_TABLE", "TENDENCY_TABLE", "MESSAGES_TABLE", "REJECTS_TABLE"])
+@pytest.mark.parametrize("value", [None, "", "   "])
+def test_a_missing_table_variable_is_a_settings_error(name: str, value: str | None) -> None:
+    env = {k: v for k, v in FULL_ENV.items() if k != name}
+    if value is not None:
+        env[name] = value
+    with pytest.raises(SettingsError, match=f"{name} is required"):
+        RunnerStatsSettings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GAP_MAX_LAG", "forty", "GAP_MAX_LAG must be an integer, got 'forty'"),
+        ("COMMIT_ATTEMPTS", "2.5", "COMMIT_ATTEMPTS must be an integer"),
+        ("MAX_MESSAGE_BYTES", "0", "MAX_MESSAGE_BYTES must be >= 1, got 0"),
+        ("GAP_MAX_OPEN", "-3", "GAP_MAX_OPEN must be >= 1, got -3"),
+        ("ARCHIVE_CHUNK_SIZE", "41", "ARCHIVE_CHUNK_SIZE must be <= 40"),
+    ],
+)
+def test_a_bad_number_is_a_settings_error(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        RunnerStatsSettings.from_env({**FULL_ENV, name: value})
