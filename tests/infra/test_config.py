@@ -96,7 +96,11 @@ def test_tags_name_project_environment_and_owner(env_name: str) -> None:
         pytest.param({"batch_size": 0}, r"batch_size must be 1\.\.10000", id="batch_size=0"),
         pytest.param({"batch_size": 10_001}, r"batch_size must be 1\.\.10000", id="batch_size=10001"),
         pytest.param({"retry_attempts": -1}, r"retry_attempts must be 0\.\.10000 \(bounded, never infinite\)", id="retry_attempts=-1"),
-        pytest.param({"max_record_age_seconds": 24 * 3600 + 1}, r"max_record_age_seconds must not exceed the stream retention", id="max_record_age_seconds=86401"),
+        pytest.param(
+            {"max_record_age_seconds": 24 * 3600 + 1},
+            r"max_record_age_seconds must not exceed the stream retention",
+            id="max_record_age_seconds=86401",
+        ),
         pytest.param({"max_record_age_seconds": -1}, r"max_record_age_seconds must be 60\.\.604800", id="max_record_age_seconds=-1"),
         pytest.param({"archive_chunk_size": 41}, r"archive_chunk_size must be 1\.\.40", id="archive_chunk_size=41"),
         pytest.param({"archive_chunk_size": 0}, r"archive_chunk_size must be 1\.\.40", id="archive_chunk_size=0"),

@@ -528,7 +528,13 @@ def test_pipeline_consumes_an_existing_stream_instead_of_creating_one(tmp_path: 
     template.has_resource_properties("AWS::Lambda::EventSourceMapping", {"EventSourceArn": arn})
     template.has_resource_properties(
         "AWS::IAM::Policy",
-        {"PolicyDocument": {"Statement": Match.array_with([Match.object_like({"Action": Match.array_with(["kinesis:GetRecords"]), "Resource": arn})])}},
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Action": Match.array_with(["kinesis:GetRecords"]), "Resource": arn})]
+                )
+            }
+        },
     )
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from devtools.esm import lambda_event, records_from_payloads
+from devtools.lambda_context import FakeLambdaContext
 from devtools.runner_world import RunnerStatsWorld
 from devtools.template_resources import Template
 from runtime.runner_stats import handler as handler_module
@@ -28,12 +28,11 @@ RUN = RunKey(3000, 3091019)
 BASE_TS = 1_509_547_364_734
 
 
-@dataclass(frozen=True)
-class FakeLambdaContext:
-    function_name: str = "Onceflow-dev-RunnerStats-Handler"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:Onceflow-dev-RunnerStats-Handler"
-    aws_request_id: str = "6f1b0c1e-0000-4000-8000-000000000001"
+def clear_cold_start_caches() -> None:
+    """Forget the settings, service and client built at a 'cold start' (another test's environment)."""
+    for cached in (getattr(handler_module, "settings", None), handler_module.service, dynamo.default_client):
+        if cached is not None:
+            cached.cache_clear()
 
 
 @pytest.fixture
@@ -43,15 +42,13 @@ def deployed(moto_aws: None, runner_stats_template: Template, monkeypatch: pytes
     environment = world.environment()
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    # Powertools reads its namespace when the module is imported, which in a test session happens
-    # at collection, before any environment fixture; in Lambda the variable is set before import.
+    # Powertools reads its namespace and service when the module is first imported (in a test
+    # session, with the test environment); in Lambda the function's variables are set before that.
     monkeypatch.setattr(observability.metrics, "namespace", environment["POWERTOOLS_METRICS_NAMESPACE"])
     monkeypatch.setattr(observability.metrics, "service", environment["POWERTOOLS_SERVICE_NAME"])
-    handler_module.service.cache_clear()
-    dynamo.default_client.cache_clear()
+    clear_cold_start_caches()
     yield world
-    handler_module.service.cache_clear()
-    dynamo.default_client.cache_clear()
+    clear_cold_start_caches()
 
 
 def event_of(*payloads: dict[str, Any] | bytes, first_sequence: int = 1) -> dict[str, Any]:
@@ -89,7 +86,7 @@ def emf_metrics(stdout: str) -> dict[str, float]:
 
 def invoke(event: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], dict[str, float]]:
     capsys.readouterr()
-    response = handler_module.handler(event, FakeLambdaContext())
+    response = handler_module.handler(event, FakeLambdaContext(function_name="Onceflow-dev-RunnerStats-Handler"))
     return response, emf_metrics(capsys.readouterr().out)
 
 
