@@ -30,6 +30,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from devtools.reference import SeedOutcome
 
 __all__ = [
     "SeedTables",
@@ -232,3 +233,41 @@ def idempotent_seed_handler_factory(client: Client, tables: SeedTables, idempote
                 idempotent_process(message=message._asdict())
 
     return handler
+
+
+def _scan(client: Client, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for page in client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        items.extend(page["Items"])
+    return items
+
+
+def _int(item: dict[str, Any], name: str) -> int:
+    return int(Decimal(item[name]["N"]))
+
+
+def compare_with_reference(client: Client, tables: SeedTables, expected: SeedOutcome) -> list[str]:
+    """Differences between the seed tables and what the seed's own semantics predict."""
+    problems: list[str] = []
+    run_stats = {
+        (_int(i, "user_id"), _int(i, "run_id")): (_int(i, "total_meters"), float(Decimal(i["total_seconds"]["N"])), _int(i, "first_ts"))
+        for i in _scan(client, tables.run_stats)
+    }
+    if run_stats != {key: (run.total_meters, run.total_seconds, run.first_ts) for key, run in expected.runs.items()}:
+        problems.append("run stats differ")
+    tendencies = {
+        _int(i, "user_id"): (i["current"]["S"], i["previous"]["S"] if "previous" in i else None) for i in _scan(client, tables.tendency)
+    }
+    if tendencies != expected.tendencies:
+        problems.append("tendencies differ")
+    archived = set()
+    for item in _scan(client, tables.messages):
+        user_id, run_id = (int(part) for part in item["run_key"]["S"].split("#"))
+        archived.add((user_id, run_id, _int(item, "sequence_id")))
+    if archived != expected.archived:
+        problems.append("archived messages differ")
+    contexts = {(_int(i, "user_id"), _int(i, "run_id")): (_int(i, "last_seq"), _int(i, "total_meters")) for i in _scan(client, tables.context)}
+    last_seq = {key: max(s for u, r, s in expected.archived if (u, r) == key) for key in expected.runs}
+    if contexts != {key: (last_seq[key], run.total_meters) for key, run in expected.runs.items()}:
+        problems.append("contexts differ")
+    return problems
