@@ -27,6 +27,7 @@ from runtime.runner_stats.models import (
 # Milestones of a run's total distance. Labels only move up, because totals only grow.
 TENDENCY_MILESTONES: tuple[tuple[Decimal, str], ...] = ((Decimal(5000), "well done"), (Decimal(200), "good job"))
 TENDENCY_START = "fine"
+_LABEL_RANK = {TENDENCY_START: 0, **{label: rank for rank, (_, label) in enumerate(reversed(TENDENCY_MILESTONES), start=1)}}
 
 
 def tendency_label(total_meters: Decimal) -> str:
@@ -121,7 +122,7 @@ def _close_old_gaps(context: RunContext, policy: FoldPolicy) -> tuple[RunContext
         closed = add_range(closed, seq_range)
     # Only the newest closed ranges are remembered, so the item stays small. A message for a
     # range forgotten here is then indistinguishable from a duplicate; either way it is not applied.
-    closed = closed[-policy.closed_ranges_kept :]
+    closed = closed[max(0, len(closed) - policy.closed_ranges_kept) :]
     count = count_values(closing)
     return replace(context, gaps=gaps, closed=closed, gaps_closed=context.gaps_closed + count), count
 
@@ -188,6 +189,11 @@ def _order(slot: TendencySlot) -> tuple[int, int]:
     return (slot.started_at, slot.run_id)
 
 
+def _higher(stored: TendencySlot, incoming: TendencySlot) -> TendencySlot:
+    """A run's label never goes down: a racing worker's older view must not lower it."""
+    return stored if _LABEL_RANK.get(stored.label, 0) >= _LABEL_RANK.get(incoming.label, 0) else replace(stored, label=incoming.label)
+
+
 def merge_tendency(record: UserTendency, slot: TendencySlot) -> UserTendency:
     """Keep the user's two latest runs (by start), each with its latest label.
 
@@ -198,9 +204,9 @@ def merge_tendency(record: UserTendency, slot: TendencySlot) -> UserTendency:
     if current is None:
         current = slot
     elif slot.run_id == current.run_id:
-        current = replace(current, label=slot.label)
+        current = _higher(current, slot)
     elif previous is not None and slot.run_id == previous.run_id:
-        previous = replace(previous, label=slot.label)
+        previous = _higher(previous, slot)
     elif _order(slot) > _order(current):
         current, previous = slot, current
     elif previous is None or _order(slot) > _order(previous):

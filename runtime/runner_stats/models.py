@@ -45,6 +45,7 @@ class StreamPosition:
 class PositionedMessage:
     position: StreamPosition
     message: DeviceMessage
+    payload: bytes = b""  # the record as received, kept if the message is rejected later
 
 
 class RejectReason(StrEnum):

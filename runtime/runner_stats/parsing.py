@@ -22,6 +22,10 @@ REQUIRED_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc", "distanc
 _INTEGER_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc")
 # A device moving faster than this is a broken sensor, not a runner (1 km in 30 s).
 MAX_DISTANCE_PER_MESSAGE = Decimal(1000)
+# Millimetres are the finest distance kept, so sums stay exact and DynamoDB can store them.
+DISTANCE_QUANTUM = Decimal("0.001")
+# Ids and timestamps must fit a signed 64-bit integer (and so DynamoDB's 38-digit numbers).
+MAX_INTEGER = 2**63 - 1
 
 
 def position_of(record: Mapping[str, Any]) -> StreamPosition:
@@ -53,7 +57,7 @@ def parse_record(record: Mapping[str, Any], *, max_bytes: int) -> PositionedMess
     except ValueError as err:
         return Rejection(position, RejectReason.NOT_JSON, f"record data is not JSON: {err}", payload)
     if not isinstance(document, dict):
-        return Rejection(position, RejectReason.NOT_OBJECT, f"expected a JSON object, got {type(document).__name__}", payload)
+        return Rejection(position, RejectReason.NOT_OBJECT, f"expected a JSON object, got {_json_type(document)}", payload)
     return _message_from_document(document, position, payload)
 
 
@@ -70,9 +74,10 @@ def _message_from_document(document: dict[str, Any], position: StreamPosition, p
     if isinstance(distance, bool) or not isinstance(distance, int | Decimal):
         return Rejection(position, RejectReason.WRONG_TYPE, f"distance_meters must be a number, got {_json_type(distance)}", payload)
     distance = Decimal(distance)
-    key = RunKey(document["user_id"], document["run_id"])
     problem = _range_problem(document, distance)
     if problem:
+        ids_storable = all(abs(document[name]) <= MAX_INTEGER for name in ("user_id", "run_id"))
+        key = RunKey(document["user_id"], document["run_id"]) if ids_storable else None
         return Rejection(position, RejectReason.OUT_OF_RANGE, problem, payload, key)
     message = DeviceMessage(
         user_id=document["user_id"],
@@ -81,7 +86,7 @@ def _message_from_document(document: dict[str, Any], position: StreamPosition, p
         timestamp_utc=document["timestamp_utc"],
         distance_meters=distance,
     )
-    return PositionedMessage(position, message)
+    return PositionedMessage(position, message, payload)
 
 
 def _reject_constant(name: str) -> Any:
@@ -90,6 +95,9 @@ def _reject_constant(name: str) -> Any:
 
 
 def _range_problem(document: dict[str, Any], distance: Decimal) -> str | None:
+    for name in _INTEGER_FIELDS:
+        if document[name] > MAX_INTEGER:
+            return f"{name} must be at most {MAX_INTEGER}"
     if document["user_id"] < 0 or document["run_id"] < 0:
         return "user_id and run_id must be >= 0"
     if document["sequence_id"] < 1:
@@ -100,6 +108,8 @@ def _range_problem(document: dict[str, Any], distance: Decimal) -> str | None:
         return f"distance_meters must be a finite number >= 0, got {distance}"
     if distance > MAX_DISTANCE_PER_MESSAGE:
         return f"distance_meters {distance} exceeds the plausible {MAX_DISTANCE_PER_MESSAGE} m per message"
+    if distance != distance.quantize(DISTANCE_QUANTUM):
+        return f"distance_meters {distance} is finer than millimetres"
     return None
 
 

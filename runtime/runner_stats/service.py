@@ -136,7 +136,7 @@ class RunnerStatsService:
 
     def _store_too_late(self, results: Mapping[RunKey, FoldResult]) -> None:
         late = [
-            Rejection(p.position, RejectReason.TOO_LATE, f"sequence {p.message.sequence_id} was given up as a gap", b"", key)
+            Rejection(p.position, RejectReason.TOO_LATE, f"sequence {p.message.sequence_id} was given up as a gap", p.payload, key)
             for key, result in results.items()
             for p in result.too_late
         ]

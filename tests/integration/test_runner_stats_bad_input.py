@@ -133,10 +133,6 @@ def test_redelivering_the_mixed_batch_changes_nothing(world: RunnerStatsWorld) -
     assert world.view() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: parse_record accepts numbers DynamoDB cannot store; the batch (or the key) then fails on every delivery",
-)
 @pytest.mark.parametrize("case", CASES["unstorable"], ids=lambda case: case["name"])
 def test_a_number_dynamodb_cannot_store_is_rejected_not_retried_forever(world: RunnerStatsWorld, case: dict[str, Any]) -> None:
     good = CASES["good"]

@@ -284,10 +284,6 @@ def test_the_closed_range_list_keeps_only_the_newest_ranges() -> None:
     assert result.context.total_meters == context.total_meters and not result.changed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: closed[-policy.closed_ranges_kept:] keeps everything when closed_ranges_kept == 0",
-)
 def test_keeping_no_closed_ranges_keeps_none() -> None:
     policy = FoldPolicy(gap_max_lag=1, closed_ranges_kept=0)
     context = fold_each([[message(seq)] for seq in (1, 3, 5, 7)], policy)[-1].context
@@ -552,10 +548,6 @@ def test_merge_tendency_updates_the_label_of_the_current_and_the_previous_run() 
     assert merge_tendency(record, RUNS[0]) == record
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: merge_tendency lets a stale slot lower the label of the same run (labels only rise)",
-)
 def test_merge_tendency_never_lowers_a_runs_label() -> None:
     # A slower worker's slot, computed before a commit it then loses, arrives after the newer label
     newer = TendencySlot(13, RUNS[2].started_at, "good job")
