@@ -28,13 +28,13 @@ def acknowledge(resource: IConstruct, rule: str, reason: str) -> None:
 def acknowledge_runner_stats(pipeline: RunnerStatsPipeline) -> None:
     for rule in ("AwsSolutions::AwsSolutions-SQS3", "Serverless::Serverless-SQSRedrivePolicy"):
         acknowledge(
-            pipeline.failure_queue,
+            pipeline.failure_queue.node.default_child,  # type: ignore[arg-type]
             rule,
             "This queue is itself the on-failure destination of the Kinesis event source mapping; "
             "a dead-letter queue behind it would only move the same records once more.",
         )
     acknowledge(
-        pipeline.function,
+        pipeline.function.node.default_child,  # type: ignore[arg-type]
         "Serverless::Serverless-LambdaDLQ",
         "Invoked only by the Kinesis event source mapping, never asynchronously; failed batches go to "
         "the mapping's on-failure SQS destination instead of a function DLQ.",

@@ -122,7 +122,7 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, con
     )
     # Active tracing adds the X-Ray statement at creation, so the default policy exists now.
     acknowledge(
-        role.node.find_child("DefaultPolicy"),
+        role.node.find_child("DefaultPolicy").node.default_child,  # type: ignore[arg-type]
         "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
         "xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions; "
         "every other statement of this role names its own resources.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
@@ -17,9 +18,10 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.config import EnvConfig
-from infra.lambda_factory import FunctionSpec, create_function
+from infra.lambda_factory import METRICS_NAMESPACE, FunctionSpec, create_function
 
 HANDLER = "runtime.runner_stats.handler.handler"
+SERVICE = "runner-stats"
 # The runtime's settings object reads these names (runtime/runner_stats/settings.py); the
 # infra tests check the synthesized function against that module.
 _TABLE_ENV = ("RUN_STATS_TABLE", "TENDENCY_TABLE", "MESSAGES_TABLE", "REJECTS_TABLE")
@@ -48,6 +50,9 @@ class RunnerStatsPipeline(Construct):
     failure_queue: sqs.Queue
     function: lambda_.Function
     event_source: sources.KinesisEventSource
+    iterator_age_alarm: cloudwatch.Alarm
+    on_failure_alarm: cloudwatch.Alarm
+    rejected_alarm: cloudwatch.Alarm
 
     def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsPipelineProps) -> None:
         if not isinstance(props, RunnerStatsPipelineProps):
@@ -98,7 +103,7 @@ class RunnerStatsPipeline(Construct):
             "Handler",
             FunctionSpec(
                 handler=HANDLER,
-                service="runner-stats",
+                service=SERVICE,
                 description="Folds device messages from Kinesis into exactly-once run statistics",
                 memory_mb=settings.memory_mb,
                 timeout_seconds=settings.timeout_seconds,
@@ -144,6 +149,46 @@ class RunnerStatsPipeline(Construct):
             on_failure=sources.SqsDlq(self.failure_queue),
         )
         self.function.add_event_source(self.event_source)
+        self._add_alarms(config)
+
+    def _add_alarms(self, config: EnvConfig) -> None:
+        thresholds = config.alarms
+        self.iterator_age_alarm = cloudwatch.Alarm(
+            self,
+            "IteratorAgeAlarm",
+            alarm_description="Records wait in the stream; the consumer is behind or stuck on a failing key.",
+            metric=self.function.metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1)),
+            threshold=thresholds.iterator_age_ms,
+            evaluation_periods=5,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.on_failure_alarm = cloudwatch.Alarm(
+            self,
+            "OnFailureAlarm",
+            alarm_description="Records exhausted their retries or age and were sent to the on-failure queue.",
+            metric=self.failure_queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5), statistic="Maximum"),
+            threshold=thresholds.on_failure_messages,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.rejected_alarm = cloudwatch.Alarm(
+            self,
+            "RejectedAlarm",
+            alarm_description="Devices send records the handler rejects (kept in the rejects table with the reason).",
+            metric=cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name="RejectedRecords",
+                dimensions_map={"service": SERVICE},
+                statistic="Sum",
+                period=Duration.minutes(5),
+            ),
+            threshold=thresholds.rejected_per_5min,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
 
     def _table(
         self,

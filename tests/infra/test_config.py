@@ -70,9 +70,9 @@ def test_prod_sizes_and_retention() -> None:
     # Given the prod environment
     prod = load_config("prod").runner_stats
     # When we read its throughput settings
-    # Then it batches 1000 records, waits up to 30 s for them, and gives up on records long
+    # Then it batches 1000 records, waits up to 5 s for them, and gives up on records long
     # before the stream would drop them
-    assert prod.batch_size == 1000 and prod.batching_window_seconds == 30
+    assert prod.batch_size == 1000 and prod.batching_window_seconds == 5
     assert prod.max_record_age_seconds < prod.stream_retention_hours * 3600
     assert load_config("prod").log_retention == logs.RetentionDays.THREE_MONTHS
     assert load_config("dev").log_retention == logs.RetentionDays.ONE_WEEK
@@ -93,8 +93,11 @@ def test_tags_name_project_environment_and_owner(env_name: str) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        pytest.param({"batch_size": 0}, r"batch_size must be 1\.\.10000", id="batch_size=0"),
-        pytest.param({"batch_size": 10_001}, r"batch_size must be 1\.\.10000", id="batch_size=10001"),
+        pytest.param({"batch_size": 0}, r"batch_size must be 1\.\.2000", id="batch_size=0"),
+        pytest.param({"batch_size": 2_001}, r"batch_size must be 1\.\.2000", id="batch_size=2001"),
+        pytest.param({"memory_mb": 64}, r"memory_mb must be 128\.\.10240", id="memory_mb=64"),
+        pytest.param({"max_message_bytes": 2_000_000}, r"max_message_bytes must be 256\.\.1048576", id="max_message_bytes=2MB"),
+        pytest.param({"reject_payload_max_bytes": 400_000}, r"reject_payload_max_bytes must be 0\.\.65536", id="reject_payload=400KB"),
         pytest.param({"retry_attempts": -1}, r"retry_attempts must be 0\.\.10000 \(bounded, never infinite\)", id="retry_attempts=-1"),
         pytest.param(
             {"max_record_age_seconds": 24 * 3600 + 1},

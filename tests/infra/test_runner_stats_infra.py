@@ -36,7 +36,7 @@ ENVS = ("dev", "prod")
 # What the brief fixes per environment (independent of infra/config.py on purpose).
 EXPECTED = {
     "dev": {"batch_size": 100, "batching_window": 0, "log_retention_days": 7, "removal": "Delete", "protected": False},
-    "prod": {"batch_size": 1000, "batching_window": 30, "log_retention_days": 90, "removal": "Retain", "protected": True},
+    "prod": {"batch_size": 1000, "batching_window": 5, "log_retention_days": 90, "removal": "Retain", "protected": True},
 }
 
 # Every name the runtime's settings module reads from the environment (ENV_* constants): the
@@ -557,3 +557,29 @@ def test_pipeline_requires_its_props_type(tmp_path: Path) -> None:
     # Then it refuses
     with pytest.raises(TypeError, match="RunnerStatsPipelineProps"):
         RunnerStatsPipeline(stack, "RunnerStats", load_config("dev"))  # type: ignore[arg-type]
+
+
+def test_alarms_use_the_configured_thresholds(template: Template, config: EnvConfig) -> None:
+    # Given the environment's alarm thresholds
+    thresholds = config.alarms
+    # Then the iterator-age alarm watches the handler's IteratorAge maximum at that threshold
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "IteratorAge", "Namespace": "AWS/Lambda", "Statistic": "Maximum", "Threshold": thresholds.iterator_age_ms},
+    )
+    # And the on-failure queue alarm fires on the first record given up on
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "ApproximateNumberOfMessagesVisible", "Namespace": "AWS/SQS", "Threshold": thresholds.on_failure_messages},
+    )
+    # And the rejected-records alarm reads the handler's own EMF metric
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "RejectedRecords",
+            "Namespace": "onceflow",
+            "Dimensions": [{"Name": "service", "Value": "runner-stats"}],
+            "Statistic": "Sum",
+            "Threshold": thresholds.rejected_per_5min,
+        },
+    )
