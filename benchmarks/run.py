@@ -57,7 +57,9 @@ class Row:
         return self.rru / self.events
 
 
-def windowed_batches(deliveries: Sequence[Delivery], records: Sequence[ShardRecord], max_size: int, window_ms: int) -> Iterator[list[ShardRecord]]:
+def windowed_batches(
+    deliveries: Sequence[Delivery], records: Sequence[ShardRecord], max_size: int, window_ms: int
+) -> Iterator[list[ShardRecord]]:
     """Batches as Lambda's batching window forms them: full, or `window_ms` after the first record arrived."""
     batch: list[ShardRecord] = []
     opened = 0
@@ -89,7 +91,9 @@ def run_handler(workload: Workload, batches: list[list[ShardRecord]], template: 
                 raise RuntimeError(f"the benchmark expects no failures, got {len(report.failures)}")
         view = world.view()
     problems = compare_clean(workload, view)
-    return Row("", meter.wru, meter.rru, len(workload.deliveries), "identical to a clean pass" if not problems else f"MISMATCH: {problems[:3]}")
+    return Row(
+        "", meter.wru, meter.rru, len(workload.deliveries), "identical to a clean pass" if not problems else f"MISMATCH: {problems[:3]}"
+    )
 
 
 def compare_clean(workload: Workload, view: Any) -> list[str]:
@@ -133,13 +137,21 @@ def run_seed(workload: Workload, batches: list[list[ShardRecord]], *, idempotent
             handle(lambda_event(batch))
         meter_wru, meter_rru = meter.wru, meter.rru
         problems = compare_with_reference(client, tables, reference.seed_pass(workload.deliveries))
-    return Row("", meter_wru, meter_rru, len(workload.deliveries), "as the seed's own semantics predict" if not problems else f"MISMATCH: {problems[:3]}")
+    return Row(
+        "",
+        meter_wru,
+        meter_rru,
+        len(workload.deliveries),
+        "as the seed's own semantics predict" if not problems else f"MISMATCH: {problems[:3]}",
+    )
 
 
 def import_time(statement: str, runs: int = 5) -> float:
     code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
     env = {**os.environ, **AWS_ENV}
-    samples = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout) for _ in range(runs)]
+    samples = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout) for _ in range(runs)
+    ]
     return statistics.median(samples)
 
 
@@ -166,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     prod_batches = list(windowed_batches(workload.deliveries, records, prod.batch_size, prod.batching_window_seconds * 1000))
 
     kinds = {kind: sum(1 for d in workload.deliveries if d.kind == kind) for kind in ("original", "resend", "late")}
-    print(f"workload: {args.users} users x {args.runs} runs x {args.messages} messages = {len(workload.unique)} unique, "
-          f"{len(workload.deliveries)} deliveries (re-sent {kinds['resend']}, late {kinds['late']})")
+    print(
+        f"workload: {args.users} users x {args.runs} runs x {args.messages} messages = {len(workload.unique)} unique, "
+        f"{len(workload.deliveries)} deliveries (re-sent {kinds['resend']}, late {kinds['late']})"
+    )
     rows: list[Row] = []
     seed_row = run_seed(workload, issue_batches, idempotent=False)
     seed_row.name = "(b) seed algorithm, batch 100"
@@ -186,21 +200,30 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n{'design':<58} {'WRU/event':>10} {'RRU/event':>10} {'WRU vs (b)':>11}  final state")
     for r in rows:
-        print(f"{r.name:<58} {r.wru_per_event:>10.3f} {r.rru_per_event:>10.3f} {r.wru_per_event / seed_row.wru_per_event:>10.2f}x  {r.check}")
+        print(
+            f"{r.name:<58} {r.wru_per_event:>10.3f} {r.rru_per_event:>10.3f} {r.wru_per_event / seed_row.wru_per_event:>10.2f}x  {r.check}"
+        )
     lost = reference.seed_pass(workload.deliveries).lost_meters
     total = sum(t.total_meters for t in reference.clean_pass(workload.unique).values())
     print(f"\nmeters the seed design loses on this workload (late messages dropped): {lost} of {total} ({100 * lost / total:.2f}%)")
     mean_prod = statistics.mean(len(b) for b in prod_batches)
-    print(f"prod batching: {len(prod_batches)} batches, mean {mean_prod:.0f} records; each record waits up to "
-          f"{prod.batching_window_seconds} s longer before it is applied")
+    print(
+        f"prod batching: {len(prod_batches)} batches, mean {mean_prod:.0f} records; each record waits up to "
+        f"{prod.batching_window_seconds} s longer before it is applied"
+    )
     target = 0.40
     verdict = "within" if ours_100.wru_per_event <= target * seed_row.wru_per_event else "OUTSIDE"
-    print(f"target: (a) <= {target:.2f}x of (b) WRU/event at batch 100 -> {ours_100.wru_per_event / seed_row.wru_per_event:.2f}x, {verdict} target")
+    print(
+        f"target: (a) <= {target:.2f}x of (b) WRU/event at batch 100 -> "
+        f"{ours_100.wru_per_event / seed_row.wru_per_event:.2f}x, {verdict} target"
+    )
 
     handler_import = import_time("import runtime.runner_stats.handler")
     boto3_import = import_time("import boto3")
-    print(f"\nimport time (median of 5 fresh interpreters): runtime.runner_stats.handler {handler_import * 1000:.0f} ms, "
-          f"bare boto3 {boto3_import * 1000:.0f} ms ({handler_import / boto3_import:.2f}x)")
+    print(
+        f"\nimport time (median of 5 fresh interpreters): runtime.runner_stats.handler {handler_import * 1000:.0f} ms, "
+        f"bare boto3 {boto3_import * 1000:.0f} ms ({handler_import / boto3_import:.2f}x)"
+    )
     print(f"benchmark took {time.perf_counter() - started:.0f} s")
     return 0 if all("MISMATCH" not in r.check for r in rows) else 1
 

@@ -30,6 +30,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from devtools.reference import SeedOutcome
 
 __all__ = [
@@ -266,7 +267,9 @@ def compare_with_reference(client: Client, tables: SeedTables, expected: SeedOut
         archived.add((user_id, run_id, _int(item, "sequence_id")))
     if archived != expected.archived:
         problems.append("archived messages differ")
-    contexts = {(_int(i, "user_id"), _int(i, "run_id")): (_int(i, "last_seq"), _int(i, "total_meters")) for i in _scan(client, tables.context)}
+    contexts = {
+        (_int(i, "user_id"), _int(i, "run_id")): (_int(i, "last_seq"), _int(i, "total_meters")) for i in _scan(client, tables.context)
+    }
     last_seq = {key: max(s for u, r, s in expected.archived if (u, r) == key) for key in expected.runs}
     if contexts != {key: (last_seq[key], run.total_meters) for key, run in expected.runs.items()}:
         problems.append("contexts differ")

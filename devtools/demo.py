@@ -63,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     templates = load_assembly(args.assembly)
     template = next(t for name, t in templates.items() if name.endswith("RunnerStats"))
-    workload = generate(
-        seed=args.seed, users=args.users, runs_per_user=args.runs, messages_per_run=args.messages, malformed=12
-    )
+    workload = generate(seed=args.seed, users=args.users, runs_per_user=args.runs, messages_per_run=args.messages, malformed=12)
     with mock_aws():
         return run_demo(template, workload)
 
@@ -73,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_demo(template: dict[str, Any], workload: Any) -> int:
     import boto3
 
-    cloud = EmbeddedCloud(template).create(
-        dynamodb=boto3.client("dynamodb"), sqs=boto3.client("sqs"), kinesis=boto3.client("kinesis")
-    )
+    cloud = EmbeddedCloud(template).create(dynamodb=boto3.client("dynamodb"), sqs=boto3.client("sqs"), kinesis=boto3.client("kinesis"))
     # As in Lambda, the function's environment exists before its module is imported
     # (Powertools reads its settings when Logger and Metrics are created).
     os.environ.update(cloud.function_environment(HANDLER))
@@ -145,7 +141,10 @@ def report(workload: Any, view: Any, counts: Counter[str], esm: EventSourceMappi
             mismatches.append(f"run {key} missing")
             continue
         if run.total_meters != Decimal(totals.total_meters) or run.total_seconds != Decimal(str(totals.total_seconds)):
-            mismatches.append(f"run {key}: stored {run.total_meters} m / {run.total_seconds} s, expected {totals.total_meters} m / {totals.total_seconds} s")
+            mismatches.append(
+                f"run {key}: stored {run.total_meters} m / {run.total_seconds} s, "
+                f"expected {totals.total_meters} m / {totals.total_seconds} s"
+            )
         if len(run.archived) != totals.message_count:
             mismatches.append(f"run {key}: {len(run.archived)} archived messages, expected {totals.message_count}")
     for user, tendency in tendencies.items():
@@ -164,16 +163,19 @@ def report(workload: Any, view: Any, counts: Counter[str], esm: EventSourceMappi
     kinds = Counter(d.kind for d in workload.deliveries)
     lines = [
         "onceflow demo: runner stats on an embedded AWS (moto), tables from the synthesized dev template",
-        f"  messages in           {len(workload.deliveries):>7}  (unique {len(workload.unique)}, re-sent {kinds['resend']}, late {kinds['late']}, malformed {kinds['malformed']})",
+        f"  messages in           {len(workload.deliveries):>7}  (unique {len(workload.unique)}, "
+        f"re-sent {kinds['resend']}, late {kinds['late']}, malformed {kinds['malformed']})",
         f"  accepted              {counts['accepted']:>7}  (metric; the crashed invocation published none)",
         f"  duplicates            {counts['duplicates']:>7}  (re-sends plus records redelivered after faults)",
         f"  stale (gap closed)    {counts['stale']:>7}",
         f"  rejected              {counts['rejected']:>7}",
         f"  commit retries        {counts['retried']:>7}",
-        f"  invocations           {esm.stats.invocations:>7}  (function errors {esm.stats.function_errors}, partial failures {esm.stats.partial_failures})",
+        f"  invocations           {esm.stats.invocations:>7}  "
+        f"(function errors {esm.stats.function_errors}, partial failures {esm.stats.partial_failures})",
         f"  injected faults       crash after write 40: {'yes' if crashed else 'no'}, throttled write 75: {'yes' if throttled else 'no'}",
         f"  runs checked          {len(expected):>7}  against an independent in-memory recomputation",
-        f"  total meters          {sum(r.total_meters for r in view.runs.values()):>7}  (expected {sum(t.total_meters for t in expected.values())})",
+        f"  total meters          {sum(r.total_meters for r in view.runs.values()):>7}  "
+        f"(expected {sum(t.total_meters for t in expected.values())})",
     ]
     print("\n".join(lines))
     if mismatches:

@@ -13,7 +13,7 @@ from typing import Any
 WRITE_OPERATIONS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
 
 
-class SimulatedCrash(BaseException):  # noqa: N818  (it is not an error the code may handle)
+class SimulatedCrash(BaseException):
     """The process died here."""
 
 

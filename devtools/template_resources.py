@@ -51,7 +51,9 @@ def resources_of_type(template: Template, resource_type: str) -> dict[str, dict[
 
 
 def find_function(template: Template, handler: str) -> str:
-    matches = [lid for lid, res in resources_of_type(template, "AWS::Lambda::Function").items() if res["Properties"].get("Handler") == handler]
+    matches = [
+        lid for lid, res in resources_of_type(template, "AWS::Lambda::Function").items() if res["Properties"].get("Handler") == handler
+    ]
     if len(matches) != 1:
         raise LookupError(f"expected one function with handler {handler}, found {matches}")
     return matches[0]

@@ -117,7 +117,6 @@ class EnvConfig:
         return self
 
 
-
 ENVIRONMENTS: dict[str, EnvConfig] = {
     "dev": EnvConfig(
         name="dev",

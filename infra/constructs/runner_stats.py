@@ -77,18 +77,14 @@ class RunnerStatsPipeline(Construct):
             dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER),
             dynamodb.Attribute(name="run_id", type=dynamodb.AttributeType.NUMBER),
         )
-        self.tendency_table = self._table(
-            "TendencyTable", config, dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER)
-        )
+        self.tendency_table = self._table("TendencyTable", config, dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER))
         self.messages_table = self._table(
             "MessagesTable",
             config,
             dynamodb.Attribute(name="run_key", type=dynamodb.AttributeType.STRING),
             dynamodb.Attribute(name="chunk", type=dynamodb.AttributeType.NUMBER),
         )
-        self.rejects_table = self._table(
-            "RejectsTable", config, dynamodb.Attribute(name="record_id", type=dynamodb.AttributeType.STRING)
-        )
+        self.rejects_table = self._table("RejectsTable", config, dynamodb.Attribute(name="record_id", type=dynamodb.AttributeType.STRING))
         self.failure_queue = sqs.Queue(
             self,
             "FailureQueue",
@@ -204,9 +200,7 @@ class RunnerStatsPipeline(Construct):
             sort_key=sort_key,
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
             deletion_protection=config.retain_data,
             removal_policy=config.removal_policy,
         )

@@ -12,8 +12,8 @@ from typing import Any
 from runtime.runner_stats.models import (
     DeviceMessage,
     PositionedMessage,
-    RejectReason,
     Rejection,
+    RejectReason,
     RunKey,
     StreamPosition,
 )

@@ -24,8 +24,8 @@ from runtime.runner_stats.models import (
     FoldResult,
     Outcome,
     PositionedMessage,
-    RejectReason,
     Rejection,
+    RejectReason,
     RunContext,
     RunKey,
     StreamPosition,
@@ -50,7 +50,7 @@ class BatchReport:
 
 @dataclass(frozen=True, slots=True)
 class ServiceOptions:
-    policy: FoldPolicy = FoldPolicy()
+    policy: FoldPolicy = field(default_factory=FoldPolicy)
     commit_attempts: int = 4
     max_message_bytes: int = 4096
 
@@ -147,8 +147,7 @@ class RunnerStatsService:
         slots = [
             TendencySlot(key.run_id, result.context.first_ts or 0, tendency_label(result.context.total_meters))
             for key, result in results.items()
-            if result.context.message_count
-            and (force or tendency_label(result.context.total_meters) != result.context.tendency)
+            if result.context.message_count and (force or tendency_label(result.context.total_meters) != result.context.tendency)
         ]
         if not slots:
             return

@@ -212,9 +212,7 @@ class DynamoRunStatsStore:
         return context_from_item(from_attributes(item)) if item else RunContext(key)
 
     def load_tendency(self, user_id: int) -> UserTendency:
-        response = self.client.get_item(
-            TableName=self._tables.tendency, Key=to_attributes({"user_id": user_id}), ConsistentRead=True
-        )
+        response = self.client.get_item(TableName=self._tables.tendency, Key=to_attributes({"user_id": user_id}), ConsistentRead=True)
         item = response.get("Item")
         return tendency_from_item(user_id, from_attributes(item) if item else None)
 

@@ -16,7 +16,7 @@ from moto import mock_aws
 
 from devtools import reference
 from devtools.esm import EventSourceMapping, ListShard, ShardRecord, records_from_payloads
-from devtools.faults import SimulatedCrash, ThrottledWrites, WriteBoundaryCrasher
+from devtools.faults import ThrottledWrites, WriteBoundaryCrasher
 from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb, new_client
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
@@ -37,7 +37,9 @@ def shard_records(order: list[int] | None = None) -> list[ShardRecord]:
     return records_from_payloads([(d.partition_key, d.data) for d in chosen])
 
 
-def run_pipeline(records: list[ShardRecord], *, batch_size: int = BATCH_SIZE, client_hook: object = None, bisect: bool = False) -> PipelineView:
+def run_pipeline(
+    records: list[ShardRecord], *, batch_size: int = BATCH_SIZE, client_hook: object = None, bisect: bool = False
+) -> PipelineView:
     """A fresh embedded cloud, the records delivered through a replayed event source mapping."""
     with mock_aws():
         world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"])
@@ -67,9 +69,7 @@ def assert_matches_reference(view: PipelineView) -> None:
         assert run.gaps == ()
         assert [m.sequence_id for m in run.archived] == sorted(m.sequence_id for m in unique if (m.user_id, m.run_id) == key)
     tendencies = reference.clean_tendencies(totals)
-    assert view.tendencies == {
-        user: (t.current_run_id, t.current, t.previous_run_id, t.previous) for user, t in tendencies.items()
-    }
+    assert view.tendencies == {user: (t.current_run_id, t.current, t.previous_run_id, t.previous) for user, t in tendencies.items()}
 
 
 @functools.cache

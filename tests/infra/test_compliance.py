@@ -165,9 +165,7 @@ def test_an_acknowledgement_covers_only_the_resource_it_is_made_on(tmp_path: Pat
     app = App(outdir=str(tmp_path))
     add_compliance_checks(app)
     stack = Stack(app, "TwoQueues")
-    first, _second = (
-        sqs.Queue(stack, name, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True) for name in ("First", "Second")
-    )
+    first, _second = (sqs.Queue(stack, name, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True) for name in ("First", "Second"))
     for rule in ("AwsSolutions::AwsSolutions-SQS3", "Serverless::Serverless-SQSRedrivePolicy"):
         acknowledge(first, rule, "Throwaway test queue: the acknowledgement must not reach the other queue.")
     # When it is synthesized

@@ -109,7 +109,7 @@ def as_list(value: Any) -> list[Any]:
 
 
 def handler_statements(template_json: dict[str, Any]) -> list[dict[str, Any]]:
-    function_id, function = only(template_json, "AWS::Lambda::Function")
+    _, function = only(template_json, "AWS::Lambda::Function")
     role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
     policies = [
         policy
@@ -181,9 +181,7 @@ def test_stream_is_kms_encrypted_with_the_aws_managed_key(template: Template) ->
     # When we look at the Kinesis stream
     template.resource_count_is("AWS::Kinesis::Stream", 1)
     # Then it is encrypted with the AWS-managed Kinesis key
-    template.has_resource_properties(
-        "AWS::Kinesis::Stream", {"StreamEncryption": {"EncryptionType": "KMS", "KeyId": "alias/aws/kinesis"}}
-    )
+    template.has_resource_properties("AWS::Kinesis::Stream", {"StreamEncryption": {"EncryptionType": "KMS", "KeyId": "alias/aws/kinesis"}})
 
 
 def test_every_table_is_encrypted(template: Template) -> None:
@@ -530,9 +528,7 @@ def test_pipeline_consumes_an_existing_stream_instead_of_creating_one(tmp_path: 
         "AWS::IAM::Policy",
         {
             "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [Match.object_like({"Action": Match.array_with(["kinesis:GetRecords"]), "Resource": arn})]
-                )
+                "Statement": Match.array_with([Match.object_like({"Action": Match.array_with(["kinesis:GetRecords"]), "Resource": arn})])
             }
         },
     )

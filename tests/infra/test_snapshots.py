@@ -24,10 +24,7 @@ _SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
 def normalize(value: Any) -> Any:
     """The template with asset hashes and asset paths replaced by placeholders."""
     if isinstance(value, dict):
-        return {
-            key: ("<asset-path>" if key == "aws:asset:path" else normalize(item))
-            for key, item in value.items()
-        }
+        return {key: ("<asset-path>" if key == "aws:asset:path" else normalize(item)) for key, item in value.items()}
     if isinstance(value, list):
         return [normalize(item) for item in value]
     if isinstance(value, str):

@@ -4,7 +4,6 @@ Powertools idempotency, and costs what its algorithm implies."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
 import boto3  # type: ignore[import-untyped, unused-ignore]

@@ -393,7 +393,7 @@ def fold_batches(batches: Sequence[Sequence[PositionedMessage]], policy: FoldPol
 def random_split(rng: random.Random, items: Sequence[PositionedMessage]) -> list[list[PositionedMessage]]:
     cuts = sorted(rng.sample(range(1, len(items)), rng.randint(0, len(items) - 1))) if len(items) > 1 else []
     bounds = [0, *cuts, len(items)]
-    return [list(items[low:high]) for low, high in zip(bounds, bounds[1:], strict=False)]
+    return [list(items[low:high]) for low, high in itertools.pairwise(bounds)]
 
 
 def unique_messages(rng: random.Random, count: int) -> list[DeviceMessage]:

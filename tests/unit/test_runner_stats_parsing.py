@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.runner_stats.models import DeviceMessage, PositionedMessage, RejectReason, Rejection, RunKey, StreamPosition
+from runtime.runner_stats.models import DeviceMessage, PositionedMessage, Rejection, RejectReason, RunKey, StreamPosition
 from runtime.runner_stats.parsing import parse_record, position_of
 from tests.events.loader import load_event
 
