@@ -67,21 +67,35 @@ def _target(operation: str, params: dict[str, Any]) -> str:
 @dataclass
 class ThrottledWrites:
     """Fails chosen DynamoDB writes (1-based numbers) with a throttling ClientError, which the
-    handler survives and reports as batch item failures."""
+    handler survives and reports as batch item failures.
+
+    when="before": the write never happens. when="after": the write landed but its caller is
+    told it failed (a lost response), so a retry meets its own earlier write.
+    """
 
     failing: frozenset[int]
+    when: str = "before"
     writes: int = 0
 
     def attach(self, client: Any) -> ThrottledWrites:
         client.meta.events.register("before-call.dynamodb.*", self._before)
+        client.meta.events.register("after-call.dynamodb.*", self._after)
         return self
 
     def _before(self, model: Any, **_: Any) -> None:
         if model.name not in WRITE_OPERATIONS:
             return
         self.writes += 1
-        if self.writes in self.failing:
-            from botocore.exceptions import ClientError
+        if self.when == "before" and self.writes in self.failing:
+            _throttle(model.name)
 
-            error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected throttle"}}
-            raise ClientError(error, model.name)  # type: ignore[arg-type]
+    def _after(self, model: Any, **_: Any) -> None:
+        if model.name in WRITE_OPERATIONS and self.when == "after" and self.writes in self.failing:
+            _throttle(model.name)
+
+
+def _throttle(operation: str) -> None:
+    from botocore.exceptions import ClientError
+
+    error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected throttle"}}
+    raise ClientError(error, operation)  # type: ignore[arg-type]

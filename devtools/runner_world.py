@@ -31,11 +31,11 @@ class RunnerStatsWorld:
     settings: RunnerStatsSettings
 
     @classmethod
-    def create(cls, template: Template, *, with_queues: bool = False) -> RunnerStatsWorld:
-        """Call inside an active moto mock."""
+    def create(cls, template: Template, *, settings_overrides: dict[str, str] | None = None) -> RunnerStatsWorld:
+        """Call inside an active moto mock. Overrides change the synthesized function settings."""
         client = new_client()
-        cloud = EmbeddedCloud(template).create(dynamodb=client, sqs=new_client("sqs") if with_queues else None)
-        settings = RunnerStatsSettings.from_env(cloud.function_environment(HANDLER))
+        cloud = EmbeddedCloud(template).create(dynamodb=client)
+        settings = RunnerStatsSettings.from_env({**cloud.function_environment(HANDLER), **(settings_overrides or {})})
         return cls(cloud, client, settings)
 
     def environment(self) -> dict[str, str]:

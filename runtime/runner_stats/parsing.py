@@ -26,6 +26,9 @@ MAX_DISTANCE_PER_MESSAGE = Decimal(1000)
 DISTANCE_QUANTUM = Decimal("0.001")
 # Ids and timestamps must fit a signed 64-bit integer (and so DynamoDB's 38-digit numbers).
 MAX_INTEGER = 2**63 - 1
+# A run of a year at one message per 30 s; a larger number is a broken device, and accepting
+# it would close every real gap of the run below it.
+MAX_SEQUENCE_ID = 1_000_000
 
 
 def position_of(record: Mapping[str, Any]) -> StreamPosition:
@@ -56,6 +59,8 @@ def parse_record(record: Mapping[str, Any], *, max_bytes: int) -> PositionedMess
         document = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
     except ValueError as err:
         return Rejection(position, RejectReason.NOT_JSON, f"record data is not JSON: {err}", payload)
+    except RecursionError:
+        return Rejection(position, RejectReason.NOT_JSON, "record data is JSON nested too deeply", payload)
     if not isinstance(document, dict):
         return Rejection(position, RejectReason.NOT_OBJECT, f"expected a JSON object, got {_json_type(document)}", payload)
     return _message_from_document(document, position, payload)
@@ -79,6 +84,9 @@ def _message_from_document(document: dict[str, Any], position: StreamPosition, p
         ids_storable = all(abs(document[name]) <= MAX_INTEGER for name in ("user_id", "run_id"))
         key = RunKey(document["user_id"], document["run_id"]) if ids_storable else None
         return Rejection(position, RejectReason.OUT_OF_RANGE, problem, payload, key)
+    if distance.as_tuple().exponent < DISTANCE_QUANTUM.as_tuple().exponent:  # type: ignore[operator]
+        # The same value with fewer digits: 0E-200 or 1.50000000 would not fit DynamoDB's numbers.
+        distance = distance.quantize(DISTANCE_QUANTUM)
     message = DeviceMessage(
         user_id=document["user_id"],
         run_id=document["run_id"],
@@ -100,8 +108,8 @@ def _range_problem(document: dict[str, Any], distance: Decimal) -> str | None:
             return f"{name} must be at most {MAX_INTEGER}"
     if document["user_id"] < 0 or document["run_id"] < 0:
         return "user_id and run_id must be >= 0"
-    if document["sequence_id"] < 1:
-        return f"sequence_id must be >= 1, got {document['sequence_id']}"
+    if not 1 <= document["sequence_id"] <= MAX_SEQUENCE_ID:
+        return f"sequence_id must be 1..{MAX_SEQUENCE_ID}, got {document['sequence_id']}"
     if document["timestamp_utc"] <= 0:
         return f"timestamp_utc must be a positive epoch-milliseconds value, got {document['timestamp_utc']}"
     if not distance.is_finite() or distance < 0:

@@ -1,10 +1,14 @@
 """Batch processing for runner stats: parse, fold per key, write outputs, then the context.
 
-Write order per user (all idempotent, so a crash between any two is repaired by redelivery):
-1. too-late records into the rejects table (deterministic key: the record's eventID);
-2. the user's tendency record, only when a run's label changes (conditional on its version);
+Write order per user (each idempotent or conditional, so a crash between any two is repaired
+by redelivery):
+1. tendency pushes still owed by committed runs (see below);
+2. too-late records into the rejects table (deterministic key: the record's eventID);
 3. per key, the combined run item (conditional on the version read), together with a flushed
-   archive chunk in one transaction when the stored archive tail is full.
+   archive chunk in one transaction when the stored archive tail is full;
+4. the user's tendency record, when a committed run's label changed.
+The tendency is only ever computed from committed totals, and the run item records the label
+whose push was confirmed (`tendency`); until then the push is owed and step 1 settles it.
 A key that keeps losing races, or whose writes fail, is reported at its first record in the
 batch (stop-at-first-failure per key); Lambda re-reads from there and the records already
 applied are dropped as duplicates.
@@ -53,6 +57,11 @@ class ServiceOptions:
     policy: FoldPolicy = field(default_factory=FoldPolicy)
     commit_attempts: int = 4
     max_message_bytes: int = 4096
+
+
+def owes_tendency_push(context: RunContext) -> bool:
+    """The run's committed label has not been confirmed in the user's tendency record yet."""
+    return context.message_count > 0 and tendency_label(context.total_meters) != context.tendency
 
 
 class RunnerStatsService:
@@ -107,28 +116,30 @@ class RunnerStatsService:
         by_key: Mapping[RunKey, Sequence[PositionedMessage]],
         report: BatchReport,
     ) -> list[RunKey]:
-        """Apply a user's keys; returns the keys that could not be committed."""
+        """Apply a user's keys; returns the keys to report as failed."""
         remaining = list(keys)
         failed: list[RunKey] = []
-        force_tendency_sync = False
         for attempt in range(self._options.commit_attempts):
             if attempt:
                 report.counts["retried"] += len(remaining)
-            # Whoever beat us may have pushed a tendency built on other data: after any lost
-            # race the tendency is re-checked against the fresh contexts.
-            force_tendency_sync = force_tendency_sync or attempt > 0
+            results = {key: fold(contexts[key], by_key[key], self._options.policy) for key in remaining}
             try:
-                results = {key: fold(contexts[key], by_key[key], self._options.policy) for key in remaining}
+                # A crash between a commit and its tendency push leaves the push owed; settle
+                # it first, from the committed totals, so the commit below may record it.
+                self._push_tendency(user_id, [contexts[key] for key in remaining if owes_tendency_push(contexts[key])])
                 self._store_too_late(results)
-                self._sync_tendency(user_id, results, force=force_tendency_sync)
-            except VersionConflict:
-                logger.info("tendency write lost a race; retrying", extra={"user_id": user_id, "attempt": attempt})
-                continue
             except Exception:
                 logger.exception("writes for a user failed; its keys will be redelivered", extra={"user_id": user_id})
                 return failed + remaining
-            remaining, broken = self._commit_keys(results, contexts, report)
+            remaining, broken, committed = self._commit_keys(results, contexts, report)
             failed.extend(broken)
+            owed = [key for key in committed if owes_tendency_push(contexts[key])]
+            try:
+                self._push_tendency(user_id, [contexts[key] for key in owed])
+            except Exception:
+                # The totals are committed; redelivery finds the push owed and settles it.
+                logger.exception("tendency push failed after commit", extra={"user_id": user_id})
+                failed.extend(owed)
             if not remaining:
                 return failed
         logger.warning("optimistic retries exhausted", extra={"user_id": user_id, "keys": len(remaining)})
@@ -143,30 +154,37 @@ class RunnerStatsService:
         if late:
             self._store.save_rejections(late)
 
-    def _sync_tendency(self, user_id: int, results: Mapping[RunKey, FoldResult], *, force: bool) -> None:
-        slots = [
-            TendencySlot(key.run_id, result.context.first_ts or 0, tendency_label(result.context.total_meters))
-            for key, result in results.items()
-            if result.context.message_count and (force or tendency_label(result.context.total_meters) != result.context.tendency)
-        ]
+    def _push_tendency(self, user_id: int, committed: Sequence[RunContext]) -> None:
+        """Merge committed runs' labels into the user's record (conditional on its version)."""
+        slots = [TendencySlot(c.key.run_id, c.first_ts or 0, tendency_label(c.total_meters)) for c in committed]
         if not slots:
             return
-        current = self._store.load_tendency(user_id)
-        merged = reduce(merge_tendency, slots, current)
-        if merged != current:
-            self._store.save_tendency(merged)
+        for _ in range(self._options.commit_attempts):
+            current = self._store.load_tendency(user_id)
+            merged = reduce(merge_tendency, slots, current)
+            if merged == current:
+                return
+            try:
+                self._store.save_tendency(merged)
+                return
+            except VersionConflict:
+                continue
+        raise VersionConflict(f"tendency of user {user_id} kept moving")
 
     def _commit_keys(
         self, results: Mapping[RunKey, FoldResult], contexts: dict[RunKey, RunContext], report: BatchReport
-    ) -> tuple[list[RunKey], list[RunKey]]:
-        """Commit each key; returns (keys that lost a race, keys whose writes failed)."""
+    ) -> tuple[list[RunKey], list[RunKey], list[RunKey]]:
+        """Commit each key; returns (keys that lost a race, keys whose writes failed, committed keys)."""
         conflicted: list[RunKey] = []
         broken: list[RunKey] = []
+        committed: list[RunKey] = []
         for key, result in results.items():
-            label = tendency_label(result.context.total_meters) if result.context.message_count else None
+            read = contexts[key]
+            # Labels of the read totals were pushed just before (owed ones) or earlier.
+            settled_label = tendency_label(read.total_meters) if read.message_count else None
             try:
-                if result.changed or label != result.context.tendency:
-                    new_context = replace(result.context, version=contexts[key].version + 1, tendency=label)
+                if result.changed or settled_label != read.tendency:
+                    new_context = replace(result.context, version=read.version + 1, tendency=settled_label)
                     try:
                         self._store.commit(new_context, result.chunk)
                     except VersionConflict:
@@ -178,8 +196,9 @@ class RunnerStatsService:
                 logger.exception("commit failed; the key will be redelivered", extra={"user_id": key.user_id, "run_id": key.run_id})
                 broken.append(key)
                 continue
+            committed.append(key)
             self._count(result, report)
-        return conflicted, broken
+        return conflicted, broken, committed
 
     @staticmethod
     def _count(result: FoldResult, report: BatchReport) -> None:

@@ -307,6 +307,7 @@ class DynamoRunStatsStore:
             TableName=self._tables.run_stats,
             Key=to_attributes({"user_id": key.user_id, "run_id": key.run_id}),
             ProjectionExpression=", ".join(RUN_STATS_PROJECTION),
+            ConsistentRead=True,  # so a reader never sees a total go down between two reads
         )
         item = response.get("Item")
         return from_attributes(item) if item else None

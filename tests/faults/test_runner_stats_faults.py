@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import random
 import threading
+from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
@@ -22,39 +23,88 @@ from devtools.state import PipelineView
 from devtools.workload import Workload, generate
 from tests.conftest import templates_for
 
-BATCH_SIZE = 20
+
+@dataclass(frozen=True)
+class Scenario:
+    """A workload and the handler settings it runs under."""
+
+    name: str
+    users: int
+    runs_per_user: int
+    messages_per_run: int
+    late_rate: float
+    batch_size: int
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+# Small but complete: several users and runs, re-sends, late messages and poison records.
+MIXED = Scenario("mixed", users=3, runs_per_user=2, messages_per_run=12, late_rate=0.15, batch_size=20)
+# Tight bounds so every write kind happens: archive chunks flushed in transactions every 3
+# messages, gaps closed after 3 sequence numbers (too-late rejects), runs past 5 km ("well done").
+TIGHT = Scenario(
+    "tight",
+    users=1,
+    runs_per_user=2,
+    messages_per_run=60,
+    late_rate=0.2,
+    batch_size=10,
+    settings=(("ARCHIVE_CHUNK_SIZE", "3"), ("GAP_MAX_LAG", "3"), ("GAP_MAX_OPEN", "4")),
+)
+SCENARIOS = {scenario.name: scenario for scenario in (MIXED, TIGHT)}
 
 
 @functools.cache
-def workload() -> Workload:
-    # Small but complete: several users and runs, re-sends, late messages and poison records.
-    return generate(seed=11, users=3, runs_per_user=2, messages_per_run=12, resend_rate=0.3, late_rate=0.15, malformed=4)
+def workload(name: str = "mixed") -> Workload:
+    scenario = SCENARIOS[name]
+    return generate(
+        seed=11,
+        users=scenario.users,
+        runs_per_user=scenario.runs_per_user,
+        messages_per_run=scenario.messages_per_run,
+        resend_rate=0.3,
+        late_rate=scenario.late_rate,
+        malformed=4,
+    )
 
 
-def shard_records(order: list[int] | None = None) -> list[ShardRecord]:
-    deliveries = workload().deliveries
+def shard_records(order: list[int] | None = None, name: str = "mixed") -> list[ShardRecord]:
+    deliveries = workload(name).deliveries
     chosen = [deliveries[i] for i in order] if order is not None else list(deliveries)
     return records_from_payloads([(d.partition_key, d.data) for d in chosen])
 
 
+def new_world(name: str = "mixed") -> RunnerStatsWorld:
+    template = templates_for("dev")["Onceflow-dev-RunnerStats"]
+    return RunnerStatsWorld.create(template, settings_overrides=dict(SCENARIOS[name].settings))
+
+
 def run_pipeline(
-    records: list[ShardRecord], *, batch_size: int = BATCH_SIZE, client_hook: object = None, bisect: bool = False
+    records: list[ShardRecord],
+    *,
+    name: str = "mixed",
+    batch_size: int | None = None,
+    client_hook: object = None,
+    bisect: bool = False,
 ) -> PipelineView:
     """A fresh embedded cloud, the records delivered through a replayed event source mapping."""
     with mock_aws():
-        world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"])
+        world = new_world(name)
         client = new_client()
         if client_hook is not None:
             client_hook.attach(client)  # type: ignore[attr-defined]
-        esm = EventSourceMapping(lambda event: world.invoke(event, client), batch_size=batch_size, bisect_on_error=bisect)
+        esm = EventSourceMapping(
+            lambda event: world.invoke(event, client),
+            batch_size=batch_size or SCENARIOS[name].batch_size,
+            bisect_on_error=bisect,
+        )
         esm.drain(ListShard(records))
         assert esm.stats.sent_to_on_failure == 0
         return world.view()
 
 
 @functools.cache
-def clean_view() -> PipelineView:
-    return run_pipeline(shard_records())
+def clean_view(name: str = "mixed") -> PipelineView:
+    return run_pipeline(shard_records(name=name), name=name)
 
 
 def assert_matches_reference(view: PipelineView) -> None:
@@ -73,11 +123,18 @@ def assert_matches_reference(view: PipelineView) -> None:
 
 
 @functools.cache
-def write_boundaries() -> list[tuple[str, int]]:
-    """Every write boundary of a clean pass: before and after each DynamoDB write."""
+def write_operations(name: str) -> tuple[str, ...]:
+    """Every DynamoDB write of a clean pass, as 'Operation:table'."""
     counter = WriteBoundaryCrasher()
-    run_pipeline(shard_records(), client_hook=counter)
-    return [(when, number) for number in range(1, counter.writes + 1) for when in ("before", "after")]
+    run_pipeline(shard_records(name=name), name=name, client_hook=counter)
+    return tuple(counter.operations)
+
+
+def write_boundaries() -> list[tuple[str, str, int]]:
+    """Before and after each write of a clean pass, for every scenario."""
+    return [
+        (name, when, number) for name in SCENARIOS for number in range(1, len(write_operations(name)) + 1) for when in ("before", "after")
+    ]
 
 
 def test_clean_pass_equals_the_independent_recomputation() -> None:
@@ -90,24 +147,42 @@ def test_clean_pass_equals_the_independent_recomputation() -> None:
     assert len(view.rejects) == sum(1 for d in workload().deliveries if d.kind == "malformed")
 
 
-@pytest.mark.parametrize(("when", "write_number"), write_boundaries())
-def test_crash_at_every_write_boundary_then_redelivery(when: str, write_number: int) -> None:
+def test_the_tight_scenario_reaches_every_kind_of_write() -> None:
+    # Given the tight scenario's clean pass, Then its writes include every write path
+    operations = set(write_operations("tight"))
+    run_stats, tendency, messages, rejects = (
+        "RunnerStatsRunStatsTable",
+        "RunnerStatsTendencyTable",
+        "RunnerStatsMessagesTable",
+        "RunnerStatsRejectsTable",
+    )
+    assert any(op.startswith("PutItem:" + run_stats) for op in operations)
+    assert any(op.startswith("PutItem:" + tendency) for op in operations)
+    assert any(op.startswith("PutItem:" + rejects) for op in operations)
+    assert any(op.startswith("TransactWriteItems:" + messages) and run_stats in op for op in operations)
+    view = clean_view("tight")
+    assert "too_late" in view.rejects.values()
+    assert any(t[1] == "well done" for t in view.tendencies.values())
+
+
+@pytest.mark.parametrize(("name", "when", "write_number"), write_boundaries())
+def test_crash_at_every_write_boundary_then_redelivery(name: str, when: str, write_number: int) -> None:
     # Given a process that dies at one write boundary, When Lambda redelivers the whole batch
     crasher = WriteBoundaryCrasher(at=write_number, when=when)
-    view = run_pipeline(shard_records(), client_hook=crasher)
+    view = run_pipeline(shard_records(name=name), name=name, client_hook=crasher)
     # Then the crash really happened, and the final state equals one clean pass
     assert crasher.crashed
-    assert view == clean_view()
+    assert view == clean_view(name)
 
 
-@pytest.mark.parametrize("write_number", [number for when, number in write_boundaries() if when == "before"])
-def test_throttled_write_is_reported_per_key_and_redelivered(write_number: int) -> None:
-    # Given one write that fails with a throttling error (the handler survives it)
-    throttle = ThrottledWrites(frozenset({write_number}))
+@pytest.mark.parametrize(("name", "when", "write_number"), write_boundaries())
+def test_failed_write_is_reported_per_key_and_redelivered(name: str, when: str, write_number: int) -> None:
+    # Given one write that fails with a throttling error: before it landed, or after (a lost response)
+    throttle = ThrottledWrites(frozenset({write_number}), when=when)
     # When the failed key is reported and Lambda re-reads from its first record
-    view = run_pipeline(shard_records(), client_hook=throttle)
+    view = run_pipeline(shard_records(name=name), name=name, client_hook=throttle)
     # Then nothing is lost or double counted
-    assert view == clean_view()
+    assert view == clean_view(name)
 
 
 def test_crash_with_bisect_on_error() -> None:
@@ -126,11 +201,13 @@ def test_crash_with_bisect_on_error() -> None:
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, 100])
-def test_batch_size_does_not_change_the_result(batch_size: int) -> None:
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_batch_size_does_not_change_the_result(name: str, batch_size: int) -> None:
     # Given the same deliveries, When they are folded in batches of another size
-    view = run_pipeline(shard_records(), batch_size=batch_size)
-    # Then the results are the same
-    assert view == clean_view()
+    view = run_pipeline(shard_records(name=name), name=name, batch_size=batch_size)
+    # Then the results are the same (too-late rejects aside: which message misses its gap
+    # depends on what arrived before it, not on batching)
+    assert view.runs == clean_view(name).runs and view.tendencies == clean_view(name).tendencies
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -154,12 +231,13 @@ def test_redelivering_everything_twice_changes_nothing() -> None:
 
 
 def test_concurrent_invocations_on_the_same_keys() -> None:
-    # Given two invocations racing over overlapping slices of the same runs
+    # Given two invocations racing over overlapping slices of the same runs, with archive chunks
+    # flushed every 3 messages
     records = shard_records()
     overlap = len(records) // 3
     slices = [records[: 2 * overlap], records[overlap:]]
     with mock_aws(), atomic_moto_dynamodb():
-        world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"])
+        world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"], settings_overrides={"ARCHIVE_CHUNK_SIZE": "3"})
         totals_seen: dict[tuple[int, int], list[Decimal]] = {}
         stop = threading.Event()
 

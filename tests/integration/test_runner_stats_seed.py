@@ -45,21 +45,25 @@ def test_duplicate_with_a_different_timestamp_is_counted_once(world: RunnerStats
     then_run_has_seed_figures(world, previous_label="fine")
 
 
-def test_crash_before_the_context_write_then_retry(world: RunnerStatsWorld) -> None:
+@pytest.mark.parametrize(
+    "when",
+    [
+        "before",  # just before the context (the run item) is written
+        "after",  # the context is written, the process dies before the tendency push
+    ],
+)
+def test_crash_at_the_context_write_then_retry(world: RunnerStatsWorld, when: str) -> None:
     # Given the seed's run, whose user's previous run ended "well done"
     given_seed_state(world, previous_label="well done")
     event = load_event("runner_stats/seed_message_5.json")
-    # When the process dies just before its second write, the run item (the context)
+    # When the process dies at its first write, the run item (the context)
     crashing_client = new_client()
-    crasher = WriteBoundaryCrasher(at=2, when="before").attach(crashing_client)
+    crasher = WriteBoundaryCrasher(at=1, when=when).attach(crashing_client)
     with pytest.raises(SimulatedCrash):
         world.invoke(event, crashing_client)
-    assert crasher.operations == [
-        f"PutItem:{world.settings.tables.tendency}",
-        f"PutItem:{world.settings.tables.run_stats}",
-    ]
-    # Then the tendency is already written but the run is not
-    assert world.view().runs[(RUN.user_id, RUN.run_id)].total_meters == Decimal(150)
+    assert crasher.operations == [f"PutItem:{world.settings.tables.run_stats}"]
+    expected_meters = Decimal(150) if when == "before" else Decimal(270)
+    assert world.view().runs[(RUN.user_id, RUN.run_id)].total_meters == expected_meters
     # When Lambda retries the same record
     assert world.invoke(event) == {"batchItemFailures": []}
     # Then the figures are those of one clean pass

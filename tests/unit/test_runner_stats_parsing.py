@@ -169,13 +169,14 @@ def test_wrong_types(payload: str, detail: str) -> None:
     ("changes", "detail"),
     [
         ({"distance_meters": -5}, "distance_meters must be a finite number >= 0, got -5"),
-        ({"sequence_id": 0}, "sequence_id must be >= 1, got 0"),
-        ({"sequence_id": -1}, "sequence_id must be >= 1, got -1"),
+        ({"sequence_id": 0}, "sequence_id must be 1..1000000, got 0"),
+        ({"sequence_id": 1_000_001}, "sequence_id must be 1..1000000, got 1000001"),
+        ({"sequence_id": -1}, "sequence_id must be 1..1000000, got -1"),
         ({"user_id": -1}, "user_id and run_id must be >= 0"),
         ({"timestamp_utc": 0}, "timestamp_utc must be a positive epoch-milliseconds value, got 0"),
         ({"distance_meters": 1001}, "distance_meters 1001 exceeds the plausible 1000 m per message"),
     ],
-    ids=["negative-distance", "seq-0", "seq-minus-1", "negative-user", "zero-ts", "implausible-distance"],
+    ids=["negative-distance", "seq-0", "seq-too-large", "seq-minus-1", "negative-user", "zero-ts", "implausible-distance"],
 )
 def test_out_of_range_values(changes: dict[str, int], detail: str) -> None:
     result = rejected(document(**changes))
@@ -220,3 +221,21 @@ def test_size_is_checked_before_encoding() -> None:
 )
 def test_numbers_dynamodb_cannot_store_are_out_of_range(payload: str) -> None:
     assert rejected(payload).reason is RejectReason.OUT_OF_RANGE
+
+
+def test_deeply_nested_json_is_rejected_not_raised() -> None:
+    # Given JSON nested deeper than Python's parser recurses, well under the size limit
+    payload = "[" * 1500 + "]" * 1500
+    # When it is parsed, Then it is a clear rejection, not an exception that stalls the shard
+    result = rejected(payload)
+    assert result.reason is RejectReason.NOT_JSON
+    assert result.detail == "record data is JSON nested too deeply"
+
+
+@pytest.mark.parametrize(("text", "stored"), [("0E-200", "0.000"), ("1.50000000000000000000000000000000000000000", "1.500")])
+def test_distances_with_needless_digits_are_stored_in_millimetres(text: str, stored: str) -> None:
+    # Given a distance DynamoDB could not store as written (exponent or digits out of its range)
+    result = parse(document().replace('"distance_meters": 120', f'"distance_meters": {text}'))
+    # Then it is kept as the same value in millimetres
+    assert isinstance(result, PositionedMessage)
+    assert str(result.message.distance_meters) == stored

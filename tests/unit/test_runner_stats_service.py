@@ -217,10 +217,20 @@ def test_a_failing_tendency_write_reports_only_that_users_keys() -> None:
 
     store.before_save_tendency = fail_user_8
     records = batch(device(RUN_C, 1, 10), device(RUN_A, 1, 20), device(RUN_C, 2, 30), device(RUN_D, 1, 5))
+    # When user 8's tendency push fails after its runs were committed
     report = service(store).process(records)
+    # Then only user 8's keys are reported; their totals are committed, the push is still owed
     assert report.batch_item_failures() == failures_of([records[0], records[3]])
-    assert RUN_C not in store.contexts and RUN_D not in store.contexts
+    assert store.contexts[RUN_C].total_meters == Decimal(40) and store.contexts[RUN_C].tendency is None
+    assert store.contexts[RUN_D].total_meters == Decimal(5) and 8 not in store.tendencies
     assert store.contexts[RUN_A].total_meters == Decimal(20)
+    # When the reported records are redelivered and the tendency table works again
+    store.before_save_tendency = None
+    again = service(store).process(records)
+    # Then nothing is counted twice, the owed push is settled and recorded on the run items
+    assert again.batch_item_failures() == [] and again.counts["accepted"] == 0
+    assert store.contexts[RUN_C].total_meters == Decimal(40) and store.contexts[RUN_C].tendency == "fine"
+    assert store.tendencies[8].current is not None
 
 
 # --- optimistic retries -----------------------------------------------------------------------
@@ -243,7 +253,9 @@ def test_a_lost_race_is_retried_on_the_fresh_context() -> None:
     assert store.commits == [RUN_A, RUN_A]
     context = store.contexts[RUN_A]
     assert context.version == 2 and context.total_meters == Decimal(250) and context.message_count == 2
-    assert pending_seqs(context) == [1, 2] and context.tendency == "good job"
+    # The run item records the label confirmed before its write ("fine", the rival's); "good job"
+    # is pushed right after the write and recorded on the run's next write.
+    assert pending_seqs(context) == [1, 2] and context.tendency == "fine"
     assert report.counts["accepted"] == 1 and report.counts["duplicate"] == 1  # what the committed fold did
     assert store.tendencies[7].current is not None and store.tendencies[7].current.label == "good job"
 
@@ -281,7 +293,8 @@ def test_a_lost_tendency_race_is_retried_and_merges_the_rivals_run() -> None:
 
     store.before_save_tendency = rival_once
     report = service(store).process(batch(device(RUN_A, 1, 10)))
-    assert report.batch_item_failures() == [] and report.counts["retried"] == 1
+    # Then the push is retried on the fresh record (run-item retries are not involved)
+    assert report.batch_item_failures() == [] and report.counts["retried"] == 0
     tendency = store.tendencies[7]
     assert tendency.version == 2
     assert tendency.current == rival_run and tendency.previous == TendencySlot(1, BASE_TS + 30_000, "fine")
