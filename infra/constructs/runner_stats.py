@@ -149,39 +149,42 @@ class RunnerStatsPipeline(Construct):
 
     def _add_alarms(self, config: EnvConfig) -> None:
         thresholds = config.alarms
-        self.iterator_age_alarm = cloudwatch.Alarm(
-            self,
+        self.iterator_age_alarm = self._alarm(
             "IteratorAgeAlarm",
-            alarm_description="Records wait in the stream; the consumer is behind or stuck on a failing key.",
-            metric=self.function.metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1)),
-            threshold=thresholds.iterator_age_ms,
+            "Records wait in the stream; the consumer is behind or stuck on a failing key.",
+            self.function.metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1)),
+            thresholds.iterator_age_ms,
             evaluation_periods=5,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        self.on_failure_alarm = cloudwatch.Alarm(
-            self,
+        self.on_failure_alarm = self._alarm(
             "OnFailureAlarm",
-            alarm_description="Records exhausted their retries or age and were sent to the on-failure queue.",
-            metric=self.failure_queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5), statistic="Maximum"),
-            threshold=thresholds.on_failure_messages,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            "Records exhausted their retries or age and were sent to the on-failure queue.",
+            self.failure_queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5), statistic="Maximum"),
+            thresholds.on_failure_messages,
         )
-        self.rejected_alarm = cloudwatch.Alarm(
-            self,
+        self.rejected_alarm = self._alarm(
             "RejectedAlarm",
-            alarm_description="Devices send records the handler rejects (kept in the rejects table with the reason).",
-            metric=cloudwatch.Metric(
+            "Devices send records the handler rejects (kept in the rejects table with the reason).",
+            cloudwatch.Metric(
                 namespace=METRICS_NAMESPACE,
                 metric_name="RejectedRecords",
                 dimensions_map={"service": SERVICE},
                 statistic="Sum",
                 period=Duration.minutes(5),
             ),
-            threshold=thresholds.rejected_per_5min,
-            evaluation_periods=1,
+            thresholds.rejected_per_5min,
+        )
+
+    def _alarm(
+        self, construct_id: str, description: str, metric: cloudwatch.IMetric, threshold: int, *, evaluation_periods: int = 1
+    ) -> cloudwatch.Alarm:
+        return cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_description=description,
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=evaluation_periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
