@@ -1,4 +1,4 @@
-"""Batch processing for runner stats: parse, fold per key, write outputs, then the context.
+"""Batch processing for runner stats: parse, fold per run, commit each run, then push tendencies.
 
 Write order per user (each idempotent or conditional, so a crash between any two is repaired
 by redelivery):
