@@ -65,7 +65,7 @@ def runtime_code(scope: Construct) -> lambda_.Code:
     if code is None:
         code = lambda_.Code.from_asset(str(PROJECT_ROOT), exclude=_ASSET_EXCLUDES)
         setattr(stack, _CODE_ATTRIBUTE, code)
-    return code  # type: ignore[no-any-return]
+    return code
 
 
 def powertools_layer(scope: Construct, config: EnvConfig) -> lambda_.ILayerVersion:
@@ -78,7 +78,7 @@ def powertools_layer(scope: Construct, config: EnvConfig) -> lambda_.ILayerVersi
         arn = ssm.StringParameter.value_for_string_parameter(stack, parameter)
         layer = lambda_.LayerVersion.from_layer_version_arn(stack, "PowertoolsLayer", arn)
         setattr(stack, _LAYER_ATTRIBUTE, layer)
-    return layer  # type: ignore[no-any-return]
+    return layer
 
 
 def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, config: EnvConfig) -> CreatedFunction:

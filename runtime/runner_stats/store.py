@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from botocore.exceptions import ClientError
 
@@ -41,6 +41,7 @@ from runtime.shared.dynamo import (
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef
 
 RUN_STATS_PROJECTION = ("user_id", "run_id", "total_meters", "total_seconds", "first_ts", "last_ts", "message_count")
 _BATCH_GET_LIMIT = 100
@@ -227,14 +228,16 @@ class DynamoRunStatsStore:
             encoded = _slot_to_item(slot)
             if encoded is not None:
                 item[name] = encoded
+        request: dict[str, Any] = {
+            "TableName": self._tables.tendency,
+            "Item": to_attributes(item),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+        }
+        if values:
+            request["ExpressionAttributeValues"] = values
         try:
-            self.client.put_item(
-                TableName=self._tables.tendency,
-                Item=to_attributes(item),
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                **({"ExpressionAttributeValues": values} if values else {}),
-            )
+            self.client.put_item(**request)
         except ClientError as err:
             if is_conditional_check_failed(err):
                 raise VersionConflict(f"tendency of user {record.user_id} moved past version {record.version}") from err
@@ -269,7 +272,7 @@ class DynamoRunStatsStore:
             self.client.transact_write_items(
                 TransactItems=[
                     {"Put": {"TableName": self._tables.messages, "Item": to_attributes(chunk_item)}},
-                    {"Put": put},
+                    {"Put": cast("PutTypeDef", put)},
                 ]
             )
         except ClientError as err:

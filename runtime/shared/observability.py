@@ -10,7 +10,7 @@ POWERTOOLS_* variables that the Lambda factory sets.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -29,4 +29,4 @@ def instrumented(handler: HandlerT) -> HandlerT:
     wrapped = metrics.log_metrics(handler)
     wrapped = tracer.capture_lambda_handler(wrapped)
     wrapped = logger.inject_lambda_context(wrapped)
-    return wrapped  # type: ignore[no-any-return]  # Powertools decorators are untyped wrappers
+    return cast(HandlerT, wrapped)  # Powertools' decorators return untyped wrappers
