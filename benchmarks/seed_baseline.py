@@ -29,8 +29,8 @@ from aws_lambda_powertools.utilities.idempotency import (
     IdempotencyConfig,
     idempotent_function,
 )
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from devtools.lambda_context import FakeLambdaContext
 from devtools.reference import SeedOutcome
 
 __all__ = [
@@ -192,19 +192,6 @@ def seed_handler(event: KinesisEvent, client: Client, tables: SeedTables) -> Non
             _apply(client, tables, message)
 
 
-class _BenchmarkLambdaContext(LambdaContext):
-    """Stands in for Lambda's context so Powertools sets an in-progress expiry, as it would live."""
-
-    _function_name = "seed-baseline"
-    _function_version = "$LATEST"
-    _memory_limit_in_mb = 128
-    _aws_request_id = "benchmark"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 60_000
-
-
 def idempotent_seed_handler_factory(client: Client, tables: SeedTables, idempotency_table: str) -> Callable[[KinesisEvent], None]:
     """The seed handler with each message's step wrapped in Powertools' ``idempotent_function``.
 
@@ -216,8 +203,9 @@ def idempotent_seed_handler_factory(client: Client, tables: SeedTables, idempote
         event_key_jmespath="[user_id, run_id, sequence_id]",
         raise_on_no_idempotency_key=True,
     )
-    # idempotent_function (unlike @idempotent) never sees a Lambda context: register one.
-    config.register_lambda_context(_BenchmarkLambdaContext())
+    # idempotent_function (unlike @idempotent) never sees a Lambda context: register one, so
+    # Powertools sets an in-progress expiry as it would live.
+    config.register_lambda_context(FakeLambdaContext(function_name="seed-baseline"))  # type: ignore[arg-type]
 
     def process_message(message: dict[str, int]) -> None:
         _apply(client, tables, _Message(**message))

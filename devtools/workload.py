@@ -16,7 +16,6 @@ users, and resends and late copies land wherever their arrival time puts them.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 from collections.abc import Iterator, Sequence
@@ -31,7 +30,6 @@ __all__ = [
     "Workload",
     "batches",
     "generate",
-    "kinesis_event",
     "kinesis_events",
 ]
 
@@ -49,8 +47,6 @@ _LATE_MIN_MS, _LATE_MAX_MS = 60_000, 300_000
 _RESEND_MAX_MS = 120_000
 _DISTANCE_MIN, _DISTANCE_MAX = 60, 130
 _MALFORMED_SHAPES = 7
-_SEQUENCE_BASE = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898
-_STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/onceflow-runs"
 
 
 @dataclass(frozen=True)
@@ -202,35 +198,11 @@ def batches(deliveries: Sequence[Delivery], size: int) -> Iterator[list[Delivery
         yield list(deliveries[start : start + size])
 
 
-def kinesis_event(batch: Sequence[Delivery], *, first_index: int = 0, stream_arn: str = _STREAM_ARN) -> dict[str, Any]:
-    """A Kinesis Lambda event for ``batch``; ``first_index`` is the batch's position in the stream,
-    so sequence numbers and event ids stay unique and increasing across batches."""
-    region = stream_arn.split(":")[3]
-    records = []
-    for offset, delivery in enumerate(batch):
-        sequence_number = str(_SEQUENCE_BASE + first_index + offset)
-        records.append(
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": delivery.partition_key,
-                    "sequenceNumber": sequence_number,
-                    "data": base64.b64encode(delivery.data).decode("ascii"),
-                    "approximateArrivalTimestamp": delivery.arrival_ms / 1000,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"shardId-000000000000:{sequence_number}",
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/onceflow-consumer",
-                "awsRegion": region,
-                "eventSourceARN": stream_arn,
-            }
-        )
-    return {"Records": records}
-
-
 def kinesis_events(deliveries: Sequence[Delivery], size: int) -> Iterator[dict[str, Any]]:
-    """One Kinesis Lambda event per consecutive batch of ``size`` deliveries."""
-    for number, batch in enumerate(batches(deliveries, size)):
-        yield kinesis_event(batch, first_index=number * size)
+    """One Kinesis Lambda event per consecutive batch of ``size`` deliveries, built by the same
+    code the event source mapping replay uses (sequence numbers increase across batches)."""
+    from devtools.esm import lambda_event, records_from_payloads
+
+    records = records_from_payloads([(d.partition_key, d.data) for d in deliveries])
+    for start in range(0, len(records), size):
+        yield lambda_event(records[start : start + size])

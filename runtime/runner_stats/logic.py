@@ -178,8 +178,7 @@ def fold(context: RunContext, messages: Sequence[PositionedMessage], policy: Fol
         context, closed_now = _close_old_gaps(context, policy)
         gaps_closed += closed_now
     changed = context != start
-    too_late = tuple(p for p, outcome in outcomes if outcome is Outcome.TOO_LATE)
-    return FoldResult(context, tuple(outcomes), chunk, gaps_closed, changed, too_late)
+    return FoldResult(context, tuple(outcomes), chunk, gaps_closed, changed)
 
 
 # --- tendency -----------------------------------------------------------------------------------

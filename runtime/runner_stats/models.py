@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
@@ -155,4 +155,7 @@ class FoldResult:
     chunk: ArchiveChunk | None
     gaps_closed: int = 0
     changed: bool = False
-    too_late: tuple[PositionedMessage, ...] = field(default=())
+
+    @property
+    def too_late(self) -> tuple[PositionedMessage, ...]:
+        return tuple(p for p, outcome in self.outcomes if outcome is Outcome.TOO_LATE)
