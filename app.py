@@ -7,6 +7,7 @@ from aws_cdk import App
 
 from infra.compliance import add_compliance_checks
 from infra.config import load_config
+from infra.stacks.event_log_stack import EventLogStack
 from infra.stacks.runner_stats_stack import RunnerStatsStack
 
 
@@ -14,6 +15,7 @@ def build_app(app: App | None = None) -> App:
     app = app or App()
     config = load_config(app.node.try_get_context("env"))
     RunnerStatsStack(app, f"{config.stack_prefix}-RunnerStats", config=config)
+    EventLogStack(app, f"{config.stack_prefix}-EventLog", config=config)
     add_compliance_checks(app)
     return app
 

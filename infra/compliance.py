@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import Acknowledgment, App, Validations
+from aws_cdk import Acknowledgment, App, Stack, Validations
+from aws_cdk.aws_lambda import EventSourceMapping, IFunction
+from aws_cdk.aws_s3 import IBucket
 from cdk_nag import AwsSolutionsChecks, ServerlessChecks
 from constructs import IConstruct
 
 if TYPE_CHECKING:
+    from infra.constructs.event_log import EventLog
     from infra.constructs.runner_stats import RunnerStatsPipeline
 
 
@@ -39,3 +42,65 @@ def acknowledge_runner_stats(pipeline: RunnerStatsPipeline) -> None:
         "Invoked only by the Kinesis event source mapping, never asynchronously; failed batches go to "
         "the mapping's on-failure SQS destination instead of a function DLQ.",
     )
+
+
+def _wildcard_finding(bucket: IBucket, prefix: str) -> str:
+    """The IAM5 finding id of an object wildcard under `prefix` of a bucket this stack created."""
+    stack = Stack.of(bucket)
+    logical_id = stack.resolve(stack.get_logical_id(bucket.node.default_child))  # type: ignore[arg-type]
+    return f"AwsSolutions::AwsSolutions-IAM5[Resource::<{logical_id}.Arn>/{prefix}*]"
+
+
+def _policy_of(function: IFunction) -> IConstruct:
+    return function.role.node.find_child("DefaultPolicy").node.default_child  # type: ignore[union-attr,return-value]
+
+
+def acknowledge_event_log(event_log: EventLog) -> None:
+    for queue in (event_log.snapshot_dead_letter_queue, event_log.payload_dead_letter_queue):
+        acknowledge(
+            queue.node.default_child,  # type: ignore[arg-type]
+            "Serverless::Serverless-SQSRedrivePolicy",
+            "This queue is itself a dead-letter queue; a redrive policy on it would only move the same failed messages once more.",
+        )
+    for rule in ("AwsSolutions::AwsSolutions-SQS3", "Serverless::Serverless-SQSRedrivePolicy"):
+        acknowledge(
+            event_log.stream_failure_queue.node.default_child,  # type: ignore[arg-type]
+            rule,
+            "This queue is itself the on-failure destination of the log stream's event source mapping; "
+            "a dead-letter queue behind it would only move the same records once more.",
+        )
+    dead_letter_reasons = {
+        event_log.api_function: "Invoked synchronously by API Gateway only; a failure is returned to the caller, who retries "
+        "with the same request id, so there is no asynchronous event to keep.",
+        event_log.router_function: "Invoked only by the DynamoDB stream event source mapping, never asynchronously; failed "
+        "batches go to the mapping's on-failure SQS destination instead of a function DLQ.",
+        event_log.worker_function: "Invoked only by its SQS event source mapping, never asynchronously; failed messages go to "
+        "the snapshot queue's dead-letter queue through its redrive policy.",
+        event_log.finalizer_function: "Invoked only by its SQS event source mapping, never asynchronously; failed messages go "
+        "to the payload queue's dead-letter queue through its redrive policy.",
+    }
+    for function, reason in dead_letter_reasons.items():
+        acknowledge(function.node.default_child, "Serverless::Serverless-LambdaDLQ", reason)  # type: ignore[arg-type]
+    for function, queue_name in ((event_log.worker_function, "snapshot"), (event_log.finalizer_function, "payload")):
+        for mapping in function.node.children:
+            if isinstance(mapping, EventSourceMapping):
+                acknowledge(
+                    mapping.node.default_child,  # type: ignore[arg-type]
+                    "Serverless::Serverless-LambdaEventSourceMappingDestination",
+                    f"An SQS event source mapping has no on-failure destination; a message that keeps failing "
+                    f"moves to the {queue_name} queue's dead-letter queue through the queue's redrive policy.",
+                )
+    if event_log.access_log_bucket is None:
+        return  # an imported bucket: its findings (and acknowledgements) belong to its owner
+    wildcards = {
+        (event_log.api_function, "payloads/"): "Presigned uploads and completion checks act on objects named "
+        "payloads/<log>/<hash of the request id>, created at run time; the prefix is as narrow as a static policy gets.",
+        (event_log.api_function, "snapshots/"): "Readers get presigned downloads of snapshot chunks whose keys are hashes "
+        "computed at build time; read-only and limited to the snapshots/ prefix.",
+        (event_log.worker_function, "snapshots/"): "The worker writes, reads and deletes chunk objects whose keys are hashes "
+        "computed at build time; limited to the snapshots/ prefix of this bucket.",
+        (event_log.finalizer_function, "payloads/"): "Removes the pending tag of payload objects named at run time; "
+        "s3:DeleteObjectTagging only, limited to the payloads/ prefix of this bucket.",
+    }
+    for (function, prefix), reason in wildcards.items():
+        acknowledge(_policy_of(function), _wildcard_finding(event_log.bucket, prefix), reason)

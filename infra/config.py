@@ -70,6 +70,94 @@ class RunnerStatsConfig:
             raise ConfigError("runner_stats.reject_payload_max_bytes must be 0..65536 (a reject is one DynamoDB item)")
 
 
+SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
+
+
+@dataclass(frozen=True)
+class EventLogConfig:
+    """The event log, its snapshots and its side-effect queues."""
+
+    snapshot_every: int = 1000  # events between two Snapshot entries
+    chunk_bytes: int = 256 * 1024  # a snapshot chunk is flushed at this size (bounds the worker's memory)
+    max_value_bytes: int = 4096  # larger cell values go through the large-payload flow
+    max_body_bytes: int = 16_384
+    payload_max_bytes: int = 100 * 1024 * 1024
+    pending_tag: str = "onceflow-pending=true"
+    pending_expiry_days: int = 2  # uploads never completed are deleted by the lifecycle rule
+    noncurrent_expiry_days: int = 30  # overwritten object versions (a rebuilt chunk) are kept this long
+    url_expiry_seconds: int = 900
+    read_page_limit: int = 1000
+    api_rate_limit: int = 100  # requests per second, steady state
+    api_burst_limit: int = 200
+    api_timeout_seconds: int = 10
+    api_memory_mb: int = 256
+    router_batch_size: int = 100
+    router_retry_attempts: int = 5
+    router_max_record_age_seconds: int = 6 * 3600
+    router_timeout_seconds: int = 30
+    worker_timeout_seconds: int = 300
+    worker_memory_mb: int = 512
+    worker_max_concurrency: int = 10
+    lease_seconds: int = 600  # longer than the worker's timeout: an expired lease's holder is dead
+    handoff_margin_seconds: int = 30
+    backoff_base_seconds: int = 2
+    backoff_cap_seconds: int = SQS_MAX_VISIBILITY_SECONDS
+    snapshot_max_receives: int = 24  # deferrals and hand-offs count too; then the DLQ
+    finalizer_max_receives: int = 5
+    finalizer_timeout_seconds: int = 30
+
+    @property
+    def snapshot_visibility_seconds(self) -> int:
+        """AWS's advice for SQS event sources: at least six times the function timeout."""
+        return 6 * self.worker_timeout_seconds
+
+    @property
+    def finalizer_visibility_seconds(self) -> int:
+        return 6 * self.finalizer_timeout_seconds
+
+    def validate(self) -> None:
+        if not 10 <= self.snapshot_every <= 10_000_000:
+            raise ConfigError("event_log.snapshot_every must be 10..10000000")
+        if not 1024 <= self.chunk_bytes <= 64 * 1024 * 1024:
+            raise ConfigError("event_log.chunk_bytes must be 1 KiB..64 MiB")
+        if not 1 <= self.max_value_bytes < self.max_body_bytes <= 1024 * 1024:
+            raise ConfigError("event_log.max_value_bytes must be below max_body_bytes, which is at most 1 MiB")
+        if self.max_value_bytes > 300 * 1024:
+            raise ConfigError("event_log.max_value_bytes must keep an entry well under DynamoDB's 400 KB item limit")
+        name, separator, value = self.pending_tag.partition("=")
+        if not (separator and name and value) or "&" in self.pending_tag:
+            raise ConfigError("event_log.pending_tag must be one tag as name=value")
+        if self.pending_expiry_days < 1 or self.noncurrent_expiry_days < 1:
+            raise ConfigError("event_log expiry days must be at least 1")
+        if not 60 <= self.url_expiry_seconds <= 7 * 24 * 3600:
+            raise ConfigError("event_log.url_expiry_seconds must be 60..604800 (presigned URL limits)")
+        if not 3 <= self.worker_timeout_seconds <= 900:
+            raise ConfigError("event_log.worker_timeout_seconds must be 3..900")
+        if self.lease_seconds <= self.worker_timeout_seconds:
+            raise ConfigError("event_log.lease_seconds must exceed worker_timeout_seconds, so only a dead worker's lease expires")
+        if self.lease_seconds >= self.snapshot_visibility_seconds:
+            raise ConfigError("event_log.lease_seconds must be shorter than the queue's visibility timeout (6 x worker timeout)")
+        if not 1 <= self.handoff_margin_seconds < self.worker_timeout_seconds:
+            raise ConfigError("event_log.handoff_margin_seconds must be shorter than the worker timeout")
+        if not 1 <= self.backoff_base_seconds <= self.backoff_cap_seconds <= SQS_MAX_VISIBILITY_SECONDS:
+            raise ConfigError("event_log backoff must be 1 s..12 h (SQS's longest visibility timeout)")
+        if not 1 <= self.snapshot_max_receives <= 1000 or not 1 <= self.finalizer_max_receives <= 1000:
+            raise ConfigError("event_log max receives must be 1..1000 (bounded, then the DLQ)")
+        if not 1 <= self.router_batch_size <= 10_000 or not 0 <= self.router_retry_attempts <= 10_000:
+            raise ConfigError("event_log router batch size must be 1..10000 and its retries 0..10000")
+        if not 60 <= self.router_max_record_age_seconds <= 24 * 3600:
+            raise ConfigError("event_log.router_max_record_age_seconds must be 60..86400 (a DynamoDB stream keeps 24 h)")
+        if not 1 <= self.api_rate_limit <= self.api_burst_limit:
+            raise ConfigError("event_log api rate limit must be positive and at most the burst limit")
+        if not 1 <= self.worker_max_concurrency <= 1000:
+            raise ConfigError("event_log.worker_max_concurrency must be 1..1000")
+        for timeout in (self.api_timeout_seconds, self.router_timeout_seconds, self.finalizer_timeout_seconds):
+            if not 3 <= timeout <= 900:
+                raise ConfigError("event_log function timeouts must be 3..900 s")
+        if not 128 <= self.api_memory_mb <= 10_240 or not 128 <= self.worker_memory_mb <= 10_240:
+            raise ConfigError("event_log memory must be 128..10240 MB")
+
+
 @dataclass(frozen=True)
 class AlarmThresholds:
     """When the pipeline pages someone (issue: monitoring adds dashboards and actions)."""
@@ -93,6 +181,7 @@ class EnvConfig:
     powertools_layer_version: str
     log_level: str = "INFO"
     runner_stats: RunnerStatsConfig = field(default_factory=RunnerStatsConfig)
+    event_log: EventLogConfig = field(default_factory=EventLogConfig)
     alarms: AlarmThresholds = field(default_factory=AlarmThresholds)
 
     @property
@@ -111,6 +200,7 @@ class EnvConfig:
         if self.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise ConfigError(f"log_level {self.log_level!r} is not a Powertools log level")
         self.runner_stats.validate()
+        self.event_log.validate()
         self.alarms.validate()
         if self.alarms.iterator_age_ms >= self.runner_stats.max_record_age_seconds * 1000:
             raise ConfigError("alarms.iterator_age_ms must fire before records reach max_record_age_seconds")
@@ -146,6 +236,15 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             max_record_age_seconds=24 * 3600,
             memory_mb=512,
             timeout_seconds=120,
+        ),
+        event_log=EventLogConfig(
+            snapshot_every=10_000,
+            worker_timeout_seconds=900,
+            worker_memory_mb=1024,
+            lease_seconds=1200,
+            handoff_margin_seconds=60,
+            api_rate_limit=500,
+            api_burst_limit=1000,
         ),
         alarms=AlarmThresholds(iterator_age_ms=5 * 60 * 1000),
     ),

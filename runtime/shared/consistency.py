@@ -1,14 +1,18 @@
 """The consistency primitives every pipeline is written on.
 
 - deterministic keys: a retry computes the same keys (runner stats: the Kinesis eventID and
-  the run key), so its writes land on the same items;
+  the run key; event log: the entry position, chunk keys and side-effect request ids), so its
+  writes land on the same items;
 - version guards: a conditional write that only succeeds against the version that was read
   (optimistic locking, and the stale-write guard for monotonic state); callers re-read and
-  retry a bounded number of times on VersionConflict.
+  retry a bounded number of times on VersionConflict;
+- bounded backoff with full jitter for work that has to wait for other work.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
 from dataclasses import dataclass
 
 
@@ -33,3 +37,20 @@ class VersionGuard:
             {"#version": self.version_attribute},
             {":expected_version": {"N": str(self.expected)}},
         )
+
+
+def deterministic_id(*parts: object, length: int = 32) -> str:
+    """A hex id that depends only on `parts`: every retry of the same work computes the same one."""
+    text = "\x1f".join(str(part) for part in parts)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def full_jitter_backoff(attempt: int, *, base_seconds: float, cap_seconds: float, rng: random.Random | None = None) -> int:
+    """Seconds to wait before attempt `attempt` (0-based): uniform in [1, min(cap, base * 2**attempt)].
+
+    "Full jitter" spreads the retries of many waiting workers over the whole window, so they do
+    not wake up together; at least one second, so a wait is never a busy loop.
+    """
+    ceiling = min(cap_seconds, base_seconds * 2 ** min(attempt, 62))
+    draw = (rng or random).uniform(0, ceiling)
+    return max(1, min(int(cap_seconds), round(draw)))

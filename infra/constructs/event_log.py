@@ -1,0 +1,423 @@
+"""EventLog: an event-sourced log in DynamoDB with exactly-once side effects and snapshots.
+
+API (IAM auth) -> log table (the linchpin write) -> stream -> filtered router -> SQS ->
+snapshot worker (pending-snapshots table, chunks in S3) and payload finalizer (untags S3).
+
+Usable from any stack: pass an existing bucket for payloads and snapshots, or let the construct
+create an encrypted, versioned, TLS-only one with its access-log bucket. Everything it creates
+is exposed as a typed attribute.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import jsii
+
+from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw_v1
+from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
+from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
+from constructs import Construct
+
+from infra.config import EnvConfig, EventLogConfig
+from infra.lambda_factory import FunctionSpec, create_function
+
+API_HANDLER = "runtime.event_log.api_handler.handler"
+ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
+WORKER_HANDLER = "runtime.event_log.worker_handler.handler"
+FINALIZER_HANDLER = "runtime.event_log.finalizer_handler.handler"
+SEGMENT_INDEX = "SegmentEvents"  # runtime.event_log.store.SEGMENT_INDEX
+# The entries with a side effect (runtime.event_log.models.SIDE_EFFECT_KINDS).
+SIDE_EFFECT_KINDS = ("Snapshot", "LargePayload")
+PAYLOADS_PREFIX = "payloads/"
+SNAPSHOTS_PREFIX = "snapshots/"
+ROUTES = (
+    ("/logs/{logId}/entries", apigw.HttpMethod.POST),
+    ("/logs/{logId}/payloads", apigw.HttpMethod.POST),
+    ("/logs/{logId}/payloads/complete", apigw.HttpMethod.POST),
+    ("/logs/{logId}/snapshot", apigw.HttpMethod.GET),
+)
+
+
+@dataclass(frozen=True)
+class EventLogProps:
+    """Inputs of the event log.
+
+    config: the environment configuration (snapshot cadence, chunk size, leases, queues,
+        limits, retention, removal).
+    bucket: an existing bucket for large payloads (under payloads/) and snapshot chunks (under
+        snapshots/). It must have a lifecycle rule that expires objects tagged with
+        config.event_log.pending_tag, or abandoned uploads stay forever. By default the
+        construct creates one with that rule, encryption, versioning and TLS only.
+    """
+
+    config: EnvConfig
+    bucket: s3.IBucket | None = None
+
+
+class EventLog(Construct):
+    log_table: dynamodb.Table
+    pending_table: dynamodb.Table
+    bucket: s3.IBucket
+    access_log_bucket: s3.Bucket | None
+    snapshot_queue: sqs.Queue
+    snapshot_dead_letter_queue: sqs.Queue
+    payload_queue: sqs.Queue
+    payload_dead_letter_queue: sqs.Queue
+    stream_failure_queue: sqs.Queue
+    api_function: lambda_.Function
+    router_function: lambda_.Function
+    worker_function: lambda_.Function
+    finalizer_function: lambda_.Function
+    router_event_source: sources.DynamoEventSource
+    http_api: apigw.HttpApi
+    api_stage: apigw.HttpStage
+    api_access_logs: logs.LogGroup
+
+    def __init__(self, scope: Construct, construct_id: str, props: EventLogProps) -> None:
+        if not isinstance(props, EventLogProps):
+            raise TypeError("EventLog needs EventLogProps")
+        props.config.validate()
+        super().__init__(scope, construct_id)
+        config = props.config
+        settings = config.event_log
+
+        self.log_table = self._table(
+            "LogTable",
+            config,
+            dynamodb.Attribute(name="log_id", type=dynamodb.AttributeType.STRING),
+            dynamodb.Attribute(name="seq", type=dynamodb.AttributeType.NUMBER),
+            stream=dynamodb.StreamViewType.NEW_IMAGE,
+        )
+        # Sparse: only cell events carry these keys. Lists one segment's events in cell order,
+        # so a snapshot is a merge of two sorted streams and never holds the sheet in memory.
+        self.log_table.add_global_secondary_index(
+            index_name=SEGMENT_INDEX,
+            partition_key=dynamodb.Attribute(name="segment_key", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="cell_order", type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.INCLUDE,
+            non_key_attributes=["kind", "cell", "value", "payload_key", "payload_bytes", "request_id", "segment"],
+        )
+        self.pending_table = self._table(
+            "PendingSnapshotsTable",
+            config,
+            dynamodb.Attribute(name="log_id", type=dynamodb.AttributeType.STRING),
+            dynamodb.Attribute(name="seq", type=dynamodb.AttributeType.NUMBER),
+        )
+        self.access_log_bucket = None
+        self.bucket = props.bucket or self._bucket(config)
+
+        self.snapshot_dead_letter_queue = self._queue("SnapshotDeadLetterQueue", config)
+        self.snapshot_queue = self._queue(
+            "SnapshotQueue",
+            config,
+            visibility_seconds=settings.snapshot_visibility_seconds,
+            dead_letter=sqs.DeadLetterQueue(queue=self.snapshot_dead_letter_queue, max_receive_count=settings.snapshot_max_receives),
+        )
+        self.payload_dead_letter_queue = self._queue("PayloadDeadLetterQueue", config)
+        self.payload_queue = self._queue(
+            "PayloadQueue",
+            config,
+            visibility_seconds=settings.finalizer_visibility_seconds,
+            dead_letter=sqs.DeadLetterQueue(queue=self.payload_dead_letter_queue, max_receive_count=settings.finalizer_max_receives),
+        )
+        self.stream_failure_queue = self._queue("StreamFailureQueue", config)
+
+        self._add_api(config, settings)
+        self._add_router(config, settings)
+        self._add_worker(config, settings)
+        self._add_finalizer(config, settings)
+
+    # --- functions ------------------------------------------------------------------------------
+
+    def _add_api(self, config: EnvConfig, settings: EventLogConfig) -> None:
+        created = create_function(
+            self,
+            "ApiHandler",
+            FunctionSpec(
+                handler=API_HANDLER,
+                service="event-log-api",
+                description="Event log API: idempotent appends, large payloads, latest snapshot",
+                memory_mb=settings.api_memory_mb,
+                timeout_seconds=settings.api_timeout_seconds,
+                environment={
+                    "LOG_TABLE": self.log_table.table_name,
+                    "BUCKET": self.bucket.bucket_name,
+                    "SNAPSHOT_EVERY": str(settings.snapshot_every),
+                    "MAX_VALUE_BYTES": str(settings.max_value_bytes),
+                    "MAX_BODY_BYTES": str(settings.max_body_bytes),
+                    "PAYLOAD_MAX_BYTES": str(settings.payload_max_bytes),
+                    "PENDING_TAG": settings.pending_tag,
+                    "URL_EXPIRY_SECONDS": str(settings.url_expiry_seconds),
+                    "READ_PAGE_LIMIT": str(settings.read_page_limit),
+                },
+            ),
+            config,
+        )
+        self.api_function = created.function
+        # Appends are transactions of a Put and an Update (authorized per item); reads are Get
+        # and Query. Presigned uploads run as this role: PutObject with its tag, under payloads/.
+        self.api_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+                resources=[self.log_table.table_arn],  # the table only, not its index
+            )
+        )
+        self.api_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:PutObjectTagging"], resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")]
+            )
+        )
+        self.api_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*"), self.bucket.arn_for_objects(f"{SNAPSHOTS_PREFIX}*")],
+            )
+        )
+
+        self.api_access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=config.log_retention, removal_policy=config.removal_policy)
+        self.http_api = apigw.HttpApi(
+            self,
+            "HttpApi",
+            description="onceflow event log (IAM-authorized; callers sign with SigV4)",
+            default_authorizer=HttpIamAuthorizer(),
+            create_default_stage=False,
+        )
+        self.api_stage = apigw.HttpStage(
+            self,
+            "HttpApiStage",
+            http_api=self.http_api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigw.ThrottleSettings(rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit),
+            access_log_settings=_AccessLogs(self.api_access_logs),
+        )
+        integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
+        for path, method in ROUTES:
+            self.http_api.add_routes(path=path, methods=[method], integration=integration)
+
+    def _add_router(self, config: EnvConfig, settings: EventLogConfig) -> None:
+        created = create_function(
+            self,
+            "RouterHandler",
+            FunctionSpec(
+                handler=ROUTER_HANDLER,
+                service="event-log-router",
+                description="Turns inserted Snapshot and LargePayload log entries into SQS side-effect messages",
+                timeout_seconds=settings.router_timeout_seconds,
+                environment={"SNAPSHOT_QUEUE_URL": self.snapshot_queue.queue_url, "PAYLOAD_QUEUE_URL": self.payload_queue.queue_url},
+            ),
+            config,
+        )
+        self.router_function = created.function
+        self.snapshot_queue.grant_send_messages(self.router_function)
+        self.payload_queue.grant_send_messages(self.router_function)
+        self.router_event_source = sources.DynamoEventSource(
+            self.log_table,
+            starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+            batch_size=settings.router_batch_size,
+            bisect_batch_on_error=True,
+            report_batch_item_failures=True,
+            retry_attempts=settings.router_retry_attempts,
+            max_record_age=Duration.seconds(settings.router_max_record_age_seconds),
+            on_failure=sources.SqsDlq(self.stream_failure_queue),
+            # Invoked only for the entries that have a side effect; the head's and cell events'
+            # stream records are dropped by Lambda before any invocation.
+            filters=[
+                lambda_.FilterCriteria.filter(
+                    {
+                        "eventName": lambda_.FilterRule.is_equal("INSERT"),
+                        "dynamodb": {"NewImage": {"kind": {"S": lambda_.FilterRule.or_(*SIDE_EFFECT_KINDS)}}},
+                    }
+                )
+            ],
+        )
+        self.router_function.add_event_source(self.router_event_source)
+
+    def _add_worker(self, config: EnvConfig, settings: EventLogConfig) -> None:
+        created = create_function(
+            self,
+            "SnapshotWorker",
+            FunctionSpec(
+                handler=WORKER_HANDLER,
+                service="event-log-snapshots",
+                description="Builds snapshots in log order with claims, checkpoints and hand-offs",
+                memory_mb=settings.worker_memory_mb,
+                timeout_seconds=settings.worker_timeout_seconds,
+                environment={
+                    "LOG_TABLE": self.log_table.table_name,
+                    "PENDING_TABLE": self.pending_table.table_name,
+                    "BUCKET": self.bucket.bucket_name,
+                    "SNAPSHOT_QUEUE_URL": self.snapshot_queue.queue_url,
+                    "CHUNK_BYTES": str(settings.chunk_bytes),
+                    "LEASE_SECONDS": str(settings.lease_seconds),
+                    "HANDOFF_MARGIN_MS": str(settings.handoff_margin_seconds * 1000),
+                    "BACKOFF_BASE_SECONDS": str(settings.backoff_base_seconds),
+                    "BACKOFF_CAP_SECONDS": str(settings.backoff_cap_seconds),
+                },
+            ),
+            config,
+        )
+        self.worker_function = created.function
+        self.worker_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["dynamodb:GetItem", "dynamodb:UpdateItem"], resources=[self.log_table.table_arn])
+        )
+        self.worker_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{self.log_table.table_arn}/index/{SEGMENT_INDEX}"])
+        )
+        self.pending_table.grant(self.worker_function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+        self.worker_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], resources=[self.bucket.arn_for_objects(f"{SNAPSHOTS_PREFIX}*")]
+            )
+        )
+        self.worker_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{SNAPSHOTS_PREFIX}*"]}},
+            )
+        )
+        # Re-enqueues a stuck predecessor, or its own message when a duplicate deleted it.
+        self.snapshot_queue.grant_send_messages(self.worker_function)
+        self.worker_function.add_event_source(
+            sources.SqsEventSource(
+                self.snapshot_queue,
+                batch_size=1,  # one snapshot per invocation: the time limit and hand-off are per build
+                report_batch_item_failures=True,
+                max_concurrency=max(2, settings.worker_max_concurrency),
+            )
+        )
+
+    def _add_finalizer(self, config: EnvConfig, settings: EventLogConfig) -> None:
+        created = create_function(
+            self,
+            "PayloadFinalizer",
+            FunctionSpec(
+                handler=FINALIZER_HANDLER,
+                service="event-log-payloads",
+                description="Removes the pending tag of large payloads the log now holds",
+                timeout_seconds=settings.finalizer_timeout_seconds,
+                environment={"BUCKET": self.bucket.bucket_name, "PAYLOAD_QUEUE_URL": self.payload_queue.queue_url},
+            ),
+            config,
+        )
+        self.finalizer_function = created.function
+        self.finalizer_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:DeleteObjectTagging"], resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")])
+        )
+        self.finalizer_function.add_event_source(sources.SqsEventSource(self.payload_queue, batch_size=10, report_batch_item_failures=True))
+
+    # --- resources ------------------------------------------------------------------------------
+
+    def _bucket(self, config: EnvConfig) -> s3.Bucket:
+        settings = config.event_log
+        tag_name, _, tag_value = settings.pending_tag.partition("=")
+        self.access_log_bucket = s3.Bucket(
+            self,
+            "AccessLogBucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 server access logging writes to
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=Duration.days(90))],
+            removal_policy=config.removal_policy,
+        )
+        return s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=self.access_log_bucket,
+            server_access_logs_prefix="bucket/",
+            lifecycle_rules=[
+                # Uploaded but never completed: the log never mentions them.
+                s3.LifecycleRule(
+                    id="ExpirePendingPayloads",
+                    prefix=PAYLOADS_PREFIX,
+                    tag_filters={tag_name: tag_value},
+                    expiration=Duration.days(settings.pending_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="ExpireOldVersions",
+                    noncurrent_version_expiration=Duration.days(settings.noncurrent_expiry_days),
+                    expired_object_delete_marker=True,
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                ),
+            ],
+            removal_policy=config.removal_policy,
+        )
+
+    def _queue(
+        self, construct_id: str, config: EnvConfig, *, visibility_seconds: int = 30, dead_letter: sqs.DeadLetterQueue | None = None
+    ) -> sqs.Queue:
+        return sqs.Queue(
+            self,
+            construct_id,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+            visibility_timeout=Duration.seconds(visibility_seconds),
+            dead_letter_queue=dead_letter,
+            removal_policy=config.removal_policy,
+        )
+
+    def _table(
+        self,
+        construct_id: str,
+        config: EnvConfig,
+        partition_key: dynamodb.Attribute,
+        sort_key: dynamodb.Attribute,
+        *,
+        stream: dynamodb.StreamViewType | None = None,
+    ) -> dynamodb.Table:
+        return dynamodb.Table(
+            self,
+            construct_id,
+            partition_key=partition_key,
+            sort_key=sort_key,
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
+            deletion_protection=config.retain_data,
+            removal_policy=config.removal_policy,
+            stream=stream,
+        )
+
+
+@jsii.implements(apigw.IAccessLogSettings)
+class _AccessLogs:
+    """Structured (JSON) access logs of the API stage into `log_group`."""
+
+    def __init__(self, log_group: logs.ILogGroup) -> None:
+        self._log_group = log_group
+
+    @property
+    def destination(self) -> apigw.IAccessLogDestination:
+        return apigw.LogGroupLogDestination(self._log_group)
+
+    @property
+    def format(self) -> apigw_v1.AccessLogFormat:
+        fields = {
+            "requestId": "$context.requestId",
+            "routeKey": "$context.routeKey",
+            "status": "$context.status",
+            "caller": "$context.identity.caller",
+            "latencyMs": "$context.responseLatency",
+            "error": "$context.error.message",
+            "integrationError": "$context.integrationErrorMessage",
+        }
+        return apigw_v1.AccessLogFormat.custom(json.dumps(fields))

@@ -1,0 +1,1 @@
+"""Pipeline 2: an event-sourced spreadsheet log with exactly-once snapshots."""

@@ -1,0 +1,136 @@
+"""Lambda entry point of the event-log HTTP API (IAM-authorized). Thin: parse, call, map.
+
+POST /logs/{log_id}/entries            append one cell event at a position (idempotent per request_id)
+POST /logs/{log_id}/payloads           a presigned upload URL for a large value (object starts tagged pending)
+POST /logs/{log_id}/payloads/complete  the log entry that makes an uploaded value part of the log
+GET  /logs/{log_id}/snapshot           the latest built snapshot and the entries after it
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import os
+from dataclasses import asdict
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.event_log.objects import S3Objects
+from runtime.event_log.parsing import (
+    InvalidRequest,
+    parse_append,
+    parse_cell,
+    parse_json_object,
+    parse_log_id,
+    parse_position,
+    parse_request_id,
+)
+from runtime.event_log.service import AppendConflict, EventLogService, PayloadNotUploaded, RequestMismatch
+from runtime.event_log.settings import ApiSettings
+from runtime.event_log.store import DynamoLogStore
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+
+app = APIGatewayHttpResolver()
+
+
+@functools.cache
+def settings() -> ApiSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return ApiSettings.from_env(os.environ)
+
+
+@functools.cache
+def objects() -> S3Objects:
+    return S3Objects(settings().bucket)
+
+
+@functools.cache
+def service() -> EventLogService:
+    """Built on the first invocation (cold start), never at import time."""
+    return EventLogService(DynamoLogStore(settings().log_table), objects(), settings().options)
+
+
+def json_response(status: int, body: dict[str, Any]) -> Response[str]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+
+
+def request_body() -> dict[str, Any]:
+    event = app.current_event
+    raw: bytes | str | None = event.body
+    if raw and event.is_base64_encoded:
+        try:
+            raw = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise InvalidRequest("the request body is not valid base64") from err
+    return parse_json_object(raw, max_bytes=settings().max_body_bytes)
+
+
+@app.exception_handler(InvalidRequest)
+def invalid_request(error: InvalidRequest) -> Response[str]:
+    metrics.add_metric(name="InvalidRequests", unit=MetricUnit.Count, value=1)
+    return json_response(400, {"error": str(error)})
+
+
+@app.exception_handler(AppendConflict)
+def append_conflict(error: AppendConflict) -> Response[str]:
+    metrics.add_metric(name="AppendConflicts", unit=MetricUnit.Count, value=1)
+    return json_response(409, {"error": str(error), "next_position": error.next_position})
+
+
+@app.exception_handler(PayloadNotUploaded)
+def payload_not_uploaded(error: PayloadNotUploaded) -> Response[str]:
+    return json_response(409, {"error": str(error)})
+
+
+@app.exception_handler(RequestMismatch)
+def request_mismatch(error: RequestMismatch) -> Response[str]:
+    return json_response(422, {"error": str(error)})
+
+
+@app.post("/logs/<log_id>/entries")
+def append_entry(log_id: str) -> Response[str]:
+    request = parse_append(log_id, request_body(), max_value_bytes=settings().max_value_bytes)
+    result = service().append(request)
+    metrics.add_metric(name="DuplicateAppends" if result.duplicate else "Appends", unit=MetricUnit.Count, value=1)
+    return json_response(200 if result.duplicate else 201, asdict(result))
+
+
+@app.post("/logs/<log_id>/payloads")
+def create_payload(log_id: str) -> Response[str]:
+    body = request_body()
+    upload = service().create_upload(parse_log_id(log_id), parse_request_id(body.get("request_id")))
+    return json_response(200, upload)
+
+
+@app.post("/logs/<log_id>/payloads/complete")
+def complete_payload(log_id: str) -> Response[str]:
+    body = request_body()
+    result = service().complete_upload(
+        parse_log_id(log_id), parse_request_id(body.get("request_id")), parse_position(body.get("position")), parse_cell(body.get("cell"))
+    )
+    metrics.add_metric(name="DuplicateAppends" if result.duplicate else "Appends", unit=MetricUnit.Count, value=1)
+    return json_response(200 if result.duplicate else 201, asdict(result))
+
+
+@app.get("/logs/<log_id>/snapshot")
+def latest_snapshot(log_id: str) -> Response[str]:
+    after_text = app.current_event.get_query_string_value("after")
+    try:
+        after = Decimal(after_text) if after_text else None
+    except InvalidOperation as err:
+        raise InvalidRequest("after must be a seq from a previous page's next_after") from err
+    page = service().read_latest(parse_log_id(log_id), objects(), settings().read_page_limit, after)
+    if page is None:
+        return json_response(404, {"error": f"log {log_id} has no entries"})
+    return json_response(200, page)
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    logger.debug("request", extra={"route": event.get("routeKey")})
+    return app.resolve(event, context)

@@ -1,0 +1,45 @@
+"""Lambda entry point of the payload finalizer (SQS): removes the pending tag. Thin."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.settings import FinalizerSettings
+from runtime.event_log.side_effects import finalize_payload
+from runtime.event_log.sqs_batch import process_batch
+from runtime.shared.observability import MetricUnit, instrumented, metrics
+
+
+@functools.cache
+def settings() -> FinalizerSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return FinalizerSettings.from_env(os.environ)
+
+
+@functools.cache
+def objects() -> S3Objects:
+    return S3Objects(settings().bucket)
+
+
+@functools.cache
+def queue() -> SqsQueue:
+    return SqsQueue()
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    def finalize(message: SideEffectMessage, _: Mapping[str, Any]) -> bool:
+        finalize_payload(objects(), message)
+        metrics.add_metric(name="PayloadsFinalized", unit=MetricUnit.Count, value=1)
+        return True
+
+    return {
+        "batchItemFailures": process_batch(event.get("Records", []), SideEffect.FINALIZE_PAYLOAD, queue(), settings().queue_url, finalize)
+    }

@@ -1,0 +1,35 @@
+"""Lambda entry point of the stream router (DynamoDB stream, filtered). Thin: parse, call, map."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.event_log.objects import SqsQueue
+from runtime.event_log.settings import RouterSettings
+from runtime.event_log.side_effects import StreamRouter
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+
+
+@functools.cache
+def settings() -> RouterSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return RouterSettings.from_env(os.environ)
+
+
+@functools.cache
+def router() -> StreamRouter:
+    return StreamRouter(SqsQueue(), settings().queues)
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    records = event.get("Records", [])
+    report = router().route(records)
+    metrics.add_metric(name="SideEffectsSent", unit=MetricUnit.Count, value=report.sent)
+    if report.failures:
+        logger.warning("reporting batch item failures", extra={"failures": len(report.failures), "records": len(records)})
+    return {"batchItemFailures": report.batch_item_failures()}

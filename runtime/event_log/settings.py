@@ -1,0 +1,122 @@
+"""The event-log handlers' settings: each handler reads its environment once, validated, frozen.
+
+The names are the ones infra/constructs/event_log.py sets; an infra test checks that every
+synthesized function carries exactly the variables its settings class reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from runtime.event_log.service import LogOptions
+from runtime.event_log.side_effects import RouterQueues
+from runtime.event_log.snapshots import WorkerOptions
+from runtime.shared.settings import SettingsError, int_setting, require_str
+
+ENV_LOG_TABLE = "LOG_TABLE"
+ENV_PENDING_TABLE = "PENDING_TABLE"
+ENV_BUCKET = "BUCKET"
+ENV_SNAPSHOT_QUEUE_URL = "SNAPSHOT_QUEUE_URL"
+ENV_PAYLOAD_QUEUE_URL = "PAYLOAD_QUEUE_URL"
+ENV_SNAPSHOT_EVERY = "SNAPSHOT_EVERY"
+ENV_MAX_VALUE_BYTES = "MAX_VALUE_BYTES"
+ENV_MAX_BODY_BYTES = "MAX_BODY_BYTES"
+ENV_PAYLOAD_MAX_BYTES = "PAYLOAD_MAX_BYTES"
+ENV_PENDING_TAG = "PENDING_TAG"
+ENV_URL_EXPIRY_SECONDS = "URL_EXPIRY_SECONDS"
+ENV_READ_PAGE_LIMIT = "READ_PAGE_LIMIT"
+ENV_CHUNK_BYTES = "CHUNK_BYTES"
+ENV_LEASE_SECONDS = "LEASE_SECONDS"
+ENV_HANDOFF_MARGIN_MS = "HANDOFF_MARGIN_MS"
+ENV_BACKOFF_BASE_SECONDS = "BACKOFF_BASE_SECONDS"
+ENV_BACKOFF_CAP_SECONDS = "BACKOFF_CAP_SECONDS"
+
+SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
+
+
+def pending_tag(env: Mapping[str, str]) -> str:
+    tag = require_str(env, ENV_PENDING_TAG)
+    name, separator, value = tag.partition("=")
+    if not separator or not name or not value or "&" in tag:
+        raise SettingsError(f"{ENV_PENDING_TAG} must be one tag as name=value, got {tag!r}")
+    return tag
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    log_table: str
+    bucket: str
+    options: LogOptions
+    max_value_bytes: int
+    max_body_bytes: int
+    read_page_limit: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ApiSettings:
+        defaults = LogOptions()
+        settings = cls(
+            log_table=require_str(env, ENV_LOG_TABLE),
+            bucket=require_str(env, ENV_BUCKET),
+            options=LogOptions(
+                snapshot_every=int_setting(env, ENV_SNAPSHOT_EVERY, defaults.snapshot_every),
+                payload_max_bytes=int_setting(env, ENV_PAYLOAD_MAX_BYTES, defaults.payload_max_bytes),
+                pending_tag=pending_tag(env),
+                url_expiry_seconds=int_setting(env, ENV_URL_EXPIRY_SECONDS, defaults.url_expiry_seconds),
+            ),
+            max_value_bytes=int_setting(env, ENV_MAX_VALUE_BYTES, 4096),
+            max_body_bytes=int_setting(env, ENV_MAX_BODY_BYTES, 16_384),
+            read_page_limit=int_setting(env, ENV_READ_PAGE_LIMIT, 1000),
+        )
+        if settings.max_value_bytes >= settings.max_body_bytes:
+            raise SettingsError(f"{ENV_MAX_VALUE_BYTES} must be below {ENV_MAX_BODY_BYTES}")
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    queues: RouterQueues
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RouterSettings:
+        return cls(RouterQueues(snapshots=require_str(env, ENV_SNAPSHOT_QUEUE_URL), payloads=require_str(env, ENV_PAYLOAD_QUEUE_URL)))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    log_table: str
+    pending_table: str
+    bucket: str
+    options: WorkerOptions
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WorkerSettings:
+        defaults = WorkerOptions(queue_url="")
+        options = WorkerOptions(
+            queue_url=require_str(env, ENV_SNAPSHOT_QUEUE_URL),
+            chunk_bytes=int_setting(env, ENV_CHUNK_BYTES, defaults.chunk_bytes, minimum=256),
+            lease_seconds=int_setting(env, ENV_LEASE_SECONDS, int(defaults.lease_seconds)),
+            handoff_margin_ms=int_setting(env, ENV_HANDOFF_MARGIN_MS, defaults.handoff_margin_ms),
+            backoff_base_seconds=int_setting(env, ENV_BACKOFF_BASE_SECONDS, int(defaults.backoff_base_seconds)),
+            backoff_cap_seconds=int_setting(env, ENV_BACKOFF_CAP_SECONDS, int(defaults.backoff_cap_seconds)),
+        )
+        if options.backoff_cap_seconds > SQS_MAX_VISIBILITY_SECONDS:
+            raise SettingsError(
+                f"{ENV_BACKOFF_CAP_SECONDS} must be at most {SQS_MAX_VISIBILITY_SECONDS} (the longest SQS visibility timeout)"
+            )
+        return cls(
+            log_table=require_str(env, ENV_LOG_TABLE),
+            pending_table=require_str(env, ENV_PENDING_TABLE),
+            bucket=require_str(env, ENV_BUCKET),
+            options=options,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizerSettings:
+    bucket: str
+    queue_url: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> FinalizerSettings:
+        return cls(bucket=require_str(env, ENV_BUCKET), queue_url=require_str(env, ENV_PAYLOAD_QUEUE_URL))

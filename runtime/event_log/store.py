@@ -1,0 +1,484 @@
+"""Storage ports of the event log, and their DynamoDB adapters (client injected, built lazily).
+
+Log table, key (log_id, seq):
+- seq 0: the head (next position, Snapshot entries so far, last cut, last-snapshot pointer);
+- seq n (1, 2, ...): cell events; they also carry segment_key/cell_order, the keys of the
+  sparse SegmentEvents index, which lists one segment's events in cell order;
+- seq cut + 0.5: Snapshot entries.
+Pending-snapshots table, key (log_id, seq of the Snapshot entry): the seed's Created, Modified,
+Retries, Active, Increment and State of a snapshot being built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from runtime.event_log.cells import order_key
+from runtime.event_log.models import (
+    BuildState,
+    CellEvent,
+    EntryKind,
+    Head,
+    LogEntry,
+    PayloadRef,
+    PendingSnapshot,
+    SnapshotMarker,
+)
+from runtime.shared.dynamo import (
+    cancellation_codes,
+    default_client,
+    from_attributes,
+    is_conditional_check_failed,
+    to_attributes,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+HEAD_SEQ = 0
+SEGMENT_INDEX = "SegmentEvents"
+SEGMENT_INDEX_PARTITION = "segment_key"
+SEGMENT_INDEX_SORT = "cell_order"
+_PAGE_LIMIT = 500  # items per segment-index page: bounds what a build holds at once
+
+
+class EntryExists(Exception):
+    """The entry's position is taken (by this request before, or by another one)."""
+
+
+class HeadMoved(Exception):
+    """The head is not where the append expected it (another append or Snapshot entry)."""
+
+
+class TransientConflict(Exception):
+    """DynamoDB cancelled the transaction for a concurrent one on the same items; retry."""
+
+
+class RootConflict(Exception):
+    """A Snapshot entry already names another root: two builds disagreed. Never overwritten."""
+
+
+def segment_key(log_id: str, segment: int) -> str:
+    return f"{log_id}#{segment:010d}"
+
+
+def timestamp(now: float) -> Decimal:
+    return Decimal(f"{now:.3f}")
+
+
+class LogStore(Protocol):
+    def read_head(self, log_id: str) -> Head: ...
+    def append(self, entry: LogEntry, head: Head, created_at: str) -> None: ...
+    def read_entry(self, log_id: str, position: int) -> LogEntry | None: ...
+    def append_marker(self, marker: SnapshotMarker, head: Head, created_at: str) -> bool: ...
+    def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None: ...
+    def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]: ...
+    def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None: ...
+    def advance_pointer(self, marker: SnapshotMarker, root: str) -> None: ...
+    def entries_after(self, log_id: str, after: Decimal, limit: int) -> tuple[list[dict[str, Any]], Decimal | None]: ...
+
+
+class PendingStore(Protocol):
+    def claim(self, log_id: str, seq: Decimal, token: str, now: float, lease_seconds: float) -> PendingSnapshot | None: ...
+    def checkpoint(self, pending: PendingSnapshot, state: BuildState, now: float) -> bool: ...
+    def defer(self, pending: PendingSnapshot, now: float) -> bool: ...
+    def release(self, pending: PendingSnapshot, now: float) -> bool: ...
+    def delete(self, log_id: str, seq: Decimal, increment: int | None = None) -> bool: ...
+    def get(self, log_id: str, seq: Decimal) -> PendingSnapshot | None: ...
+
+
+# --- item mapping -----------------------------------------------------------------------------
+
+
+def head_from_item(log_id: str, item: dict[str, Any] | None) -> Head:
+    if not item:
+        return Head(log_id)
+    return Head(
+        log_id=log_id,
+        next_position=int(item["next"]),
+        snapshots=int(item["snapshots"]),
+        last_cut=int(item["last_cut"]),
+        built=int(item.get("built", 0)),
+        built_seq=Decimal(item["built_seq"]) if "built_seq" in item else None,
+        built_root=item.get("built_root"),
+        exists=True,
+    )
+
+
+def entry_to_item(entry: LogEntry, created_at: str) -> dict[str, Any]:
+    event = entry.event
+    item: dict[str, Any] = {
+        "log_id": entry.log_id,
+        "seq": entry.position,
+        "kind": event.kind.value,
+        "cell": event.cell,
+        "request_id": entry.request_id,
+        "segment": entry.segment,
+        "created_at": created_at,
+        SEGMENT_INDEX_PARTITION: segment_key(entry.log_id, entry.segment),
+        SEGMENT_INDEX_SORT: f"{order_key(event.cell)}#{entry.position:013d}",
+    }
+    if event.value is not None:
+        item["value"] = event.value
+    if event.payload is not None:
+        item["payload_key"] = event.payload.key
+        item["payload_bytes"] = event.payload.size
+    return item
+
+
+def entry_from_item(item: dict[str, Any]) -> LogEntry:
+    kind = EntryKind(item["kind"])
+    payload = PayloadRef(str(item["payload_key"]), int(item["payload_bytes"])) if kind == EntryKind.LARGE_PAYLOAD else None
+    return LogEntry(
+        log_id=str(item["log_id"]),
+        position=int(item["seq"]),
+        request_id=str(item["request_id"]),
+        event=CellEvent(kind, str(item["cell"]), item.get("value"), payload),
+        segment=int(item["segment"]),
+    )
+
+
+def marker_from_item(item: dict[str, Any]) -> SnapshotMarker:
+    return SnapshotMarker(
+        log_id=str(item["log_id"]),
+        number=int(item["snapshot"]),
+        cut=int(item["cut"]),
+        previous_cut=int(item["previous_cut"]),
+        root=item.get("root"),
+    )
+
+
+def state_to_item(state: BuildState) -> dict[str, Any]:
+    return {
+        "chunks": state.chunks,
+        "cursor": state.cursor,
+        "previous_chunk": state.previous_chunk,
+        "consumed": state.consumed,
+        "cells": state.cells,
+        "digest": state.digest,
+    }
+
+
+def state_from_item(item: dict[str, Any] | None) -> BuildState:
+    if not item:
+        return BuildState()
+    return BuildState(
+        chunks=int(item["chunks"]),
+        cursor=str(item["cursor"]),
+        previous_chunk=int(item["previous_chunk"]),
+        consumed=int(item["consumed"]),
+        cells=int(item["cells"]),
+        digest=str(item["digest"]),
+    )
+
+
+def pending_from_item(item: dict[str, Any]) -> PendingSnapshot:
+    return PendingSnapshot(
+        log_id=str(item["log_id"]),
+        seq=Decimal(item["seq"]),
+        created=float(item["Created"]),
+        modified=float(item["Modified"]),
+        retries=int(item["Retries"]),
+        increment=int(item["Increment"]),
+        active=item.get("Active"),
+        state=state_from_item(item.get("State")),
+    )
+
+
+# --- adapters ---------------------------------------------------------------------------------
+
+
+class _Dynamo:
+    def __init__(self, client: DynamoDBClient | None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> DynamoDBClient:
+        if self._client is None:
+            self._client = default_client()
+        return self._client
+
+
+class DynamoLogStore(_Dynamo):
+    """The log table. Every write is a conditional write or a transaction of them."""
+
+    def __init__(self, table: str, *, client: DynamoDBClient | None = None) -> None:
+        super().__init__(client)
+        self._table = table
+
+    def _key(self, log_id: str, seq: int | Decimal) -> dict[str, Any]:
+        return to_attributes({"log_id": log_id, "seq": seq})
+
+    def read_head(self, log_id: str) -> Head:
+        response = self.client.get_item(TableName=self._table, Key=self._key(log_id, HEAD_SEQ), ConsistentRead=True)
+        item = response.get("Item")
+        return head_from_item(log_id, from_attributes(item) if item else None)
+
+    def append(self, entry: LogEntry, head: Head, created_at: str) -> None:
+        """Put the entry (its position must be free) and advance the head, in one transaction."""
+        put = {
+            "TableName": self._table,
+            "Item": to_attributes(entry_to_item(entry, created_at)),
+            "ConditionExpression": "attribute_not_exists(seq)",
+        }
+        if head.exists:
+            head_update: dict[str, Any] = {
+                "UpdateExpression": "SET #next = :after",
+                "ConditionExpression": "#next = :position AND snapshots = :snapshots",
+                "ExpressionAttributeValues": to_attributes(
+                    {":after": entry.position + 1, ":position": entry.position, ":snapshots": head.snapshots}
+                ),
+            }
+        else:
+            head_update = {
+                "UpdateExpression": "SET #next = :after, snapshots = :zero, last_cut = :zero, built = :zero, kind = :kind",
+                "ConditionExpression": "attribute_not_exists(seq)",
+                "ExpressionAttributeValues": to_attributes({":after": entry.position + 1, ":zero": 0, ":kind": "Head"}),
+            }
+        update = {
+            "TableName": self._table,
+            "Key": self._key(entry.log_id, HEAD_SEQ),
+            "ExpressionAttributeNames": {"#next": "next"},
+            **head_update,
+        }
+        try:
+            self.client.transact_write_items(TransactItems=[{"Put": put}, {"Update": update}])  # type: ignore[list-item]
+        except ClientError as err:
+            codes = cancellation_codes(err)
+            if not codes:
+                raise
+            if codes[0] == "ConditionalCheckFailed":
+                raise EntryExists(f"position {entry.position} of log {entry.log_id} is taken") from err
+            if codes[1] == "ConditionalCheckFailed":
+                raise HeadMoved(f"the head of log {entry.log_id} moved") from err
+            if "TransactionConflict" in codes:
+                raise TransientConflict(f"a concurrent transaction on log {entry.log_id}") from err
+            raise
+
+    def read_entry(self, log_id: str, position: int) -> LogEntry | None:
+        response = self.client.get_item(TableName=self._table, Key=self._key(log_id, position), ConsistentRead=True)
+        item = response.get("Item")
+        return entry_from_item(from_attributes(item)) if item else None
+
+    def append_marker(self, marker: SnapshotMarker, head: Head, created_at: str) -> bool:
+        """Append the Snapshot entry closing the open segment; False if the head moved meanwhile."""
+        item = {
+            "log_id": marker.log_id,
+            "seq": marker.seq,
+            "kind": EntryKind.SNAPSHOT.value,
+            "snapshot": marker.number,
+            "cut": marker.cut,
+            "previous_cut": marker.previous_cut,
+            "created_at": created_at,
+        }
+        try:
+            self.client.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self._table, "Item": to_attributes(item), "ConditionExpression": "attribute_not_exists(seq)"}},
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(marker.log_id, HEAD_SEQ),
+                            "UpdateExpression": "SET snapshots = :number, last_cut = :cut",
+                            "ConditionExpression": "#next = :next AND snapshots = :before",
+                            "ExpressionAttributeNames": {"#next": "next"},
+                            "ExpressionAttributeValues": to_attributes(
+                                {":number": marker.number, ":cut": marker.cut, ":next": head.next_position, ":before": head.snapshots}
+                            ),
+                        }
+                    },
+                ]
+            )
+        except ClientError as err:
+            if cancellation_codes(err):
+                return False  # another append or Snapshot entry got there first
+            raise
+        return True
+
+    def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None:
+        response = self.client.get_item(TableName=self._table, Key=self._key(log_id, seq), ConsistentRead=True)
+        item = response.get("Item")
+        if not item:
+            return None
+        attributes = from_attributes(item)
+        return marker_from_item(attributes) if attributes.get("kind") == EntryKind.SNAPSHOT.value else None
+
+    def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]:
+        """A segment's events in (cell, position) order, for cells after `after_order`, page by page.
+
+        The index is eventually consistent; the builder counts what it read against the
+        segment's size and starts over if an event was not there yet.
+        """
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": SEGMENT_INDEX,
+            "Limit": _PAGE_LIMIT,
+            "ExpressionAttributeNames": {"#segment": SEGMENT_INDEX_PARTITION, "#order": SEGMENT_INDEX_SORT},
+        }
+        values: dict[str, Any] = {":segment": segment_key(log_id, segment)}
+        if after_order:
+            # "~" sorts after the "#position" suffix of every event of the cell `after_order`.
+            request["KeyConditionExpression"] = "#segment = :segment AND #order > :after"
+            values[":after"] = f"{after_order}#~"
+        else:
+            request["KeyConditionExpression"] = "#segment = :segment"
+        request["ExpressionAttributeValues"] = to_attributes(values)
+        while True:
+            response = self.client.query(**request)
+            for raw in response.get("Items", []):
+                yield entry_from_item(from_attributes(raw))
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            request["ExclusiveStartKey"] = last
+
+    def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None:
+        """Write the root to the Snapshot entry; rewriting the same root is a no-op."""
+        try:
+            self.client.update_item(
+                TableName=self._table,
+                Key=self._key(marker.log_id, marker.seq),
+                UpdateExpression="SET #root = :root, built_at = if_not_exists(built_at, :at)",
+                ConditionExpression="attribute_exists(seq) AND (attribute_not_exists(#root) OR #root = :root)",
+                ExpressionAttributeNames={"#root": "root"},
+                ExpressionAttributeValues=to_attributes({":root": root, ":at": built_at}),
+            )
+        except ClientError as err:
+            if is_conditional_check_failed(err):
+                raise RootConflict(f"snapshot {marker.number} of log {marker.log_id} already has another root") from err
+            raise
+
+    def advance_pointer(self, marker: SnapshotMarker, root: str) -> None:
+        """Move the head's last-snapshot pointer forward to `marker`; never backwards."""
+        try:
+            self.client.update_item(
+                TableName=self._table,
+                Key=self._key(marker.log_id, HEAD_SEQ),
+                UpdateExpression="SET built = :number, built_seq = :seq, built_root = :root",
+                ConditionExpression="attribute_exists(seq) AND built < :number",
+                ExpressionAttributeValues=to_attributes({":number": marker.number, ":seq": marker.seq, ":root": root}),
+            )
+        except ClientError as err:
+            if not is_conditional_check_failed(err):
+                raise
+
+    def entries_after(self, log_id: str, after: Decimal, limit: int) -> tuple[list[dict[str, Any]], Decimal | None]:
+        """Entries with seq > after (events and Snapshot entries), and where the next page starts."""
+        response = self.client.query(
+            TableName=self._table,
+            KeyConditionExpression="log_id = :log AND seq > :after",
+            ExpressionAttributeValues=to_attributes({":log": log_id, ":after": after}),
+            Limit=limit,
+            ConsistentRead=True,
+        )
+        items = [from_attributes(raw) for raw in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return items, (Decimal(from_attributes(last)["seq"]) if last else None)
+
+    def scan_log(self, log_id: str, after: Decimal) -> Iterator[dict[str, Any]]:
+        """Every entry of a log after `after`, in log order (operator tools)."""
+        while True:
+            items, next_after = self.entries_after(log_id, after, 500)
+            yield from items
+            if next_after is None:
+                return
+            after = next_after
+
+
+class DynamoPendingStore(_Dynamo):
+    """The pending-snapshots table: claims with a lease, forward-only checkpoints."""
+
+    def __init__(self, table: str, *, client: DynamoDBClient | None = None) -> None:
+        super().__init__(client)
+        self._table = table
+
+    def _key(self, log_id: str, seq: Decimal) -> dict[str, Any]:
+        return to_attributes({"log_id": log_id, "seq": seq})
+
+    def claim(self, log_id: str, seq: Decimal, token: str, now: float, lease_seconds: float) -> PendingSnapshot | None:
+        """Set Active to `token` and bump Increment, if nobody holds a live lease; None if lost."""
+        try:
+            response = self.client.update_item(
+                TableName=self._table,
+                Key=self._key(log_id, seq),
+                UpdateExpression=(
+                    "SET Active = :token, Modified = :now, Created = if_not_exists(Created, :now), "
+                    "Retries = if_not_exists(Retries, :zero), #state = if_not_exists(#state, :initial) ADD Increment :one"
+                ),
+                ConditionExpression="attribute_not_exists(Active) OR Modified < :expired",
+                ExpressionAttributeNames={"#state": "State"},
+                ExpressionAttributeValues=to_attributes(
+                    {
+                        ":token": token,
+                        ":now": timestamp(now),
+                        ":zero": 0,
+                        ":one": 1,
+                        ":initial": state_to_item(BuildState()),
+                        ":expired": timestamp(now - lease_seconds),
+                    }
+                ),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as err:
+            if is_conditional_check_failed(err):
+                return None
+            raise
+        return pending_from_item(from_attributes(response["Attributes"]))
+
+    def _held_update(self, pending: PendingSnapshot, expression: str, values: dict[str, Any], names: dict[str, str] | None = None) -> bool:
+        """An update that only the current holder (same Increment and token) can make."""
+        try:
+            self.client.update_item(
+                TableName=self._table,
+                Key=self._key(pending.log_id, pending.seq),
+                UpdateExpression=expression,
+                ConditionExpression="Increment = :increment AND Active = :token",
+                ExpressionAttributeValues=to_attributes({**values, ":increment": pending.increment, ":token": pending.active}),
+                **({"ExpressionAttributeNames": names} if names else {}),  # type: ignore[arg-type]
+            )
+        except ClientError as err:
+            if is_conditional_check_failed(err):
+                return False
+            raise
+        return True
+
+    def checkpoint(self, pending: PendingSnapshot, state: BuildState, now: float) -> bool:
+        return self._held_update(
+            pending, "SET #state = :state, Modified = :now", {":state": state_to_item(state), ":now": timestamp(now)}, {"#state": "State"}
+        )
+
+    def defer(self, pending: PendingSnapshot, now: float) -> bool:
+        return self._held_update(
+            pending, "SET Modified = :now, Retries = Retries + :one REMOVE Active", {":now": timestamp(now), ":one": 1}
+        )
+
+    def release(self, pending: PendingSnapshot, now: float) -> bool:
+        return self._held_update(pending, "SET Modified = :now REMOVE Active", {":now": timestamp(now)})
+
+    def delete(self, log_id: str, seq: Decimal, increment: int | None = None) -> bool:
+        request: dict[str, Any] = {"TableName": self._table, "Key": self._key(log_id, seq)}
+        if increment is not None:
+            request["ConditionExpression"] = "attribute_not_exists(seq) OR Increment = :increment"
+            request["ExpressionAttributeValues"] = to_attributes({":increment": increment})
+        try:
+            self.client.delete_item(**request)
+        except ClientError as err:
+            if is_conditional_check_failed(err):
+                return False
+            raise
+        return True
+
+    def get(self, log_id: str, seq: Decimal) -> PendingSnapshot | None:
+        response = self.client.get_item(TableName=self._table, Key=self._key(log_id, seq), ConsistentRead=True)
+        item = response.get("Item")
+        return pending_from_item(from_attributes(item)) if item else None
+
+    def scan(self) -> Iterator[PendingSnapshot]:
+        """Every pending snapshot of every log (operator tools)."""
+        for page in self.client.get_paginator("scan").paginate(TableName=self._table, ConsistentRead=True):
+            for raw in page.get("Items", []):
+                yield pending_from_item(from_attributes(raw))

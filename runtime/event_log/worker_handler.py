@@ -1,0 +1,54 @@
+"""Lambda entry point of the snapshot worker (SQS). Thin: parse, call, map."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.settings import WorkerSettings
+from runtime.event_log.snapshots import SnapshotWorker
+from runtime.event_log.sqs_batch import process_batch
+from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+
+
+@functools.cache
+def settings() -> WorkerSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return WorkerSettings.from_env(os.environ)
+
+
+@functools.cache
+def queue() -> SqsQueue:
+    return SqsQueue()
+
+
+def worker() -> SnapshotWorker:
+    """A fresh worker per invocation (it counts its own progress); clients are cached."""
+    config = settings()
+    return SnapshotWorker(
+        DynamoLogStore(config.log_table), DynamoPendingStore(config.pending_table), S3Objects(config.bucket), queue(), config.options
+    )
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    snapshot_worker = worker()
+
+    def build(message: SideEffectMessage, record: Mapping[str, Any]) -> bool:
+        outcome = snapshot_worker.handle(
+            message, str(record["receiptHandle"]), context.get_remaining_time_in_millis, context.aws_request_id
+        )
+        metrics.add_metric(name=f"Snapshots{outcome.value.title().replace('_', '')}", unit=MetricUnit.Count, value=1)
+        logger.info("snapshot message handled", extra={"log_id": message.log_id, "seq": str(message.seq), "outcome": outcome.value})
+        return not outcome.keeps_message
+
+    failures = process_batch(event.get("Records", []), SideEffect.BUILD_SNAPSHOT, queue(), settings().options.queue_url, build)
+    metrics.add_metric(name="SnapshotChunksWritten", unit=MetricUnit.Count, value=snapshot_worker.progress.chunks_written)
+    return {"batchItemFailures": failures}
