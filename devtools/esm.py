@@ -27,16 +27,16 @@ class ShardRecord:
 
 
 class ShardSource(Protocol):
-    def read(self, after: str | None, limit: int) -> list[ShardRecord]:
+    def read(self, after: str | None, limit: int) -> list[Any]:
         """Up to `limit` records after the checkpoint sequence number (from the start if None)."""
         ...
 
 
 @dataclass
 class ListShard:
-    records: Sequence[ShardRecord]
+    records: Sequence[Any]  # anything with a sequence_number
 
-    def read(self, after: str | None, limit: int) -> list[ShardRecord]:
+    def read(self, after: str | None, limit: int) -> list[Any]:
         start = 0 if after is None else next(i for i, r in enumerate(self.records) if r.sequence_number == after) + 1
         return list(self.records[start : start + limit])
 
@@ -112,12 +112,16 @@ class PollStats:
 
 @dataclass
 class EventSourceMapping:
+    """Works for any stream whose records have a `sequence_number`; `to_event` builds the
+    Lambda event of a batch (Kinesis by default, `dynamodb_stream_event` for a table stream)."""
+
     invoke: Invoke
     batch_size: int = 100
     retry_attempts: int = 10
     bisect_on_error: bool = True
-    on_failure: Callable[[list[ShardRecord]], None] = lambda records: None
+    on_failure: Callable[[list[Any]], None] = lambda records: None
     stats: PollStats = field(default_factory=PollStats)
+    to_event: Callable[[Sequence[Any]], dict[str, Any]] = lambda records: lambda_event(records)
 
     def drain(self, shard: ShardSource, checkpoint: str | None = None) -> str | None:
         """Deliver everything after the checkpoint; returns the final checkpoint."""
@@ -128,7 +132,7 @@ class EventSourceMapping:
             self._deliver(batch)
             checkpoint = batch[-1].sequence_number
 
-    def _deliver(self, batch: list[ShardRecord]) -> None:
+    def _deliver(self, batch: list[Any]) -> None:
         """Deliver one batch until it is checkpointed (done, or given up to on_failure)."""
         attempts = 0
         pending = batch
@@ -137,7 +141,7 @@ class EventSourceMapping:
             self.stats.invocations += 1
             self.stats.batch_sizes.append(size)
             try:
-                response = self.invoke(lambda_event(pending))
+                response = self.invoke(self.to_event(pending))
             except (Exception, SimulatedCrash):
                 self.stats.function_errors += 1
                 attempts += 1
@@ -164,6 +168,6 @@ class EventSourceMapping:
             self.stats.redelivered_records += size - index
             pending = pending[index:]
 
-    def _give_up(self, records: list[ShardRecord]) -> None:
+    def _give_up(self, records: list[Any]) -> None:
         self.stats.sent_to_on_failure += len(records)
         self.on_failure(records)

@@ -10,7 +10,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-WRITE_OPERATIONS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
+DYNAMODB_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
+# Writes of the other services a handler may call: objects in S3, messages in SQS.
+S3_WRITES = frozenset({"PutObject", "DeleteObject", "DeleteObjects", "PutObjectTagging", "DeleteObjectTagging"})
+WRITE_OPERATIONS = (
+    DYNAMODB_WRITES
+    | S3_WRITES
+    | {
+        "SendMessage",
+        "SendMessageBatch",
+        "ChangeMessageVisibility",
+        "DeleteMessage",
+    }
+)
 
 
 class SimulatedCrash(BaseException):
@@ -19,7 +31,8 @@ class SimulatedCrash(BaseException):
 
 @dataclass
 class WriteBoundaryCrasher:
-    """Counts DynamoDB writes on a client; crashes before or after write number `at` (1-based).
+    """Counts writes on the clients it is attached to (DynamoDB, S3, SQS); crashes before or
+    after write number `at` (1-based).
 
     `at=None` only counts. Boundaries of a run with W writes: ("before", 1..W), ("after", 1..W).
     """
@@ -30,21 +43,24 @@ class WriteBoundaryCrasher:
     crashed: bool = False
     operations: list[str] = field(default_factory=list)
 
-    def attach(self, client: Any) -> WriteBoundaryCrasher:
-        client.meta.events.register("before-call.dynamodb.*", self._before)
-        client.meta.events.register("after-call.dynamodb.*", self._after)
+    def attach(self, *clients: Any) -> WriteBoundaryCrasher:
+        for client in clients:
+            service = _service(client)
+            client.meta.events.register(f"before-call.{service}.*", self._before)
+            client.meta.events.register(f"after-call.{service}.*", self._after)
         return self
 
-    def detach(self, client: Any) -> None:
-        client.meta.events.unregister("before-call.dynamodb.*", self._before)
-        client.meta.events.unregister("after-call.dynamodb.*", self._after)
+    def detach(self, *clients: Any) -> None:
+        for client in clients:
+            service = _service(client)
+            client.meta.events.unregister(f"before-call.{service}.*", self._before)
+            client.meta.events.unregister(f"after-call.{service}.*", self._after)
 
     def _before(self, model: Any, params: dict[str, Any], **_: Any) -> None:
         if model.name not in WRITE_OPERATIONS:
             return
         self.writes += 1
-        # `params` is the serialized request here; DynamoDB's body is JSON.
-        self.operations.append(f"{model.name}:{_target(model.name, json.loads(params['body']))}")
+        self.operations.append(f"{model.name}:{_target(model.name, params)}")
         if self.at == self.writes and self.when == "before" and not self.crashed:
             self.crashed = True
             raise SimulatedCrash(f"crash before write {self.writes} ({model.name})")
@@ -55,7 +71,22 @@ class WriteBoundaryCrasher:
             raise SimulatedCrash(f"crash after write {self.writes} ({model.name})")
 
 
-def _target(operation: str, params: dict[str, Any]) -> str:
+def _service(client: Any) -> str:
+    return str(client.meta.service_model.service_id.hyphenize())
+
+
+def _target(operation: str, request: dict[str, Any]) -> str:
+    """What a serialized request writes to: tables, a bucket path or a queue."""
+    if operation in S3_WRITES:
+        return str(request.get("url_path", ""))  # /bucket/key
+    try:
+        params = json.loads(request["body"])  # DynamoDB and SQS speak JSON
+    except (ValueError, TypeError, KeyError):
+        return ""
+    if not isinstance(params, dict):
+        return ""
+    if "QueueUrl" in params:
+        return str(params["QueueUrl"]).rsplit("/", 1)[-1]
     if operation == "TransactWriteItems":
         tables = [next(iter(item.values()))["TableName"] for item in params.get("TransactItems", [])]
         return "+".join(tables)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -16,3 +18,18 @@ class FakeLambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms
+
+
+@dataclass
+class ClockedLambdaContext(FakeLambdaContext):
+    """Its remaining time runs down with `clock` (a VirtualClock in tests) from `timeout_seconds`."""
+
+    clock: Callable[[], float] = time.time
+    timeout_seconds: float = 60.0
+    started: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.timeout_seconds - (self.clock() - self.started)) * 1000))

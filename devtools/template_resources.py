@@ -66,21 +66,39 @@ class EmbeddedCloud:
     template: Template
     names: dict[str, str] = field(default_factory=dict)
 
-    def create(self, *, dynamodb: Any = None, sqs: Any = None, kinesis: Any = None) -> EmbeddedCloud:
+    def create(self, *, dynamodb: Any = None, sqs: Any = None, kinesis: Any = None, s3: Any = None) -> EmbeddedCloud:
         if dynamodb is not None:
             for logical_id, resource in resources_of_type(self.template, "AWS::DynamoDB::Table").items():
                 dynamodb.create_table(**table_request(logical_id, resource["Properties"]))
                 self.names[logical_id] = logical_id
         if sqs is not None:
-            for logical_id in resources_of_type(self.template, "AWS::SQS::Queue"):
-                url = sqs.create_queue(QueueName=logical_id)["QueueUrl"]
-                self.names[logical_id] = logical_id
+            queues = resources_of_type(self.template, "AWS::SQS::Queue")
+            for logical_id, resource in queues.items():
+                visibility = str(resource["Properties"].get("VisibilityTimeout", 30))
+                url = sqs.create_queue(QueueName=logical_id, Attributes={"VisibilityTimeout": visibility})["QueueUrl"]
+                self.names[logical_id] = url  # a queue's Ref is its URL
                 self.names[f"{logical_id}.url"] = url
+                self.names[f"{logical_id}.arn"] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+                    "QueueArn"
+                ]
+            for logical_id, resource in queues.items():
+                policy = resource["Properties"].get("RedrivePolicy")
+                if policy:
+                    redrive = {
+                        "deadLetterTargetArn": self.resolve(policy["deadLetterTargetArn"]),
+                        "maxReceiveCount": policy["maxReceiveCount"],
+                    }
+                    sqs.set_queue_attributes(QueueUrl=self.names[logical_id], Attributes={"RedrivePolicy": json.dumps(redrive)})
         if kinesis is not None:
             for logical_id, resource in resources_of_type(self.template, "AWS::Kinesis::Stream").items():
                 props = resource["Properties"]
                 kinesis.create_stream(StreamName=logical_id, ShardCount=int(props.get("ShardCount", 1)))
                 self.names[logical_id] = logical_id
+        if s3 is not None:
+            for logical_id in resources_of_type(self.template, "AWS::S3::Bucket"):
+                name = logical_id.lower()  # bucket names are lower case
+                s3.create_bucket(Bucket=name)
+                self.names[logical_id] = name
         return self
 
     def function_environment(self, handler: str) -> dict[str, str]:
@@ -93,6 +111,8 @@ class EmbeddedCloud:
             return value
         if isinstance(value, Mapping) and "Ref" in value:
             return self.names[value["Ref"]]
+        if isinstance(value, Mapping) and "Fn::GetAtt" in value and value["Fn::GetAtt"][1] == "Arn":
+            return self.names[f"{value['Fn::GetAtt'][0]}.arn"]
         raise ValueError(f"cannot resolve {value!r} in the embedded cloud")
 
     def event_source_mapping(self, handler: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.objects import MessageQueue, PayloadObjects, S3Objects, SqsQueue
 from runtime.event_log.settings import FinalizerSettings
 from runtime.event_log.side_effects import finalize_payload
 from runtime.event_log.sqs_batch import process_batch
@@ -33,13 +33,15 @@ def queue() -> SqsQueue:
     return SqsQueue()
 
 
-@instrumented
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handle_payload_event(event: Mapping[str, Any], payloads: PayloadObjects, messages: MessageQueue, queue_url: str) -> dict[str, Any]:
     def finalize(message: SideEffectMessage, _: Mapping[str, Any]) -> bool:
-        finalize_payload(objects(), message)
+        finalize_payload(payloads, message)
         metrics.add_metric(name="PayloadsFinalized", unit=MetricUnit.Count, value=1)
         return True
 
-    return {
-        "batchItemFailures": process_batch(event.get("Records", []), SideEffect.FINALIZE_PAYLOAD, queue(), settings().queue_url, finalize)
-    }
+    return {"batchItemFailures": process_batch(list(event.get("Records", [])), SideEffect.FINALIZE_PAYLOAD, messages, queue_url, finalize)}
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle_payload_event(event, objects(), queue(), settings().queue_url)

@@ -62,6 +62,17 @@ class RootConflict(Exception):
     """A Snapshot entry already names another root: two builds disagreed. Never overwritten."""
 
 
+# The seed's attribute names; several are DynamoDB reserved words, so expressions use these.
+SEED_NAMES = {
+    "#active": "Active",
+    "#modified": "Modified",
+    "#created": "Created",
+    "#retries": "Retries",
+    "#increment": "Increment",
+    "#state": "State",
+}
+
+
 def segment_key(log_id: str, segment: int) -> str:
     return f"{log_id}#{segment:010d}"
 
@@ -317,15 +328,17 @@ class DynamoLogStore(_Dynamo):
             "TableName": self._table,
             "IndexName": SEGMENT_INDEX,
             "Limit": _PAGE_LIMIT,
-            "ExpressionAttributeNames": {"#segment": SEGMENT_INDEX_PARTITION, "#order": SEGMENT_INDEX_SORT},
         }
+        names = {"#segment": SEGMENT_INDEX_PARTITION}
         values: dict[str, Any] = {":segment": segment_key(log_id, segment)}
         if after_order:
             # "~" sorts after the "#position" suffix of every event of the cell `after_order`.
             request["KeyConditionExpression"] = "#segment = :segment AND #order > :after"
+            names["#order"] = SEGMENT_INDEX_SORT
             values[":after"] = f"{after_order}#~"
         else:
             request["KeyConditionExpression"] = "#segment = :segment"
+        request["ExpressionAttributeNames"] = names
         request["ExpressionAttributeValues"] = to_attributes(values)
         while True:
             response = self.client.query(**request)
@@ -406,11 +419,11 @@ class DynamoPendingStore(_Dynamo):
                 TableName=self._table,
                 Key=self._key(log_id, seq),
                 UpdateExpression=(
-                    "SET Active = :token, Modified = :now, Created = if_not_exists(Created, :now), "
-                    "Retries = if_not_exists(Retries, :zero), #state = if_not_exists(#state, :initial) ADD Increment :one"
+                    "SET #active = :token, #modified = :now, #created = if_not_exists(#created, :now), "
+                    "#retries = if_not_exists(#retries, :zero), #state = if_not_exists(#state, :initial) ADD #increment :one"
                 ),
-                ConditionExpression="attribute_not_exists(Active) OR Modified < :expired",
-                ExpressionAttributeNames={"#state": "State"},
+                ConditionExpression="attribute_not_exists(#active) OR #modified < :expired",
+                ExpressionAttributeNames=SEED_NAMES,
                 ExpressionAttributeValues=to_attributes(
                     {
                         ":token": token,
@@ -429,16 +442,20 @@ class DynamoPendingStore(_Dynamo):
             raise
         return pending_from_item(from_attributes(response["Attributes"]))
 
-    def _held_update(self, pending: PendingSnapshot, expression: str, values: dict[str, Any], names: dict[str, str] | None = None) -> bool:
+    def _held_update(self, pending: PendingSnapshot, expression: str, values: dict[str, Any]) -> bool:
         """An update that only the current holder (same Increment and token) can make."""
+        used = {name: attribute for name, attribute in SEED_NAMES.items() if name in expression} | {
+            "#increment": "Increment",
+            "#active": "Active",
+        }
         try:
             self.client.update_item(
                 TableName=self._table,
                 Key=self._key(pending.log_id, pending.seq),
                 UpdateExpression=expression,
-                ConditionExpression="Increment = :increment AND Active = :token",
+                ConditionExpression="#increment = :increment AND #active = :token",
+                ExpressionAttributeNames=used,
                 ExpressionAttributeValues=to_attributes({**values, ":increment": pending.increment, ":token": pending.active}),
-                **({"ExpressionAttributeNames": names} if names else {}),  # type: ignore[arg-type]
             )
         except ClientError as err:
             if is_conditional_check_failed(err):
@@ -447,22 +464,21 @@ class DynamoPendingStore(_Dynamo):
         return True
 
     def checkpoint(self, pending: PendingSnapshot, state: BuildState, now: float) -> bool:
-        return self._held_update(
-            pending, "SET #state = :state, Modified = :now", {":state": state_to_item(state), ":now": timestamp(now)}, {"#state": "State"}
-        )
+        return self._held_update(pending, "SET #state = :state, #modified = :now", {":state": state_to_item(state), ":now": timestamp(now)})
 
     def defer(self, pending: PendingSnapshot, now: float) -> bool:
         return self._held_update(
-            pending, "SET Modified = :now, Retries = Retries + :one REMOVE Active", {":now": timestamp(now), ":one": 1}
+            pending, "SET #modified = :now, #retries = #retries + :one REMOVE #active", {":now": timestamp(now), ":one": 1}
         )
 
     def release(self, pending: PendingSnapshot, now: float) -> bool:
-        return self._held_update(pending, "SET Modified = :now REMOVE Active", {":now": timestamp(now)})
+        return self._held_update(pending, "SET #modified = :now REMOVE #active", {":now": timestamp(now)})
 
     def delete(self, log_id: str, seq: Decimal, increment: int | None = None) -> bool:
         request: dict[str, Any] = {"TableName": self._table, "Key": self._key(log_id, seq)}
         if increment is not None:
-            request["ConditionExpression"] = "attribute_not_exists(seq) OR Increment = :increment"
+            request["ConditionExpression"] = "attribute_not_exists(seq) OR #increment = :increment"
+            request["ExpressionAttributeNames"] = {"#increment": "Increment"}
             request["ExpressionAttributeValues"] = to_attributes({":increment": increment})
         try:
             self.client.delete_item(**request)

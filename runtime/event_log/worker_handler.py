@@ -10,7 +10,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.objects import MessageQueue, S3Objects, SqsQueue
 from runtime.event_log.settings import WorkerSettings
 from runtime.event_log.snapshots import SnapshotWorker
 from runtime.event_log.sqs_batch import process_batch
@@ -37,9 +37,10 @@ def worker() -> SnapshotWorker:
     )
 
 
-@instrumented
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    snapshot_worker = worker()
+def handle_snapshot_event(
+    event: Mapping[str, Any], context: LambdaContext, snapshot_worker: SnapshotWorker, messages: MessageQueue, queue_url: str
+) -> dict[str, Any]:
+    """One SQS batch: every message built, deferred, handed off or found done; failures reported."""
 
     def build(message: SideEffectMessage, record: Mapping[str, Any]) -> bool:
         outcome = snapshot_worker.handle(
@@ -49,6 +50,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.info("snapshot message handled", extra={"log_id": message.log_id, "seq": str(message.seq), "outcome": outcome.value})
         return not outcome.keeps_message
 
-    failures = process_batch(event.get("Records", []), SideEffect.BUILD_SNAPSHOT, queue(), settings().options.queue_url, build)
+    failures = process_batch(list(event.get("Records", [])), SideEffect.BUILD_SNAPSHOT, messages, queue_url, build)
     metrics.add_metric(name="SnapshotChunksWritten", unit=MetricUnit.Count, value=snapshot_worker.progress.chunks_written)
     return {"batchItemFailures": failures}
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle_snapshot_event(event, context, worker(), queue(), settings().options.queue_url)

@@ -1,0 +1,297 @@
+"""The event log on the embedded cloud: tables, bucket and queues from the synthesized template,
+every handler's settings from its synthesized environment, a virtual clock, and the three
+deliveries Lambda would make (table stream -> router, snapshot queue -> worker, payload queue
+-> finalizer). Plus an independent check of the end state: every snapshot against a replay.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from devtools.esm import EventSourceMapping, ListShard
+from devtools.lambda_context import ClockedLambdaContext
+from devtools.moto_patches import VirtualClock, fast_transactions
+from devtools.sqs_esm import SqsEventSource, next_visible_at, queue_depth
+from devtools.table_stream import TableStream, dynamodb_stream_event, filter_patterns
+from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from runtime.event_log.finalizer_handler import handle_payload_event
+from runtime.event_log.logic import chain_digest, decode_chunk, replay
+from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
+from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.service import EventLogService
+from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
+from runtime.event_log.side_effects import StreamRouter
+from runtime.event_log.snapshots import SnapshotWorker
+from runtime.event_log.store import DynamoLogStore, DynamoPendingStore, entry_from_item, marker_from_item
+from runtime.event_log.worker_handler import handle_snapshot_event
+from runtime.shared.observability import metrics
+
+API_HANDLER = "runtime.event_log.api_handler.handler"
+ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
+WORKER_HANDLER = "runtime.event_log.worker_handler.handler"
+FINALIZER_HANDLER = "runtime.event_log.finalizer_handler.handler"
+REGION = "us-east-1"
+
+
+def client(service: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=REGION)
+
+
+@contextmanager
+def embedded_event_log_cloud(clock: VirtualClock) -> Iterator[None]:
+    """moto with DynamoDB's transaction semantics (fast) and SQS on the virtual clock."""
+    from moto import mock_aws
+
+    with mock_aws(), fast_transactions(), clock.driving_sqs():
+        yield
+
+
+@dataclass
+class Clients:
+    dynamodb: Any
+    s3: Any
+    sqs: Any
+
+    @classmethod
+    def new(cls) -> Clients:
+        return cls(client("dynamodb"), client("s3"), client("sqs"))
+
+
+@dataclass
+class EventLogWorld:
+    template: Template
+    cloud: EmbeddedCloud
+    clock: VirtualClock
+    clients: Clients
+    api: ApiSettings
+    router: RouterSettings
+    worker: WorkerSettings
+    finalizer: FinalizerSettings
+    stream: TableStream
+    rng: random.Random = field(default_factory=lambda: random.Random(7))
+    router_checkpoint: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls, template: Template, clock: VirtualClock, *, overrides: Mapping[str, Mapping[str, str]] | None = None, seed: int = 7
+    ) -> EventLogWorld:
+        """Call inside `embedded_event_log_cloud(clock)`. `overrides` maps a handler path to
+        environment variables that replace the synthesized ones (smaller chunks, say)."""
+        clients = Clients.new()
+        cloud = EmbeddedCloud(template).create(dynamodb=clients.dynamodb, sqs=clients.sqs, s3=clients.s3)
+
+        def environment(handler: str) -> dict[str, str]:
+            return {**cloud.function_environment(handler), **(overrides or {}).get(handler, {})}
+
+        api = ApiSettings.from_env(environment(API_HANDLER))
+        mapping = cloud.event_source_mapping(ROUTER_HANDLER)
+        stream_arn = clients.dynamodb.describe_table(TableName=api.log_table)["Table"]["LatestStreamArn"]
+        return cls(
+            template=template,
+            cloud=cloud,
+            clock=clock,
+            clients=clients,
+            api=api,
+            router=RouterSettings.from_env(environment(ROUTER_HANDLER)),
+            worker=WorkerSettings.from_env(environment(WORKER_HANDLER)),
+            finalizer=FinalizerSettings.from_env(environment(FINALIZER_HANDLER)),
+            stream=TableStream(client("dynamodbstreams"), stream_arn, filter_patterns(mapping)),
+            rng=random.Random(seed),
+        )
+
+    # --- the API ------------------------------------------------------------------------------
+
+    def log_store(self, dynamodb: Any = None) -> DynamoLogStore:
+        return DynamoLogStore(self.api.log_table, client=dynamodb or self.clients.dynamodb)
+
+    def service(self, dynamodb: Any = None) -> EventLogService:
+        return EventLogService(
+            self.log_store(dynamodb),
+            S3Objects(self.api.bucket, client=self.clients.s3),
+            self.api.options,
+            clock=self.clock,
+            sleep=lambda _: None,
+        )
+
+    def append(self, log_id: str, position: int, cell: str, value: str | None = None, *, request_id: str | None = None) -> AppendResult:
+        kind = EntryKind.SET_CELL if value is not None else EntryKind.CLEAR_CELL
+        request = AppendRequest(log_id, request_id or f"req-{log_id}-{position}", position, CellEvent(kind, cell, value))
+        return self.service().append(request)
+
+    # --- the functions, as their event sources invoke them -------------------------------------
+
+    def function_timeout(self, handler: str) -> int:
+        return int(self.template["Resources"][find_function(self.template, handler)]["Properties"]["Timeout"])
+
+    def snapshot_worker(self, clients: Clients | None = None) -> SnapshotWorker:
+        used = clients or self.clients
+        return SnapshotWorker(
+            DynamoLogStore(self.worker.log_table, client=used.dynamodb),
+            DynamoPendingStore(self.worker.pending_table, client=used.dynamodb),
+            S3Objects(self.worker.bucket, client=used.s3),
+            SqsQueue(client=used.sqs),
+            self.worker.options,
+            clock=self.clock,
+            rng=self.rng,
+        )
+
+    def invoke_worker(
+        self, event: Mapping[str, Any], *, worker: SnapshotWorker | None = None, context: ClockedLambdaContext | None = None
+    ) -> dict[str, Any]:
+        snapshot_worker = worker or self.snapshot_worker()
+        used_context = context or ClockedLambdaContext(clock=self.clock, timeout_seconds=self.function_timeout(WORKER_HANDLER))
+        try:
+            return handle_snapshot_event(
+                event, used_context, snapshot_worker, SqsQueue(client=self.clients.sqs), self.worker.options.queue_url
+            )
+        finally:
+            metrics.clear_metrics()  # no Lambda runtime flushes them here
+
+    def invoke_finalizer(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return handle_payload_event(
+                event, S3Objects(self.finalizer.bucket, client=self.clients.s3), SqsQueue(client=self.clients.sqs), self.finalizer.queue_url
+            )
+        finally:
+            metrics.clear_metrics()
+
+    def invoke_router(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        report = StreamRouter(SqsQueue(client=self.clients.sqs), self.router.queues).route(event.get("Records", []))
+        return {"batchItemFailures": report.batch_item_failures()}
+
+    def route(self) -> int:
+        """Deliver the stream records written since the last call to the router, as its mapping would."""
+        records = self.stream.poll()
+        if not records:
+            return 0
+        mapping = self.cloud.event_source_mapping(ROUTER_HANDLER)
+        esm = EventSourceMapping(
+            self.invoke_router,
+            batch_size=int(mapping["BatchSize"]),
+            retry_attempts=int(mapping["MaximumRetryAttempts"]),
+            bisect_on_error=bool(mapping["BisectBatchOnFunctionError"]),
+            to_event=dynamodb_stream_event,
+        )
+        esm.drain(ListShard(records))
+        return len(records)
+
+    def queue_arn(self, url: str) -> str:
+        return str(self.clients.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+
+    def snapshot_source(self, invoke: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> SqsEventSource:
+        url = self.worker.options.queue_url
+        return SqsEventSource(self.clients.sqs, url, self.queue_arn(url), invoke or self.invoke_worker, batch_size=1)
+
+    def payload_source(self) -> SqsEventSource:
+        url = self.finalizer.queue_url
+        return SqsEventSource(self.clients.sqs, url, self.queue_arn(url), self.invoke_finalizer, batch_size=10)
+
+    def drain(self, sources: list[SqsEventSource] | None = None, *, max_rounds: int = 100_000) -> int:
+        """Route the stream and run the queues until both are empty, jumping the virtual clock
+        over visibility timeouts and backoffs. Returns the rounds it took."""
+        used = sources or [self.snapshot_source(), self.payload_source()]
+        for rounds in range(max_rounds):
+            self.route()
+            if sum(source.poll_once() for source in used):
+                continue
+            waiting = [at for at in (next_visible_at(source.queue_url) for source in used) if at is not None]
+            if not waiting:
+                return rounds
+            self.clock.advance(max(0.001, min(waiting) - self.clock()) + 0.001)
+        raise RuntimeError(f"queues did not drain in {max_rounds} rounds")
+
+    def dead_letters(self, queue_logical_prefix: str = "EventLogSnapshotDeadLetterQueue") -> list[dict[str, Any]]:
+        url = next(
+            self.cloud.names[lid] for lid in resources_of_type(self.template, "AWS::SQS::Queue") if lid.startswith(queue_logical_prefix)
+        )
+        messages: list[dict[str, Any]] = []
+        while True:
+            batch = self.clients.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get(
+                "Messages", []
+            )
+            if not batch:
+                return messages
+            messages.extend(batch)
+
+    def depth(self, url: str) -> int:
+        return queue_depth(self.clients.sqs, url)
+
+    # --- the end state --------------------------------------------------------------------------
+
+    def entries(self, log_id: str) -> list[dict[str, Any]]:
+        return list(self.log_store().scan_log(log_id, Decimal(0)))
+
+    def events(self, log_id: str) -> list[LogEntry]:
+        return [entry_from_item(item) for item in self.entries(log_id) if EntryKind(item["kind"]) in CELL_KINDS]
+
+    def snapshot_cells(self, root_key: str) -> tuple[dict[str, Any], list[Any], str]:
+        """A built snapshot: its root document, its cells in stored order, the recomputed digest."""
+        objects = S3Objects(self.worker.bucket, client=self.clients.s3)
+        root = json.loads(objects.get(root_key))
+        cells: list[Any] = []
+        digest = ""
+        for key in root["chunks"]:
+            body = objects.get(key)
+            digest = chain_digest(digest, body)
+            cells.extend(decode_chunk(body))
+        return root, cells, digest
+
+    def verify(self, log_id: str) -> list[str]:
+        """Every snapshot equals a from-scratch replay of the log up to its entry; the pointer is
+        on the newest; nothing is pending; no object is left that no snapshot or entry names."""
+        problems: list[str] = []
+        items = self.entries(log_id)
+        events = [entry_from_item(item) for item in items if EntryKind(item["kind"]) in CELL_KINDS]
+        markers = [marker_from_item(item) for item in items if item["kind"] == EntryKind.SNAPSHOT.value]
+        referenced: set[str] = set()
+        for marker in markers:
+            if not marker.root:
+                problems.append(f"snapshot {marker.number} (cut {marker.cut}) was never built")
+                continue
+            root, cells, digest = self.snapshot_cells(marker.root)
+            referenced.update([marker.root, *root["chunks"]])
+            orders = [cell.order for cell in cells]
+            if orders != sorted(set(orders)):
+                problems.append(f"snapshot {marker.number}: cells are not in strictly increasing cell order")
+            if digest != root["digest"]:
+                problems.append(f"snapshot {marker.number}: digest {root['digest']} does not match its chunks ({digest})")
+            expected = replay(event for event in events if event.position <= marker.cut)
+            stored = {cell.cell: cell for cell in cells}
+            if stored != expected:
+                wrong = sorted(set(stored.items()) ^ set(expected.items()), key=lambda pair: pair[0])[:3]
+                problems.append(f"snapshot {marker.number}: {len(stored)} cells differ from the replay's {len(expected)}, e.g. {wrong}")
+            if root["cells"] != len(expected) or root["cut"] != marker.cut:
+                problems.append(f"snapshot {marker.number}: root says {root['cells']} cells at cut {root['cut']}")
+        head = self.log_store().read_head(log_id)
+        built = [marker for marker in markers if marker.root]
+        if built and (head.built != built[-1].number or head.built_root != built[-1].root):
+            problems.append(f"the last-snapshot pointer is at {head.built}, the newest built snapshot is {built[-1].number}")
+        objects = S3Objects(self.worker.bucket, client=self.clients.s3)
+        strays = sorted(set(objects.keys(f"snapshots/{log_id}/")) - referenced)
+        if strays:
+            problems.append(f"{len(strays)} snapshot objects no root names, e.g. {strays[:3]}")
+        pending = [p for p in DynamoPendingStore(self.worker.pending_table, client=self.clients.dynamodb).scan() if p.log_id == log_id]
+        if pending:
+            problems.append(f"{len(pending)} pending snapshots left: {[str(p.seq) for p in pending]}")
+        problems.extend(self._verify_payloads(log_id, events))
+        return problems
+
+    def _verify_payloads(self, log_id: str, events: list[LogEntry]) -> list[str]:
+        problems: list[str] = []
+        s3 = self.clients.s3
+        in_log = {event.event.payload.key for event in events if event.event.payload is not None}
+        for key in S3Objects(self.worker.bucket, client=s3).keys(f"payloads/{log_id}/"):
+            tags = s3.get_object_tagging(Bucket=self.worker.bucket, Key=key)["TagSet"]
+            if key in in_log and tags:
+                problems.append(f"payload {key} is in the log but still tagged {tags}")
+            if key not in in_log and not tags:
+                problems.append(f"payload {key} is in no entry and untagged: the lifecycle rule would never delete it")
+        return problems

@@ -1,0 +1,117 @@
+"""Two corrections to moto for the event log's tests, demo and benchmark.
+
+- Transactions: moto deep-copies every table a TransactWriteItems touches, to roll back on a
+  failed condition. That makes an append cost O(size of the log), so a 50,000-event log takes
+  hours. DynamoDB checks every condition against the state before the transaction and then
+  applies all items or none; `fast_transactions` does exactly that, with no copy.
+- Time: moto's SQS reads the wall clock for visibility timeouts and delays. `VirtualClock`
+  replaces that clock, so a test can jump over a 30-minute visibility timeout or a lease, and
+  the snapshot worker is given the same clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def fast_transactions() -> Iterator[None]:
+    from moto.dynamodb.comparisons import get_filter_expression
+    from moto.dynamodb.exceptions import (
+        MultipleTransactionsException,
+        TooManyTransactionsException,
+        TransactionCanceledException,
+        TransactWriteSingleOpException,
+    )
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        if len(transact_items) > 100:
+            raise TooManyTransactionsException()
+        seen: set[tuple[str, str]] = set()
+        reasons: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
+        plan: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for item in transact_items:
+            if len(item) > 1:
+                raise TransactWriteSingleOpException
+            op_type, op = next(iter(item.items()))
+            table = self.get_table(op["TableName"])
+            if op_type == "Put":
+                key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = op["Item"][table.range_key_attr]
+            else:
+                key = op["Key"]
+            identity = (op["TableName"], str(dict(sorted(key.items()))))
+            if identity in seen:
+                raise MultipleTransactionsException()
+            seen.add(identity)
+            current = self.get_item(op["TableName"], key)
+            condition = op.get("ConditionExpression")
+            if condition is not None:
+                check = get_filter_expression(condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues"))
+                if not check.expr(current):
+                    old = (
+                        current.to_json()["Attributes"] if current and op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" else None
+                    )
+                    reasons.append(("ConditionalCheckFailed", "The conditional request failed", old))
+                    continue
+            reasons.append((None, None, None))
+            plan.append((op_type, op, key))
+        if any(code is not None for code, _, _ in reasons):
+            raise TransactionCanceledException(reasons)
+        for op_type, op, key in plan:  # every condition held against the state before
+            names = op.get("ExpressionAttributeNames")
+            values = op.get("ExpressionAttributeValues")
+            if op_type == "Put":
+                self.put_item(op["TableName"], op["Item"])
+            elif op_type == "Delete":
+                self.delete_item(op["TableName"], key)
+            elif op_type == "Update":
+                self.update_item(
+                    op["TableName"],
+                    key,
+                    update_expression=op["UpdateExpression"],
+                    expression_attribute_names=names,
+                    expression_attribute_values=values,
+                )
+
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DynamoDBBackend.transact_write_items = original  # type: ignore[method-assign]
+
+
+class VirtualClock:
+    """Seconds since the epoch, moved only by `advance`; thread-safe."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+    @contextmanager
+    def driving_sqs(self) -> Iterator[VirtualClock]:
+        """moto's SQS visibility timeouts and delays follow this clock."""
+        import moto.sqs.models as sqs_models
+
+        saved = (sqs_models.unix_time, sqs_models.unix_time_millis)
+        sqs_models.unix_time = self  # type: ignore[assignment]
+        sqs_models.unix_time_millis = lambda: self() * 1000  # type: ignore[assignment]
+        try:
+            yield self
+        finally:
+            sqs_models.unix_time, sqs_models.unix_time_millis = saved  # type: ignore[assignment]
