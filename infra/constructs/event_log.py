@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass
 
 import jsii
-
 from aws_cdk import Duration
 from aws_cdk import aws_apigateway as apigw_v1
 from aws_cdk import aws_apigatewayv2 as apigw
