@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,6 +17,7 @@ from typing import Any
 from devtools.esm import EventSourceMapping, ListShard
 from devtools.lambda_context import ClockedLambdaContext
 from devtools.moto_patches import VirtualClock, fast_transactions
+from devtools.sheet_workload import Edit
 from devtools.sqs_esm import SqsEventSource, next_visible_at, queue_depth
 from devtools.table_stream import TableStream, dynamodb_stream_event, filter_patterns
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
@@ -27,7 +28,7 @@ from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.service import EventLogService
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
 from runtime.event_log.side_effects import StreamRouter
-from runtime.event_log.snapshots import SnapshotWorker
+from runtime.event_log.snapshots import SnapshotWorker, WorkerOptions
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore, entry_from_item, marker_from_item
 from runtime.event_log.worker_handler import handle_snapshot_event
 from runtime.shared.observability import metrics
@@ -37,6 +38,11 @@ ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
 WORKER_HANDLER = "runtime.event_log.worker_handler.handler"
 FINALIZER_HANDLER = "runtime.event_log.finalizer_handler.handler"
 REGION = "us-east-1"
+
+
+def edit_request(log_id: str, edit: Edit, request_id: str | None = None) -> AppendRequest:
+    kind = EntryKind.SET_CELL if edit.value is not None else EntryKind.CLEAR_CELL
+    return AppendRequest(log_id, request_id or edit.request_id, edit.position, CellEvent(kind, edit.cell, edit.value))
 
 
 def client(service: str) -> Any:
@@ -122,23 +128,25 @@ class EventLogWorld:
         )
 
     def append(self, log_id: str, position: int, cell: str, value: str | None = None, *, request_id: str | None = None) -> AppendResult:
-        kind = EntryKind.SET_CELL if value is not None else EntryKind.CLEAR_CELL
-        request = AppendRequest(log_id, request_id or f"req-{log_id}-{position}", position, CellEvent(kind, cell, value))
-        return self.service().append(request)
+        return self.service().append(edit_request(log_id, Edit(position, cell, value), request_id))
+
+    def append_edits(self, log_id: str, edits: Iterable[Edit], dynamodb: Any = None) -> list[AppendResult]:
+        service = self.service(dynamodb)
+        return [service.append(edit_request(log_id, edit)) for edit in edits]
 
     # --- the functions, as their event sources invoke them -------------------------------------
 
     def function_timeout(self, handler: str) -> int:
         return int(self.template["Resources"][find_function(self.template, handler)]["Properties"]["Timeout"])
 
-    def snapshot_worker(self, clients: Clients | None = None) -> SnapshotWorker:
+    def snapshot_worker(self, clients: Clients | None = None, options: WorkerOptions | None = None) -> SnapshotWorker:
         used = clients or self.clients
         return SnapshotWorker(
             DynamoLogStore(self.worker.log_table, client=used.dynamodb),
             DynamoPendingStore(self.worker.pending_table, client=used.dynamodb),
             S3Objects(self.worker.bucket, client=used.s3),
             SqsQueue(client=used.sqs),
-            self.worker.options,
+            options or self.worker.options,
             clock=self.clock,
             rng=self.rng,
         )

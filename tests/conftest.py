@@ -72,3 +72,29 @@ def dynamodb_client() -> Any:
     import boto3
 
     return boto3.client("dynamodb", region_name="us-east-1")
+
+
+# --- the event log on the embedded cloud ------------------------------------------------------
+
+EVENT_LOG_STACK = "Onceflow-dev-EventLog"
+# Small enough that a few dozen events give several snapshots of several chunks each.
+SMALL_LOG = {
+    "runtime.event_log.api_handler.handler": {"SNAPSHOT_EVERY": "20"},
+    "runtime.event_log.worker_handler.handler": {"CHUNK_BYTES": "256"},
+}
+
+
+@pytest.fixture
+def event_log_template(dev_templates: dict[str, Template]) -> Template:
+    return dev_templates[EVENT_LOG_STACK]
+
+
+@pytest.fixture
+def log_world(event_log_template: Template) -> Iterator[Any]:
+    """The dev event log on moto, with a virtual clock, small snapshots and small chunks."""
+    from devtools.event_log_world import EventLogWorld, embedded_event_log_cloud
+    from devtools.moto_patches import VirtualClock
+
+    clock = VirtualClock()
+    with embedded_event_log_cloud(clock):
+        yield EventLogWorld.create(event_log_template, clock, overrides=SMALL_LOG)

@@ -19,7 +19,8 @@ class InvalidCell(ValueError):
 
 def parse_cell(reference: str) -> tuple[int, int]:
     """(row, column), both 1-based, of an A1 reference such as "B12"."""
-    match = _A1.fullmatch(reference.strip().upper())
+    # ASCII first: "ß1".upper() is "SS1", which is not what the client wrote.
+    match = _A1.fullmatch(reference.strip().upper()) if reference.isascii() else None
     if not match:
         raise InvalidCell(f"{reference!r} is not a cell reference in A1 notation (such as B12)")
     letters, digits = match.groups()

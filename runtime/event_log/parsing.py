@@ -40,7 +40,10 @@ class PoisonMessage(ValueError):
 def parse_json_object(body: str | bytes | None, *, max_bytes: int) -> dict[str, Any]:
     if body is None or body == "" or body == b"":
         raise InvalidRequest("the request body is empty; send a JSON object")
-    raw = body.encode("utf-8") if isinstance(body, str) else body
+    try:
+        raw = body.encode("utf-8") if isinstance(body, str) else body
+    except UnicodeEncodeError as err:
+        raise InvalidRequest("the request body is not valid UTF-8 text") from err
     if len(raw) > max_bytes:
         raise InvalidRequest(f"the request body is {len(raw)} bytes; the limit is {max_bytes}")
     try:
@@ -76,14 +79,15 @@ def parse_cell(value: Any) -> str:
     try:
         return canonical_cell(value)
     except InvalidCell as err:
-        raise InvalidRequest(str(err)) from err
+        raise InvalidRequest(f"cell: {err}") from err
 
 
 def parse_append(log_id: str, document: Mapping[str, Any], *, max_value_bytes: int) -> AppendRequest:
     event = document.get("event")
     if not isinstance(event, dict):
         raise InvalidRequest('event must be an object such as {"kind": "SetCell", "cell": "B12", "value": "42"}')
-    kind = CLIENT_KINDS.get(event.get("kind"))  # type: ignore[arg-type]
+    raw_kind = event.get("kind")
+    kind = CLIENT_KINDS.get(raw_kind) if isinstance(raw_kind, str) else None
     if kind is None:
         raise InvalidRequest(f"event.kind must be one of {', '.join(CLIENT_KINDS)} (large values go through /payloads)")
     cell = parse_cell(event.get("cell"))
@@ -92,7 +96,10 @@ def parse_append(log_id: str, document: Mapping[str, Any], *, max_value_bytes: i
         value = event.get("value")
         if not isinstance(value, str):
             raise InvalidRequest("event.value must be a string for SetCell")
-        size = len(value.encode("utf-8"))
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError as err:
+            raise InvalidRequest("event.value is not valid Unicode text") from err
         if size > max_value_bytes:
             raise InvalidRequest(f"event.value is {size} bytes; values over {max_value_bytes} bytes go through /payloads")
     elif "value" in event:
@@ -124,6 +131,8 @@ def side_effect_of_record(record: Mapping[str, Any]) -> SideEffectMessage:
         seq = Decimal(image["seq"]["N"])
     except (KeyError, TypeError, InvalidOperation) as err:
         raise PoisonMessage(f"stream record is missing kind, log_id or seq: {err}") from err
+    if not seq.is_finite() or not 0 < seq <= MAX_POSITION:
+        raise PoisonMessage(f"stream record seq {seq} is not a log position")
     if kind == EntryKind.SNAPSHOT.value:
         if seq % 1 != HALF:
             raise PoisonMessage(f"Snapshot entry at {seq} is not at a half position")

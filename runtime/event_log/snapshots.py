@@ -61,7 +61,7 @@ class WorkerOptions:
     handoff_margin_ms: int = 30_000
     backoff_base_seconds: float = 2
     backoff_cap_seconds: float = 12 * 3600
-    redrive_after_retries: int = 3
+    redrive_after_retries: int = 5  # about a minute of waiting with the default backoff
 
 
 @dataclass

@@ -40,9 +40,10 @@ class VersionGuard:
 
 
 def deterministic_id(*parts: object, length: int = 32) -> str:
-    """A hex id that depends only on `parts`: every retry of the same work computes the same one."""
-    text = "\x1f".join(str(part) for part in parts)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+    """A hex id that depends only on the text of `parts`: every retry of the same work computes
+    the same one. Each part is length-prefixed, so no two different lists of parts share a text."""
+    text = "".join(f"{len(str(part))}:{part};" for part in parts)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
 def full_jitter_backoff(attempt: int, *, base_seconds: float, cap_seconds: float, rng: random.Random | None = None) -> int:
@@ -53,4 +54,4 @@ def full_jitter_backoff(attempt: int, *, base_seconds: float, cap_seconds: float
     """
     ceiling = min(cap_seconds, base_seconds * 2 ** min(attempt, 62))
     draw = (rng or random).uniform(0, ceiling)
-    return max(1, min(int(cap_seconds), round(draw)))
+    return max(1, int(draw))  # rounded down, so never above the ceiling
