@@ -71,6 +71,7 @@ class RunnerStatsConfig:
 
 
 SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
+QUEUE_RETENTION_SECONDS = 14 * 24 * 3600  # SQS's longest, on every queue of the project
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,11 @@ class EventLogConfig:
     def finalizer_visibility_seconds(self) -> int:
         return 6 * self.finalizer_timeout_seconds
 
+    @property
+    def longest_deferral_seconds(self) -> int:
+        """The most a snapshot message can spend deferred before its last receive (every backoff at its ceiling)."""
+        return sum(min(self.backoff_cap_seconds, self.backoff_base_seconds * 2**attempt) for attempt in range(self.snapshot_max_receives))
+
     def validate(self) -> None:
         if not 10 <= self.snapshot_every <= 10_000_000:
             raise ConfigError("event_log.snapshot_every must be 10..10000000")
@@ -143,6 +149,9 @@ class EventLogConfig:
             raise ConfigError("event_log backoff must be 1 s..12 h (SQS's longest visibility timeout)")
         if not 1 <= self.snapshot_max_receives <= 1000 or not 1 <= self.finalizer_max_receives <= 1000:
             raise ConfigError("event_log max receives must be 1..1000 (bounded, then the DLQ)")
+        if self.longest_deferral_seconds > QUEUE_RETENTION_SECONDS // 2:
+            # A message keeps its first enqueue time in the DLQ: leave it at least a week there.
+            raise ConfigError("event_log.snapshot_max_receives and backoff allow deferrals longer than 7 days (half the queue retention)")
         if not 1 <= self.router_batch_size <= 10_000 or not 0 <= self.router_retry_attempts <= 10_000:
             raise ConfigError("event_log router batch size must be 1..10000 and its retries 0..10000")
         if not 60 <= self.router_max_record_age_seconds <= 24 * 3600:

@@ -124,7 +124,8 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, con
     acknowledge(
         role.node.find_child("DefaultPolicy").node.default_child,  # type: ignore[arg-type]
         "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-        "xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions; "
+        "Only actions that support no resource-level permissions use '*': xray:PutTraceSegments and "
+        "xray:PutTelemetryRecords (tracing) and, for a DynamoDB stream consumer, dynamodb:ListStreams; "
         "every other statement of this role names its own resources.",
     )
     return CreatedFunction(function=function, role=role, log_group=log_group)

@@ -46,8 +46,10 @@ class MessageQueue(Protocol):
 @functools.cache
 def default_s3() -> S3Client:
     import boto3
+    from botocore.config import Config
 
-    return boto3.client("s3")
+    # SigV4 for presigned URLs: the pending tag is one of the signed headers of an upload URL.
+    return boto3.client("s3", config=Config(signature_version="s3v4"))
 
 
 @functools.cache

@@ -25,13 +25,87 @@ ENVS = ("dev", "prod")
 PLUGINS = {"AwsSolutions", "Serverless"}
 # How CDK (2.275) records `Validations.of(scope).acknowledge(...)` on the construct.
 ACKNOWLEDGED_RULES_METADATA = "aws:cdk:acknowledged-rules"
-# The complete inventory: construct path inside the stack, rule -> the one CloudFormation resource
-# type the acknowledged construct wraps. A new acknowledgement must be added here, in review.
+# The stacks build_app creates per environment: "<stack_prefix>-<suffix>".
+STACK_SUFFIXES = ("RunnerStats", "EventLog")
+# The complete inventory: (stack suffix, construct path inside the stack, rule) -> the one
+# CloudFormation resource type the acknowledged construct wraps. A new acknowledgement must be
+# added here, in review.
+_ACKNOWLEDGED_IN_EVERY_ENV = {
+    ("RunnerStats", "RunnerStats/FailureQueue/Resource", "AwsSolutions::AwsSolutions-SQS3"): "AWS::SQS::Queue",
+    ("RunnerStats", "RunnerStats/FailureQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
+    ("RunnerStats", "RunnerStats/Handler/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    ("RunnerStats", "RunnerStats/HandlerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    # EventLog: the two dead-letter queues and the stream's on-failure queue have no DLQ of their own
+    ("EventLog", "EventLog/SnapshotDeadLetterQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
+    ("EventLog", "EventLog/PayloadDeadLetterQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
+    ("EventLog", "EventLog/StreamFailureQueue/Resource", "AwsSolutions::AwsSolutions-SQS3"): "AWS::SQS::Queue",
+    ("EventLog", "EventLog/StreamFailureQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
+    # EventLog: no function is invoked asynchronously, so none has a function DLQ
+    ("EventLog", "EventLog/ApiHandler/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    ("EventLog", "EventLog/RouterHandler/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    ("EventLog", "EventLog/SnapshotWorker/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    ("EventLog", "EventLog/PayloadFinalizer/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    # EventLog: the X-Ray statement of every role (the Lambda factory's acknowledgement)
+    ("EventLog", "EventLog/ApiHandlerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    ("EventLog", "EventLog/RouterHandlerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    ("EventLog", "EventLog/SnapshotWorkerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    (
+        "EventLog",
+        "EventLog/PayloadFinalizerRole/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+    ): "AWS::IAM::Policy",
+    # EventLog: object wildcards under one prefix of the construct's own bucket, each on one role
+    (
+        "EventLog",
+        "EventLog/ApiHandlerRole/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<EventLogBucket7DE35D8B.Arn>/payloads/*]",
+    ): "AWS::IAM::Policy",
+    (
+        "EventLog",
+        "EventLog/ApiHandlerRole/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<EventLogBucket7DE35D8B.Arn>/snapshots/*]",
+    ): "AWS::IAM::Policy",
+    (
+        "EventLog",
+        "EventLog/SnapshotWorkerRole/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<EventLogBucket7DE35D8B.Arn>/snapshots/*]",
+    ): "AWS::IAM::Policy",
+    (
+        "EventLog",
+        "EventLog/PayloadFinalizerRole/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<EventLogBucket7DE35D8B.Arn>/payloads/*]",
+    ): "AWS::IAM::Policy",
+}
+# An SQS event source's construct id embeds the queue's unique id (stack name + path hash), so the
+# paths of the two SQS event source mappings differ per environment.
+_ESM_DESTINATION = "Serverless::Serverless-LambdaEventSourceMappingDestination"
 EXPECTED_ACKNOWLEDGEMENTS = {
-    ("RunnerStats/FailureQueue/Resource", "AwsSolutions::AwsSolutions-SQS3"): "AWS::SQS::Queue",
-    ("RunnerStats/FailureQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
-    ("RunnerStats/Handler/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
-    ("RunnerStats/HandlerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    "dev": {
+        **_ACKNOWLEDGED_IN_EVERY_ENV,
+        (
+            "EventLog",
+            "EventLog/SnapshotWorker/SqsEventSource:OnceflowdevEventLogSnapshotQueueFD767561/Resource",
+            _ESM_DESTINATION,
+        ): "AWS::Lambda::EventSourceMapping",
+        (
+            "EventLog",
+            "EventLog/PayloadFinalizer/SqsEventSource:OnceflowdevEventLogPayloadQueue089C1340/Resource",
+            _ESM_DESTINATION,
+        ): "AWS::Lambda::EventSourceMapping",
+    },
+    "prod": {
+        **_ACKNOWLEDGED_IN_EVERY_ENV,
+        (
+            "EventLog",
+            "EventLog/SnapshotWorker/SqsEventSource:OnceflowprodEventLogSnapshotQueueDAE16042/Resource",
+            _ESM_DESTINATION,
+        ): "AWS::Lambda::EventSourceMapping",
+        (
+            "EventLog",
+            "EventLog/PayloadFinalizer/SqsEventSource:OnceflowprodEventLogPayloadQueue9DE4C293/Resource",
+            _ESM_DESTINATION,
+        ): "AWS::Lambda::EventSourceMapping",
+    },
 }
 MIN_REASON_LENGTH = 40  # a sentence, not "ok" or "n/a"
 # jsii surfaces the failure as RuntimeError("ValidationFailed: ..."); the wording after it varies.
@@ -42,6 +116,20 @@ def report_of(outdir: Path) -> dict[str, Any]:
     report = outdir / "validation-report.json"
     # CDK writes the report whenever a plugin ran; without one there was nothing to report.
     return json.loads(report.read_text()) if report.exists() else {"pluginReports": []}
+
+
+def stack_suffixes(env_name: str) -> dict[str, str]:
+    """Stack name -> stack suffix, for every stack the app builds in the environment."""
+    prefix = load_config(env_name).stack_prefix
+    return {f"{prefix}-{suffix}": suffix for suffix in STACK_SUFFIXES}
+
+
+def stack_of(env_name: str, construct_path: str) -> tuple[str, str]:
+    """(stack name, stack suffix) of the app's stack a construct path lies in."""
+    stack_name = construct_path.split("/", 1)[0]
+    suffixes = stack_suffixes(env_name)
+    assert stack_name in suffixes, f"{construct_path} is not inside one of the app's stacks {sorted(suffixes)}"
+    return stack_name, suffixes[stack_name]
 
 
 def acknowledgements(app: App) -> list[tuple[IConstruct, str, str]]:
@@ -63,10 +151,10 @@ def synthesized(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture(scope="module", params=ENVS)
-def built_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> App:
+def built_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, App]:
     """The real app, built but not synthesized: its construct tree with the acknowledgements."""
     outdir = tmp_path_factory.mktemp(f"{request.param}-unsynthesized")
-    return build_app(App(context=cdk_context(str(request.param)), outdir=str(outdir)))
+    return str(request.param), build_app(App(context=cdk_context(str(request.param)), outdir=str(outdir)))
 
 
 # --- the real app passes ----------------------------------------------------------------------
@@ -75,9 +163,11 @@ def built_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 def test_dev_and_prod_synthesize_with_the_checks_on(dev_templates: dict[str, Any], prod_templates: dict[str, Any]) -> None:
     # Given the session's synth of both environments, with cdk-nag added by build_app
     # When synth ran (it raises on any unacknowledged finding)
-    # Then it produced each environment's stack
-    assert set(dev_templates) == {f"{load_config('dev').stack_prefix}-RunnerStats"}
-    assert set(prod_templates) == {f"{load_config('prod').stack_prefix}-RunnerStats"}
+    # Then it produced each environment's stacks, and only those
+    assert set(dev_templates) == {f"{load_config('dev').stack_prefix}-{suffix}" for suffix in STACK_SUFFIXES}
+    assert set(prod_templates) == {f"{load_config('prod').stack_prefix}-{suffix}" for suffix in STACK_SUFFIXES}
+    assert set(dev_templates) == {"Onceflow-dev-RunnerStats", "Onceflow-dev-EventLog"}
+    assert set(prod_templates) == {"Onceflow-prod-RunnerStats", "Onceflow-prod-EventLog"}
 
 
 def test_validation_report_has_no_unacknowledged_findings(synthesized: tuple[str, Path]) -> None:
@@ -96,14 +186,15 @@ def test_validation_report_has_no_unacknowledged_findings(synthesized: tuple[str
 def test_every_suppressed_finding_is_acknowledged_on_its_own_resource(synthesized: tuple[str, Path]) -> None:
     # Given the findings the report lists as acknowledged
     env_name, outdir = synthesized
-    stack_name = f"{load_config(env_name).stack_prefix}-RunnerStats"
     suppressed = [finding for plugin in report_of(outdir)["pluginReports"] for finding in plugin["suppressedViolations"]]
     assert suppressed, "expected the known acknowledged findings in the report"
     # When we compare where each was acknowledged with where it was found
+    found = set()
     for finding in suppressed:
         acknowledged_at = finding["acknowledgedAt"]
-        # Then the acknowledgement sits below the stack (never on the app or the stack), names the
-        # finding it acknowledges, gives a reason, and covers only constructs inside that scope
+        # Then the acknowledgement sits below one of the app's stacks (never on the app or a stack),
+        # names the finding it acknowledges, gives a reason, and covers only constructs inside that scope
+        stack_name, suffix = stack_of(env_name, acknowledged_at)
         assert acknowledged_at.startswith(f"{stack_name}/"), acknowledged_at
         assert acknowledged_at.count("/") >= 2, f"acknowledged too high up: {acknowledged_at}"
         assert len(finding["reason"].strip()) >= MIN_REASON_LENGTH
@@ -111,14 +202,16 @@ def test_every_suppressed_finding_is_acknowledged_on_its_own_resource(synthesize
         for violating in finding["violatingConstructs"]:
             path = violating["constructPath"]
             assert path == acknowledged_at or path.startswith(f"{acknowledged_at}/")
-    found = {(f["acknowledgedAt"].removeprefix(f"{stack_name}/"), f["acknowledgedId"]) for f in suppressed}
-    assert found == set(EXPECTED_ACKNOWLEDGEMENTS)
+        found.add((suffix, acknowledged_at.removeprefix(f"{stack_name}/"), finding["acknowledgedId"]))
+    # and every stack's findings are exactly the reviewed inventory of that environment
+    assert found == set(EXPECTED_ACKNOWLEDGEMENTS[env_name])
 
 
-def test_acknowledgements_are_exactly_the_reviewed_ones_each_on_one_resource(built_app: App) -> None:
+def test_acknowledgements_are_exactly_the_reviewed_ones_each_on_one_resource(built_app: tuple[str, App]) -> None:
     # Given the construct tree of the app before synth
+    env_name, app = built_app
     # When we collect the acknowledgement metadata recorded on its constructs
-    found = acknowledgements(built_app)
+    found = acknowledgements(app)
     assert found, f"no {ACKNOWLEDGED_RULES_METADATA!r} metadata found; has CDK changed how it records acknowledgements?"
     inventory = {}
     for construct, rule, reason in found:
@@ -132,10 +225,13 @@ def test_acknowledgements_are_exactly_the_reviewed_ones_each_on_one_resource(bui
         # and wildcard IAM findings are acknowledged for one specific finding, not the whole rule
         if rule in {"AwsSolutions::AwsSolutions-IAM4", "AwsSolutions::AwsSolutions-IAM5"}:
             pytest.fail(f"{rule} on {construct.node.path} must name the finding, e.g. IAM5[Resource::*]")
+        _, suffix = stack_of(env_name, construct.node.path)
         path = construct.node.path.split("/", 1)[1]  # inside the stack
-        inventory[(path, rule)] = resource.cfn_resource_type  # type: ignore[union-attr]
+        key = (suffix, path, rule)
+        assert key not in inventory, f"{rule} acknowledged twice on {construct.node.path}"
+        inventory[key] = resource.cfn_resource_type  # type: ignore[union-attr]
     # and they are exactly the reviewed inventory, each on the resource type it is about
-    assert inventory == EXPECTED_ACKNOWLEDGEMENTS
+    assert inventory == EXPECTED_ACKNOWLEDGEMENTS[env_name]
 
 
 # --- the checks really fail -------------------------------------------------------------------

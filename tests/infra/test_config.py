@@ -14,13 +14,17 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
 from devtools.template_resources import PROJECT_ROOT, load_assembly
-from infra.config import ENVIRONMENTS, ConfigError, EnvConfig, RunnerStatsConfig, load_config
+from infra.config import ENVIRONMENTS, SQS_MAX_VISIBILITY_SECONDS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
 
 ENVS = ("dev", "prod")
 
 
 def with_runner_stats(config: EnvConfig, **changes: Any) -> EnvConfig:
     return dataclasses.replace(config, runner_stats=dataclasses.replace(config.runner_stats, **changes))
+
+
+def with_event_log(config: EnvConfig, **changes: Any) -> EnvConfig:
+    return dataclasses.replace(config, event_log=dataclasses.replace(config.event_log, **changes))
 
 
 # --- the shipped environments -----------------------------------------------------------------
@@ -120,6 +124,102 @@ def test_invalid_runner_stats_values_are_refused(changes: dict[str, int], messag
     config = with_runner_stats(load_config("dev"), **changes)
     # When it is validated
     # Then it fails, naming the setting and its allowed range
+    with pytest.raises(ConfigError, match=message):
+        config.validate()
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_shipped_event_log_values_are_valid(env_name: str) -> None:
+    # Given an environment's event-log settings, and the class defaults
+    settings = load_config(env_name).event_log
+    # When they are validated
+    settings.validate()
+    EventLogConfig().validate()
+    # Then they pass, with a lease longer than the worker may run and shorter than the snapshot
+    # queue's visibility timeout (six worker timeouts), and a backoff within SQS's 12 h
+    assert settings.worker_timeout_seconds < settings.lease_seconds < settings.snapshot_visibility_seconds
+    assert settings.snapshot_visibility_seconds == 6 * settings.worker_timeout_seconds
+    assert settings.finalizer_visibility_seconds == 6 * settings.finalizer_timeout_seconds
+    assert settings.backoff_cap_seconds <= SQS_MAX_VISIBILITY_SECONDS == 12 * 3600
+    assert settings.handoff_margin_seconds < settings.worker_timeout_seconds
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # the worker's lease: longer than the worker's timeout, shorter than the queue's visibility (dev: 300 s -> 1800 s)
+        pytest.param({"lease_seconds": 300}, r"lease_seconds must exceed worker_timeout_seconds", id="lease=timeout"),
+        pytest.param({"lease_seconds": 120}, r"lease_seconds must exceed worker_timeout_seconds", id="lease<timeout"),
+        pytest.param({"lease_seconds": 1800}, r"lease_seconds must be shorter than the queue's visibility timeout", id="lease=6xtimeout"),
+        pytest.param({"lease_seconds": 3600}, r"lease_seconds must be shorter than the queue's visibility timeout", id="lease>6xtimeout"),
+        pytest.param(
+            {"worker_timeout_seconds": 600},  # dev's 600 s lease would no longer outlive the worker
+            r"lease_seconds must exceed worker_timeout_seconds",
+            id="timeout=lease",
+        ),
+        pytest.param({"worker_timeout_seconds": 901}, r"worker_timeout_seconds must be 3\.\.900", id="worker_timeout=901"),
+        pytest.param({"worker_timeout_seconds": 2}, r"worker_timeout_seconds must be 3\.\.900", id="worker_timeout=2"),
+        # the hand-off margin must leave the worker time to work
+        pytest.param(
+            {"handoff_margin_seconds": 300}, r"handoff_margin_seconds must be shorter than the worker timeout", id="margin=timeout"
+        ),
+        pytest.param({"handoff_margin_seconds": 0}, r"handoff_margin_seconds must be shorter than the worker timeout", id="margin=0"),
+        # backoff within SQS's longest visibility timeout (12 h)
+        pytest.param({"backoff_cap_seconds": 43_201}, r"backoff must be 1 s\.\.12 h", id="backoff_cap=43201"),
+        pytest.param({"backoff_base_seconds": 0}, r"backoff must be 1 s\.\.12 h", id="backoff_base=0"),
+        pytest.param({"backoff_base_seconds": 120, "backoff_cap_seconds": 60}, r"backoff must be 1 s\.\.12 h", id="backoff_base>cap"),
+        # the pending tag is one S3 tag, name=value
+        pytest.param({"pending_tag": "onceflow-pending"}, r"pending_tag must be one tag as name=value", id="tag-without-value"),
+        pytest.param({"pending_tag": "=true"}, r"pending_tag must be one tag as name=value", id="tag-without-name"),
+        pytest.param({"pending_tag": "onceflow-pending="}, r"pending_tag must be one tag as name=value", id="tag-empty-value"),
+        pytest.param({"pending_tag": "a=b&c=d"}, r"pending_tag must be one tag as name=value", id="two-tags"),
+        pytest.param({"pending_tag": ""}, r"pending_tag must be one tag as name=value", id="tag-empty"),
+        # dead-letter queues are reached after a bounded number of receives
+        pytest.param({"snapshot_max_receives": 0}, r"max receives must be 1\.\.1000", id="snapshot_max_receives=0"),
+        pytest.param({"snapshot_max_receives": 1001}, r"max receives must be 1\.\.1000", id="snapshot_max_receives=1001"),
+        pytest.param({"finalizer_max_receives": 0}, r"max receives must be 1\.\.1000", id="finalizer_max_receives=0"),
+        # sizes
+        pytest.param({"chunk_bytes": 1023}, r"chunk_bytes must be 1 KiB\.\.64 MiB", id="chunk_bytes=1023"),
+        pytest.param({"chunk_bytes": 64 * 1024 * 1024 + 1}, r"chunk_bytes must be 1 KiB\.\.64 MiB", id="chunk_bytes=64MiB+1"),
+        pytest.param({"snapshot_every": 9}, r"snapshot_every must be 10\.\.10000000", id="snapshot_every=9"),
+        pytest.param({"max_value_bytes": 16_384}, r"max_value_bytes must be below max_body_bytes", id="value=body"),
+        pytest.param({"max_body_bytes": 2 * 1024 * 1024}, r"max_body_bytes, which is at most 1 MiB", id="body=2MiB"),
+        pytest.param(
+            {"max_value_bytes": 301 * 1024, "max_body_bytes": 1024 * 1024},
+            r"max_value_bytes must keep an entry well under DynamoDB's 400 KB item limit",
+            id="value=301KiB",
+        ),
+        # expiry and presigned URLs
+        pytest.param({"pending_expiry_days": 0}, r"expiry days must be at least 1", id="pending_expiry_days=0"),
+        pytest.param({"noncurrent_expiry_days": 0}, r"expiry days must be at least 1", id="noncurrent_expiry_days=0"),
+        pytest.param({"url_expiry_seconds": 59}, r"url_expiry_seconds must be 60\.\.604800", id="url_expiry=59"),
+        pytest.param({"url_expiry_seconds": 604_801}, r"url_expiry_seconds must be 60\.\.604800", id="url_expiry=604801"),
+        # the router's stream mapping
+        pytest.param({"router_batch_size": 0}, r"router batch size must be 1\.\.10000", id="router_batch_size=0"),
+        pytest.param({"router_retry_attempts": -1}, r"its retries 0\.\.10000", id="router_retry_attempts=-1"),
+        pytest.param(
+            {"router_max_record_age_seconds": 24 * 3600 + 1},
+            r"router_max_record_age_seconds must be 60\.\.86400 \(a DynamoDB stream keeps 24 h\)",
+            id="router_max_record_age=86401",
+        ),
+        # the API and the functions
+        pytest.param({"api_rate_limit": 0}, r"api rate limit must be positive and at most the burst limit", id="rate=0"),
+        pytest.param({"api_rate_limit": 300}, r"api rate limit must be positive and at most the burst limit", id="rate>burst"),
+        pytest.param({"worker_max_concurrency": 0}, r"worker_max_concurrency must be 1\.\.1000", id="worker_max_concurrency=0"),
+        pytest.param({"api_timeout_seconds": 901}, r"function timeouts must be 3\.\.900 s", id="api_timeout=901"),
+        pytest.param({"router_timeout_seconds": 2}, r"function timeouts must be 3\.\.900 s", id="router_timeout=2"),
+        pytest.param({"finalizer_timeout_seconds": 901}, r"function timeouts must be 3\.\.900 s", id="finalizer_timeout=901"),
+        pytest.param({"api_memory_mb": 64}, r"memory must be 128\.\.10240 MB", id="api_memory=64"),
+        pytest.param({"worker_memory_mb": 10_241}, r"memory must be 128\.\.10240 MB", id="worker_memory=10241"),
+    ],
+)
+def test_invalid_event_log_values_are_refused(changes: dict[str, Any], message: str) -> None:
+    # Given dev's config (worker timeout 300 s, lease 600 s, burst 200) with one event-log value out of range
+    config = with_event_log(load_config("dev"), **changes)
+    # When it is validated, on its own and as part of the environment
+    # Then both fail, naming the setting and its allowed range
+    with pytest.raises(ConfigError, match=message):
+        config.event_log.validate()
     with pytest.raises(ConfigError, match=message):
         config.validate()
 

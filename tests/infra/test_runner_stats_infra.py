@@ -484,7 +484,7 @@ def asset_files(directory: Path) -> Iterator[Path]:
 
 def test_function_code_is_one_asset_holding_only_the_runtime_package(dev_assembly: Path) -> None:
     # Given the dev cloud assembly and its stack template
-    (template_json,) = load_assembly(dev_assembly).values()
+    template_json = load_assembly(dev_assembly)[f"{load_config('dev').stack_prefix}-RunnerStats"]
     _, function = only(template_json, "AWS::Lambda::Function")
     # When we look up the function's code in the asset manifest
     assets = zip_file_assets(dev_assembly)

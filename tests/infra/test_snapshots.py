@@ -3,6 +3,7 @@ reviewable diff (`pytest tests/infra/test_snapshots.py --snapshot-update` accept
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -13,6 +14,9 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from infra.config import load_config
 
 ENVS = ("dev", "prod")
+# Each environment's stacks ("<stack_prefix>-<suffix>") and how many Lambda functions each holds:
+# every function's code key must be normalized, not just the first one's.
+FUNCTIONS_PER_STACK = {"RunnerStats": 1, "EventLog": 4}
 ASSET_HASH = "<asset-hash>"
 # A CDK asset hash is the SHA-256 of the asset's content, i.e. of the runtime/ sources: it changes
 # with every runtime code edit. It shows up as the function's S3Key "<hash>.zip", in "asset.<hash>"
@@ -34,22 +38,36 @@ def normalize(value: Any) -> Any:
 
 @pytest.fixture
 def snapshot_json(snapshot: SnapshotAssertion) -> SnapshotAssertion:
-    # One readable, diffable .json file per environment.
+    # One readable, diffable .json file per environment and stack.
     return snapshot.use_extension(JSONSnapshotExtension)
 
 
+@pytest.mark.parametrize("stack_suffix", sorted(FUNCTIONS_PER_STACK))
 @pytest.mark.parametrize("env_name", ENVS)
-def test_template_matches_snapshot(env_name: str, request: pytest.FixtureRequest, snapshot_json: SnapshotAssertion) -> None:
-    # Given the environment's synthesized stack
+def test_template_matches_snapshot(
+    env_name: str, stack_suffix: str, request: pytest.FixtureRequest, snapshot_json: SnapshotAssertion
+) -> None:
+    # Given one of the environment's synthesized stacks
     templates: dict[str, Any] = request.getfixturevalue(f"{env_name}_templates")
-    template = templates[f"{load_config(env_name).stack_prefix}-RunnerStats"]
+    template = templates[f"{load_config(env_name).stack_prefix}-{stack_suffix}"]
     # When its asset hashes are replaced by placeholders
     normalized = normalize(template)
-    assert not _SHA256.search(str(normalized))
-    function = next(r for r in normalized["Resources"].values() if r["Type"] == "AWS::Lambda::Function")
-    assert function["Properties"]["Code"]["S3Key"] == f"{ASSET_HASH}.zip"
+    assert not _SHA256.search(json.dumps(normalized))
+    functions = [r for r in normalized["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert len(functions) == FUNCTIONS_PER_STACK[stack_suffix]
+    for function in functions:
+        assert function["Properties"]["Code"]["S3Key"] == f"{ASSET_HASH}.zip"
     # Then it equals the reviewed snapshot
     assert normalized == snapshot_json
+
+
+def test_every_stack_of_every_environment_is_snapshotted(dev_templates: dict[str, Any], prod_templates: dict[str, Any]) -> None:
+    # Given the stacks the app synthesizes per environment
+    # When we compare them with the stacks the snapshot test is parametrized over
+    # Then no stack is left without a snapshot
+    for env_name, templates in (("dev", dev_templates), ("prod", prod_templates)):
+        prefix = load_config(env_name).stack_prefix
+        assert set(templates) == {f"{prefix}-{suffix}" for suffix in FUNCTIONS_PER_STACK}
 
 
 def test_normalize_replaces_only_asset_hashes() -> None:
