@@ -24,3 +24,7 @@ class EventLogStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.event_log.http_api.api_endpoint)
         CfnOutput(self, "LogTableName", value=self.event_log.log_table.table_name)
         CfnOutput(self, "BucketName", value=self.event_log.bucket.bucket_name)
+        # What the operator tools read (python -m ops.event_log_reprocess --stack <name>).
+        CfnOutput(self, "PendingTableName", value=self.event_log.pending_table.table_name)
+        CfnOutput(self, "SnapshotQueueUrl", value=self.event_log.snapshot_queue.queue_url)
+        CfnOutput(self, "PayloadQueueUrl", value=self.event_log.payload_queue.queue_url)

@@ -35,6 +35,15 @@ class PayloadObjects(Protocol):
     def upload_url(self, key: str, tagging: str, expires_seconds: int) -> str: ...
     def download_url(self, key: str, expires_seconds: int) -> str: ...
     def size(self, key: str) -> int: ...
+    def tags(self, key: str) -> dict[str, str]:
+        try:
+            tag_set = self.client.get_object_tagging(Bucket=self._bucket, Key=key)["TagSet"]
+        except ClientError as err:
+            if error_code(err) in _MISSING_OBJECT:
+                raise ObjectMissing(f"s3://{self._bucket}/{key} does not exist") from err
+            raise
+        return {tag["Key"]: tag["Value"] for tag in tag_set}
+
     def remove_tags(self, key: str) -> None: ...
 
 
@@ -108,6 +117,15 @@ class S3Objects:
             if error_code(err) in _MISSING_OBJECT:
                 raise ObjectMissing(f"s3://{self._bucket}/{key} does not exist") from err
             raise
+
+    def tags(self, key: str) -> dict[str, str]:
+        try:
+            tag_set = self.client.get_object_tagging(Bucket=self._bucket, Key=key)["TagSet"]
+        except ClientError as err:
+            if error_code(err) in _MISSING_OBJECT:
+                raise ObjectMissing(f"s3://{self._bucket}/{key} does not exist") from err
+            raise
+        return {tag["Key"]: tag["Value"] for tag in tag_set}
 
     def remove_tags(self, key: str) -> None:
         """Idempotent: removing the tags of an untagged object changes nothing."""

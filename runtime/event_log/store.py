@@ -86,6 +86,14 @@ class LogStore(Protocol):
     def append(self, entry: LogEntry, head: Head, created_at: str) -> None: ...
     def read_entry(self, log_id: str, position: int) -> LogEntry | None: ...
     def append_marker(self, marker: SnapshotMarker, head: Head, created_at: str) -> bool: ...
+    def created_at(self, log_id: str, position: int) -> str | None:
+        """When the event at `position` was appended (ISO-8601), or None if there is none."""
+        response = self.client.get_item(
+            TableName=self._table, Key=self._key(log_id, position), ProjectionExpression="created_at", ConsistentRead=True
+        )
+        value = from_attributes(response.get("Item") or {}).get("created_at")
+        return str(value) if value is not None else None
+
     def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None: ...
     def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]: ...
     def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None: ...
@@ -309,6 +317,14 @@ class DynamoLogStore(_Dynamo):
                 return False  # another append or Snapshot entry got there first
             raise
         return True
+
+    def created_at(self, log_id: str, position: int) -> str | None:
+        """When the event at `position` was appended (ISO-8601), or None if there is none."""
+        response = self.client.get_item(
+            TableName=self._table, Key=self._key(log_id, position), ProjectionExpression="created_at", ConsistentRead=True
+        )
+        value = from_attributes(response.get("Item") or {}).get("created_at")
+        return str(value) if value is not None else None
 
     def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None:
         response = self.client.get_item(TableName=self._table, Key=self._key(log_id, seq), ConsistentRead=True)
