@@ -109,7 +109,7 @@ class EventLogWorld:
             router=RouterSettings.from_env(environment(ROUTER_HANDLER)),
             worker=WorkerSettings.from_env(environment(WORKER_HANDLER)),
             finalizer=FinalizerSettings.from_env(environment(FINALIZER_HANDLER)),
-            stream=TableStream(client("dynamodbstreams"), stream_arn, filter_patterns(mapping)),
+            stream=TableStream(api.log_table, stream_arn, filter_patterns(mapping)),
             rng=random.Random(seed),
         )
 
