@@ -1,4 +1,6 @@
-"""`make demo`: the runner-stats pipeline end to end on an embedded (moto) cloud.
+"""`make demo`: the pipelines end to end on an embedded (moto) cloud.
+
+Runner stats below; the event log in devtools/event_log_demo.py.
 
 No AWS account is needed. Tables, the on-failure queue and the stream come from the
 synthesized dev template; device messages go into a moto Kinesis stream; the shard is polled
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--log-events", type=int, default=50_000, help="cell events of the event-log section")
     args = parser.parse_args(argv)
     os.environ.update(AWS_ENV)
     # A crashed invocation flushes no metrics; Powertools warns about that, and it is expected here.
@@ -65,7 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     template = next(t for name, t in templates.items() if name.endswith("RunnerStats"))
     workload = generate(seed=args.seed, users=args.users, runs_per_user=args.runs, messages_per_run=args.messages, malformed=12)
     with mock_aws():
-        return run_demo(template, workload)
+        runner_stats = run_demo(template, workload)
+    from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
+
+    log_template = next(t for name, t in templates.items() if name.endswith("EventLog"))
+    event_log = run_event_log_demo(log_template, events=args.log_events, seed=args.seed)
+    results = {"runner stats": runner_stats, "event log": event_log}
+    print("\n" + ", ".join(f"{name}: {'OK' if status == 0 else 'MISMATCH'}" for name, status in results.items()))
+    return max(results.values())
 
 
 def run_demo(template: dict[str, Any], workload: Any) -> int:

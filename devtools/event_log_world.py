@@ -139,9 +139,11 @@ class EventLogWorld:
     def function_timeout(self, handler: str) -> int:
         return int(self.template["Resources"][find_function(self.template, handler)]["Properties"]["Timeout"])
 
-    def snapshot_worker(self, clients: Clients | None = None, options: WorkerOptions | None = None) -> SnapshotWorker:
+    def snapshot_worker(
+        self, clients: Clients | None = None, options: WorkerOptions | None = None, *, kind: type[SnapshotWorker] = SnapshotWorker
+    ) -> SnapshotWorker:
         used = clients or self.clients
-        return SnapshotWorker(
+        return kind(
             DynamoLogStore(self.worker.log_table, client=used.dynamodb),
             DynamoPendingStore(self.worker.pending_table, client=used.dynamodb),
             S3Objects(self.worker.bucket, client=used.s3),
