@@ -70,26 +70,27 @@ def request_body() -> dict[str, Any]:
     return parse_json_object(raw, max_bytes=settings().max_body_bytes)
 
 
-@app.exception_handler(InvalidRequest)
-def invalid_request(error: InvalidRequest) -> Response[str]:
-    metrics.add_metric(name="InvalidRequests", unit=MetricUnit.Count, value=1)
-    return json_response(400, {"error": str(error)})
+# Each expected refusal, its HTTP status and the metric that counts it.
+REFUSALS: dict[type[Exception], tuple[int, str | None]] = {
+    InvalidRequest: (400, "InvalidRequests"),
+    AppendConflict: (409, "AppendConflicts"),
+    PayloadNotUploaded: (409, None),
+    RequestMismatch: (422, None),
+}
 
 
-@app.exception_handler(AppendConflict)
-def append_conflict(error: AppendConflict) -> Response[str]:
-    metrics.add_metric(name="AppendConflicts", unit=MetricUnit.Count, value=1)
-    return json_response(409, {"error": str(error), "next_position": error.next_position})
+def refusal(error: Exception) -> Response[str]:
+    status, metric = REFUSALS[type(error)]
+    if metric:
+        metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
+    body: dict[str, Any] = {"error": str(error)}
+    if isinstance(error, AppendConflict):
+        body["next_position"] = error.next_position
+    return json_response(status, body)
 
 
-@app.exception_handler(PayloadNotUploaded)
-def payload_not_uploaded(error: PayloadNotUploaded) -> Response[str]:
-    return json_response(409, {"error": str(error)})
-
-
-@app.exception_handler(RequestMismatch)
-def request_mismatch(error: RequestMismatch) -> Response[str]:
-    return json_response(422, {"error": str(error)})
+for _refused in REFUSALS:
+    app.exception_handler(_refused)(refusal)
 
 
 @app.post("/logs/<log_id>/entries")

@@ -35,15 +35,7 @@ class PayloadObjects(Protocol):
     def upload_url(self, key: str, tagging: str, expires_seconds: int) -> str: ...
     def download_url(self, key: str, expires_seconds: int) -> str: ...
     def size(self, key: str) -> int: ...
-    def tags(self, key: str) -> dict[str, str]:
-        try:
-            tag_set = self.client.get_object_tagging(Bucket=self._bucket, Key=key)["TagSet"]
-        except ClientError as err:
-            if error_code(err) in _MISSING_OBJECT:
-                raise ObjectMissing(f"s3://{self._bucket}/{key} does not exist") from err
-            raise
-        return {tag["Key"]: tag["Value"] for tag in tag_set}
-
+    def tags(self, key: str) -> dict[str, str]: ...
     def remove_tags(self, key: str) -> None: ...
 
 

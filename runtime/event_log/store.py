@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from botocore.exceptions import ClientError
 
@@ -38,6 +38,7 @@ from runtime.shared.dynamo import (
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, UpdateTypeDef
 
 HEAD_SEQ = 0
 SEGMENT_INDEX = "SegmentEvents"
@@ -86,14 +87,7 @@ class LogStore(Protocol):
     def append(self, entry: LogEntry, head: Head, created_at: str) -> None: ...
     def read_entry(self, log_id: str, position: int) -> LogEntry | None: ...
     def append_marker(self, marker: SnapshotMarker, head: Head, created_at: str) -> bool: ...
-    def created_at(self, log_id: str, position: int) -> str | None:
-        """When the event at `position` was appended (ISO-8601), or None if there is none."""
-        response = self.client.get_item(
-            TableName=self._table, Key=self._key(log_id, position), ProjectionExpression="created_at", ConsistentRead=True
-        )
-        value = from_attributes(response.get("Item") or {}).get("created_at")
-        return str(value) if value is not None else None
-
+    def created_at(self, log_id: str, position: int) -> str | None: ...
     def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None: ...
     def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]: ...
     def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None: ...
@@ -265,7 +259,7 @@ class DynamoLogStore(_Dynamo):
             **head_update,
         }
         try:
-            self.client.transact_write_items(TransactItems=[{"Put": put}, {"Update": update}])  # type: ignore[list-item]
+            self.client.transact_write_items(TransactItems=[{"Put": cast("PutTypeDef", put)}, {"Update": cast("UpdateTypeDef", update)}])
         except ClientError as err:
             codes = cancellation_codes(err)
             if not codes:
