@@ -29,6 +29,7 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from infra.config import EnvConfig, EventLogConfig
+from infra.constructs.resources import durable_table, encrypted_queue
 from infra.lambda_factory import FunctionSpec, create_function
 
 API_HANDLER = "runtime.event_log.api_handler.handler"
@@ -91,7 +92,8 @@ class EventLog(Construct):
         config = props.config
         settings = config.event_log
 
-        self.log_table = self._table(
+        self.log_table = durable_table(
+            self,
             "LogTable",
             config,
             dynamodb.Attribute(name="log_id", type=dynamodb.AttributeType.STRING),
@@ -107,7 +109,8 @@ class EventLog(Construct):
             projection_type=dynamodb.ProjectionType.INCLUDE,
             non_key_attributes=["kind", "cell", "value", "payload_key", "payload_bytes", "request_id", "segment"],
         )
-        self.pending_table = self._table(
+        self.pending_table = durable_table(
+            self,
             "PendingSnapshotsTable",
             config,
             dynamodb.Attribute(name="log_id", type=dynamodb.AttributeType.STRING),
@@ -116,21 +119,23 @@ class EventLog(Construct):
         self.access_log_bucket = None
         self.bucket = props.bucket or self._bucket(config)
 
-        self.snapshot_dead_letter_queue = self._queue("SnapshotDeadLetterQueue", config)
-        self.snapshot_queue = self._queue(
+        self.snapshot_dead_letter_queue = encrypted_queue(self, "SnapshotDeadLetterQueue", config)
+        self.snapshot_queue = encrypted_queue(
+            self,
             "SnapshotQueue",
             config,
             visibility_seconds=settings.snapshot_visibility_seconds,
             dead_letter=sqs.DeadLetterQueue(queue=self.snapshot_dead_letter_queue, max_receive_count=settings.snapshot_max_receives),
         )
-        self.payload_dead_letter_queue = self._queue("PayloadDeadLetterQueue", config)
-        self.payload_queue = self._queue(
+        self.payload_dead_letter_queue = encrypted_queue(self, "PayloadDeadLetterQueue", config)
+        self.payload_queue = encrypted_queue(
+            self,
             "PayloadQueue",
             config,
             visibility_seconds=settings.finalizer_visibility_seconds,
             dead_letter=sqs.DeadLetterQueue(queue=self.payload_dead_letter_queue, max_receive_count=settings.finalizer_max_receives),
         )
-        self.stream_failure_queue = self._queue("StreamFailureQueue", config)
+        self.stream_failure_queue = encrypted_queue(self, "StreamFailureQueue", config)
 
         self._add_api(config, settings)
         self._add_router(config, settings)
@@ -358,42 +363,6 @@ class EventLog(Construct):
                 ),
             ],
             removal_policy=config.removal_policy,
-        )
-
-    def _queue(
-        self, construct_id: str, config: EnvConfig, *, visibility_seconds: int = 30, dead_letter: sqs.DeadLetterQueue | None = None
-    ) -> sqs.Queue:
-        return sqs.Queue(
-            self,
-            construct_id,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
-            visibility_timeout=Duration.seconds(visibility_seconds),
-            dead_letter_queue=dead_letter,
-            removal_policy=config.removal_policy,
-        )
-
-    def _table(
-        self,
-        construct_id: str,
-        config: EnvConfig,
-        partition_key: dynamodb.Attribute,
-        sort_key: dynamodb.Attribute,
-        *,
-        stream: dynamodb.StreamViewType | None = None,
-    ) -> dynamodb.Table:
-        return dynamodb.Table(
-            self,
-            construct_id,
-            partition_key=partition_key,
-            sort_key=sort_key,
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
-            deletion_protection=config.retain_data,
-            removal_policy=config.removal_policy,
-            stream=stream,
         )
 
 

@@ -18,6 +18,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.config import EnvConfig
+from infra.constructs.resources import durable_table, encrypted_queue
 from infra.lambda_factory import METRICS_NAMESPACE, FunctionSpec, create_function
 
 HANDLER = "runtime.runner_stats.handler.handler"
@@ -71,28 +72,27 @@ class RunnerStatsPipeline(Construct):
             encryption=kinesis.StreamEncryption.MANAGED,
             removal_policy=config.removal_policy,
         )
-        self.run_stats_table = self._table(
+        self.run_stats_table = durable_table(
+            self,
             "RunStatsTable",
             config,
             dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER),
             dynamodb.Attribute(name="run_id", type=dynamodb.AttributeType.NUMBER),
         )
-        self.tendency_table = self._table("TendencyTable", config, dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER))
-        self.messages_table = self._table(
+        self.tendency_table = durable_table(
+            self, "TendencyTable", config, dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER)
+        )
+        self.messages_table = durable_table(
+            self,
             "MessagesTable",
             config,
             dynamodb.Attribute(name="run_key", type=dynamodb.AttributeType.STRING),
             dynamodb.Attribute(name="chunk", type=dynamodb.AttributeType.NUMBER),
         )
-        self.rejects_table = self._table("RejectsTable", config, dynamodb.Attribute(name="record_id", type=dynamodb.AttributeType.STRING))
-        self.failure_queue = sqs.Queue(
-            self,
-            "FailureQueue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
-            removal_policy=config.removal_policy,
+        self.rejects_table = durable_table(
+            self, "RejectsTable", config, dynamodb.Attribute(name="record_id", type=dynamodb.AttributeType.STRING)
         )
+        self.failure_queue = encrypted_queue(self, "FailureQueue", config)
 
         created = create_function(
             self,
@@ -187,23 +187,4 @@ class RunnerStatsPipeline(Construct):
             evaluation_periods=evaluation_periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-
-    def _table(
-        self,
-        construct_id: str,
-        config: EnvConfig,
-        partition_key: dynamodb.Attribute,
-        sort_key: dynamodb.Attribute | None = None,
-    ) -> dynamodb.Table:
-        return dynamodb.Table(
-            self,
-            construct_id,
-            partition_key=partition_key,
-            sort_key=sort_key,
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
-            deletion_protection=config.retain_data,
-            removal_policy=config.removal_policy,
         )

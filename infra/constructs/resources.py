@@ -1,0 +1,55 @@
+"""The stateful resources every construct makes the same way (one definition of "durable")."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.config import EnvConfig
+
+
+def durable_table(
+    scope: Construct,
+    construct_id: str,
+    config: EnvConfig,
+    partition_key: dynamodb.Attribute,
+    sort_key: dynamodb.Attribute | None = None,
+    *,
+    stream: dynamodb.StreamViewType | None = None,
+) -> dynamodb.Table:
+    """On-demand, encrypted, point-in-time recovery; retained and deletion-protected where the environment keeps data."""
+    return dynamodb.Table(
+        scope,
+        construct_id,
+        partition_key=partition_key,
+        sort_key=sort_key,
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
+        deletion_protection=config.retain_data,
+        removal_policy=config.removal_policy,
+        stream=stream,
+    )
+
+
+def encrypted_queue(
+    scope: Construct,
+    construct_id: str,
+    config: EnvConfig,
+    *,
+    visibility_seconds: int | None = None,
+    dead_letter: sqs.DeadLetterQueue | None = None,
+) -> sqs.Queue:
+    """SQS-managed encryption, TLS only, the longest retention (14 days); SQS's default visibility unless given."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        retention_period=Duration.days(14),
+        visibility_timeout=Duration.seconds(visibility_seconds) if visibility_seconds is not None else None,
+        dead_letter_queue=dead_letter,
+        removal_policy=config.removal_policy,
+    )
