@@ -22,12 +22,15 @@ from devtools.lambda_context import ClockedLambdaContext
 from devtools.moto_patches import VirtualClock
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log.models import SideEffectMessage
+from runtime.event_log.objects import S3Objects
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 
 LOG = "demo-sheet"
-# Demo settings over the dev template's: fewer, bigger snapshots, and chunks small enough that
-# each snapshot is several chunks (so crashes and hand-offs land between checkpoints).
-SETTINGS = {API_HANDLER: {"SNAPSHOT_EVERY": "10000"}, WORKER_HANDLER: {"CHUNK_BYTES": "16384"}}
+# Demo settings over the dev template's: five snapshots whatever the size (10,000 events each
+# at the default 50,000), and chunks small enough that each snapshot is several chunks (so
+# crashes and hand-offs land between checkpoints).
+SNAPSHOTS = 5
+CHUNK_BYTES = 16_384
 
 
 class CountingWorker(SnapshotWorker):
@@ -41,15 +44,29 @@ class CountingWorker(SnapshotWorker):
         return outcome
 
 
+class SlowChunks(S3Objects):
+    """The bucket, where writing a chunk takes `seconds` of the (virtual) clock."""
+
+    def __init__(self, bucket: str, *, client: Any, clock: VirtualClock, seconds: float) -> None:
+        super().__init__(bucket, client=client)
+        self._clock = clock
+        self._seconds = seconds
+
+    def put(self, key: str, body: bytes) -> None:
+        super().put(key, body)
+        if key.endswith(".ndjson"):
+            self._clock.advance(self._seconds)
+
+
 @dataclass
 class Chaos:
     """What the demo does to deliveries: duplicates, reordering, crashes, short time limits."""
 
     rng: random.Random
     duplicate_rate: float = 0.4
-    max_delay_seconds: int = 600
+    max_delay_seconds: int = 900  # SQS's longest delay
     crash_rate: float = 0.25
-    short_time_rate: float = 0.2
+    slow_rate: float = 0.3
     counts: Counter[str] = field(default_factory=Counter)
     chunks_written: int = 0
 
@@ -77,7 +94,6 @@ class Chaos:
 
     def invoker(self, world: EventLogWorld) -> Callable[[dict[str, Any]], dict[str, Any]]:
         timeout = world.function_timeout(WORKER_HANDLER)
-        margin = world.worker.options.handoff_margin_ms / 1000
 
         def invoke(event: dict[str, Any]) -> dict[str, Any]:
             clients = Clients.new()
@@ -88,10 +104,12 @@ class Chaos:
                     clients.dynamodb, clients.s3, clients.sqs
                 )
             worker = world.snapshot_worker(clients, kind=CountingWorker)
-            # Some invocations start with little time left: they hand off after a chunk.
-            limit = margin + 1 if self.rng.random() < self.short_time_rate else timeout
+            if self.rng.random() < self.slow_rate:
+                # A slow invocation: every chunk takes a third of the function's time, so it
+                # hands off before the time limit and the next delivery resumes.
+                worker._objects = SlowChunks(world.worker.bucket, client=clients.s3, clock=world.clock, seconds=timeout / 3)
             try:
-                return world.invoke_worker(event, worker=worker, context=ClockedLambdaContext(clock=world.clock, timeout_seconds=limit))
+                return world.invoke_worker(event, worker=worker, context=ClockedLambdaContext(clock=world.clock, timeout_seconds=timeout))
             finally:
                 self.chunks_written += worker.progress.chunks_written
 
@@ -105,8 +123,9 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
     chaos = Chaos(rng)
     CountingWorker.outcomes.clear()
     edits = sheet_edits(seed=seed, count=events)
+    settings = {API_HANDLER: {"SNAPSHOT_EVERY": str(max(10, events // SNAPSHOTS))}, WORKER_HANDLER: {"CHUNK_BYTES": str(CHUNK_BYTES)}}
     with embedded_event_log_cloud(clock):
-        world = EventLogWorld.create(template, clock, overrides=SETTINGS, seed=seed)
+        world = EventLogWorld.create(template, clock, overrides=settings, seed=seed)
         service = world.service()
         snapshot_source = world.snapshot_source(chaos.invoker(world))
         sources = [snapshot_source, world.payload_source()]
@@ -120,9 +139,8 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
             clock.advance(60)
             world.route()
             chaos.scramble(world)
-            # Workers run while appends go on: part of the queue is handled before the next round.
-            for _ in range(5):
-                snapshot_source.poll_once()
+        # The messages of all snapshots are now queued with random delays (and some twice), so
+        # later snapshots often arrive before earlier ones.
         world.drain(sources)
         problems = world.verify(LOG)
         markers = [item for item in world.entries(LOG) if item["kind"] == "Snapshot"]
@@ -132,8 +150,8 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
     lines = [
         "",
         "onceflow demo: event log + snapshots on an embedded AWS (moto), resources from the synthesized dev template",
-        f"  settings              a Snapshot entry every {SETTINGS[API_HANDLER]['SNAPSHOT_EVERY']} events, "
-        f"chunks of {int(SETTINGS[WORKER_HANDLER]['CHUNK_BYTES']) // 1024} KiB",
+        f"  settings              a Snapshot entry every {settings[API_HANDLER]['SNAPSHOT_EVERY']} events, "
+        f"chunks of {CHUNK_BYTES // 1024} KiB",
         f"  cell events appended  {head.next_position - 1:>7}  (client retries answered as duplicates: {retried_appends})",
         f"  snapshots             {len(markers):>7}  built {head.built}, {chunk_total} chunks in their roots",
         f"  snapshot deliveries   {snapshot_source.stats.delivered:>7}  (duplicates injected {chaos.counts['duplicated']}, "
