@@ -83,7 +83,6 @@ class EventLogWorld:
     finalizer: FinalizerSettings
     stream: TableStream
     rng: random.Random = field(default_factory=lambda: random.Random(7))
-    router_checkpoint: list[Any] = field(default_factory=list)
 
     @classmethod
     def create(

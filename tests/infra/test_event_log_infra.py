@@ -908,3 +908,15 @@ def test_construct_requires_its_props_type(tmp_path: Path) -> None:
     # Then it refuses
     with pytest.raises(TypeError, match="EventLogProps"):
         EventLog(stack, "EventLog", load_config("dev"))  # type: ignore[arg-type]
+
+
+def test_the_router_filter_names_exactly_the_runtime_side_effect_kinds() -> None:
+    # Given the kinds the runtime gives a side effect, and the infra's filter (infra never imports runtime)
+    from infra.constructs.event_log import SIDE_EFFECT_KINDS as FILTERED
+    from runtime.event_log.models import SIDE_EFFECT_KINDS
+
+    # When they are compared
+    # Then they are the same kinds, so no side-effect entry is filtered out and nothing else gets in
+    assert (
+        sorted(kind.value for kind in SIDE_EFFECT_KINDS) == sorted(FILTERED) == sorted(ROUTER_FILTER["dynamodb"]["NewImage"]["kind"]["S"])
+    )
