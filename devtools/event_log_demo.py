@@ -66,7 +66,7 @@ class Chaos:
     duplicate_rate: float = 0.4
     max_delay_seconds: int = 900  # SQS's longest delay
     crash_rate: float = 0.25
-    slow_rate: float = 0.3
+    slow_rate: float = 0.5
     counts: Counter[str] = field(default_factory=Counter)
     chunks_written: int = 0
 
@@ -100,7 +100,7 @@ class Chaos:
             if self.rng.random() < self.crash_rate:
                 # The process dies at a random write of this invocation (if it gets that far).
                 self.counts["crash planned"] += 1
-                WriteBoundaryCrasher(at=self.rng.randint(1, 12), when=self.rng.choice(["before", "after"])).attach(
+                WriteBoundaryCrasher(at=self.rng.randint(1, 24), when=self.rng.choice(["before", "after"])).attach(
                     clients.dynamodb, clients.s3, clients.sqs
                 )
             worker = world.snapshot_worker(clients, kind=CountingWorker)

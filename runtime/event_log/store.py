@@ -92,7 +92,7 @@ class LogStore(Protocol):
     def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]: ...
     def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None: ...
     def advance_pointer(self, marker: SnapshotMarker, root: str) -> None: ...
-    def entries_after(self, log_id: str, after: Decimal, limit: int) -> tuple[list[dict[str, Any]], Decimal | None]: ...
+    def entries_after(self, log_id: str, after: Decimal, limit: int | None) -> tuple[list[dict[str, Any]], Decimal | None]: ...
 
 
 class PendingStore(Protocol):
@@ -389,15 +389,19 @@ class DynamoLogStore(_Dynamo):
             if not is_conditional_check_failed(err):
                 raise
 
-    def entries_after(self, log_id: str, after: Decimal, limit: int) -> tuple[list[dict[str, Any]], Decimal | None]:
-        """Entries with seq > after (events and Snapshot entries), and where the next page starts."""
-        response = self.client.query(
-            TableName=self._table,
-            KeyConditionExpression="log_id = :log AND seq > :after",
-            ExpressionAttributeValues=to_attributes({":log": log_id, ":after": after}),
-            Limit=limit,
-            ConsistentRead=True,
-        )
+    def entries_after(self, log_id: str, after: Decimal, limit: int | None) -> tuple[list[dict[str, Any]], Decimal | None]:
+        """Entries with seq > after (events and Snapshot entries), and where the next page starts.
+
+        `limit` None: as many as fit DynamoDB's 1 MB page."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "log_id = :log AND seq > :after",
+            "ExpressionAttributeValues": to_attributes({":log": log_id, ":after": after}),
+            "ConsistentRead": True,
+        }
+        if limit is not None:
+            request["Limit"] = limit
+        response = self.client.query(**request)
         items = [from_attributes(raw) for raw in response.get("Items", [])]
         last = response.get("LastEvaluatedKey")
         return items, (Decimal(from_attributes(last)["seq"]) if last else None)
@@ -405,7 +409,7 @@ class DynamoLogStore(_Dynamo):
     def scan_log(self, log_id: str, after: Decimal) -> Iterator[dict[str, Any]]:
         """Every entry of a log after `after`, in log order (operator tools)."""
         while True:
-            items, next_after = self.entries_after(log_id, after, 500)
+            items, next_after = self.entries_after(log_id, after, None)
             yield from items
             if next_after is None:
                 return
