@@ -134,12 +134,11 @@ class EventLogService:
 
     def create_upload(self, log_id: str, request_id: str) -> dict[str, Any]:
         key = payload_key(log_id, request_id)
-        name, _, value = self._options.pending_tag.partition("=")
         return {
             "object_key": key,
             "upload_url": self._objects.upload_url(key, self._options.pending_tag, self._options.url_expiry_seconds),
             "method": "PUT",
-            "headers": {"x-amz-tagging": f"{name}={value}"},
+            "headers": {"x-amz-tagging": self._options.pending_tag},
             "expires_in": self._options.url_expiry_seconds,
         }
 
