@@ -67,25 +67,9 @@ MAX_RETRY_ATTEMPTS = 10_000  # the Kinesis event source's upper bound; -1 would 
 # --- fixtures and helpers ---------------------------------------------------------------------
 
 
-@pytest.fixture(params=ENVS)
-def env_name(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
-def config(env_name: str) -> EnvConfig:
-    return load_config(env_name)
-
-
-@pytest.fixture
-def template_json(request: pytest.FixtureRequest, env_name: str, config: EnvConfig) -> dict[str, Any]:
-    templates: dict[str, dict[str, Any]] = request.getfixturevalue(f"{env_name}_templates")
-    return templates[f"{config.stack_prefix}-RunnerStats"]
-
-
-@pytest.fixture
-def template(template_json: dict[str, Any]) -> Template:
-    return Template.from_json(template_json)
+def template_json(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -> dict[str, Any]:
+    return env_templates[f"{config.stack_prefix}-RunnerStats"]
 
 
 def only(template_json: dict[str, Any], resource_type: str) -> tuple[str, dict[str, Any]]:
