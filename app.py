@@ -9,6 +9,7 @@ from infra.compliance import add_compliance_checks
 from infra.config import load_config
 from infra.stacks.event_log_stack import EventLogStack
 from infra.stacks.runner_stats_stack import RunnerStatsStack
+from infra.stacks.taxi_etl_stack import TaxiEtlStack
 
 
 def build_app(app: App | None = None) -> App:
@@ -16,6 +17,7 @@ def build_app(app: App | None = None) -> App:
     config = load_config(app.node.try_get_context("env"))
     RunnerStatsStack(app, f"{config.stack_prefix}-RunnerStats", config=config)
     EventLogStack(app, f"{config.stack_prefix}-EventLog", config=config)
+    TaxiEtlStack(app, f"{config.stack_prefix}-TaxiEtl", config=config)
     add_compliance_checks(app)
     return app
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
 
 
 class ConfigError(ValueError):
@@ -167,6 +168,69 @@ class EventLogConfig:
             raise ConfigError("event_log memory must be 128..10240 MB")
 
 
+STEP_FUNCTIONS_MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class TaxiEtlConfig:
+    """The taxi ETL saga: its API, authorizer, state machine and phase functions."""
+
+    # STANDARD: execution names deduplicate starts (the API's idempotency rests on it) and the
+    # history is kept 90 days. EXPRESS is cheaper per row but runs a repeated start again; see
+    # the README before choosing it.
+    workflow_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD
+    batch_max_lines: int = 100
+    # A batch travels as the execution input, which Step Functions caps at 256 KiB; the
+    # phases' outputs are a little larger than their input, so a batch stays well below.
+    batch_max_bytes: int = 64 * 1024
+    max_line_bytes: int = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES
+    authorizer_cache_seconds: int = 300  # API Gateway caches an allow/deny per key this long
+    secret_cache_seconds: int = 300  # the authorizer re-reads the key from Secrets Manager after this
+    secret_refresh_floor_seconds: int = 10  # a refused key re-reads the secret at most this often
+    api_rate_limit: int = 50
+    api_burst_limit: int = 100
+    service_retry_attempts: int = 6  # Lambda service exceptions (throttles, 5xx)
+    task_retry_attempts: int = 2  # any other task failure (a crash, a timeout): every phase is idempotent
+    retry_interval_seconds: int = 2
+    retry_max_delay_seconds: int = 60
+    execution_timeout_minutes: int = 15
+    phase_timeout_seconds: int = 60
+    phase_memory_mb: int = 256
+    api_timeout_seconds: int = 10
+
+    def validate(self) -> None:
+        if self.workflow_type not in (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS):
+            raise ConfigError("taxi_etl.workflow_type must be STANDARD or EXPRESS")
+        if not 1 <= self.batch_max_lines <= 1000:
+            raise ConfigError("taxi_etl.batch_max_lines must be 1..1000")
+        if not 256 <= self.max_line_bytes <= self.batch_max_bytes:
+            raise ConfigError("taxi_etl.max_line_bytes must be 256..batch_max_bytes")
+        if self.batch_max_bytes > STEP_FUNCTIONS_MAX_PAYLOAD_BYTES // 3:
+            # validate's output holds the batch plus its verdicts; transform's holds it again.
+            raise ConfigError("taxi_etl.batch_max_bytes must be at most a third of Step Functions' 256 KiB payload limit")
+        if not 0 <= self.authorizer_cache_seconds <= 3600:
+            raise ConfigError("taxi_etl.authorizer_cache_seconds must be 0..3600 (API Gateway's limit)")
+        if not 1 <= self.secret_refresh_floor_seconds <= self.secret_cache_seconds <= 3600:
+            raise ConfigError("taxi_etl secret caching must satisfy 1 <= refresh floor <= cache seconds <= 3600")
+        if not 1 <= self.api_rate_limit <= self.api_burst_limit:
+            raise ConfigError("taxi_etl api rate limit must be positive and at most the burst limit")
+        if not 0 <= self.service_retry_attempts <= 10 or not 0 <= self.task_retry_attempts <= 5:
+            raise ConfigError("taxi_etl retries must be bounded: service 0..10, task 0..5")
+        if not 1 <= self.retry_interval_seconds <= self.retry_max_delay_seconds <= 3600:
+            raise ConfigError("taxi_etl retry interval must be 1..retry_max_delay_seconds (at most 3600)")
+        for timeout in (self.phase_timeout_seconds, self.api_timeout_seconds):
+            if not 3 <= timeout <= 900:
+                raise ConfigError("taxi_etl function timeouts must be 3..900 s")
+        if self.api_timeout_seconds > 29:
+            raise ConfigError("taxi_etl.api_timeout_seconds must be at most 29 (the HTTP API integration limit)")
+        if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_timeout_minutes > 5:
+            raise ConfigError("taxi_etl.execution_timeout_minutes must be at most 5 for EXPRESS workflows")
+        if not 1 <= self.execution_timeout_minutes <= 24 * 60:
+            raise ConfigError("taxi_etl.execution_timeout_minutes must be 1..1440")
+        if not 128 <= self.phase_memory_mb <= 10_240:
+            raise ConfigError("taxi_etl.phase_memory_mb must be 128..10240")
+
+
 @dataclass(frozen=True)
 class AlarmThresholds:
     """When the pipeline pages someone (issue: monitoring adds dashboards and actions)."""
@@ -191,6 +255,7 @@ class EnvConfig:
     log_level: str = "INFO"
     runner_stats: RunnerStatsConfig = field(default_factory=RunnerStatsConfig)
     event_log: EventLogConfig = field(default_factory=EventLogConfig)
+    taxi_etl: TaxiEtlConfig = field(default_factory=TaxiEtlConfig)
     alarms: AlarmThresholds = field(default_factory=AlarmThresholds)
 
     @property
@@ -210,6 +275,7 @@ class EnvConfig:
             raise ConfigError(f"log_level {self.log_level!r} is not a Powertools log level")
         self.runner_stats.validate()
         self.event_log.validate()
+        self.taxi_etl.validate()
         self.alarms.validate()
         if self.alarms.iterator_age_ms >= self.runner_stats.max_record_age_seconds * 1000:
             raise ConfigError("alarms.iterator_age_ms must fire before records reach max_record_age_seconds")
@@ -255,6 +321,7 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             api_rate_limit=500,
             api_burst_limit=1000,
         ),
+        taxi_etl=TaxiEtlConfig(batch_max_lines=200, api_rate_limit=200, api_burst_limit=400),
         alarms=AlarmThresholds(iterator_age_ms=5 * 60 * 1000),
     ),
 }

@@ -10,12 +10,9 @@ is exposed as a typed attribute.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-import jsii
 from aws_cdk import Duration
-from aws_cdk import aws_apigateway as apigw_v1
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -29,7 +26,7 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from infra.config import EnvConfig, EventLogConfig
-from infra.constructs.resources import durable_table, encrypted_queue
+from infra.constructs.resources import JsonAccessLogs, durable_table, encrypted_queue
 from infra.lambda_factory import FunctionSpec, create_function
 
 API_HANDLER = "runtime.event_log.api_handler.handler"
@@ -204,7 +201,7 @@ class EventLog(Construct):
             stage_name="$default",
             auto_deploy=True,
             throttle=apigw.ThrottleSettings(rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit),
-            access_log_settings=_AccessLogs(self.api_access_logs),
+            access_log_settings=JsonAccessLogs(self.api_access_logs),
         )
         integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
         for path, method in ROUTES:
@@ -364,28 +361,3 @@ class EventLog(Construct):
             ],
             removal_policy=config.removal_policy,
         )
-
-
-@jsii.implements(apigw.IAccessLogSettings)
-class _AccessLogs:
-    """Structured (JSON) access logs of the API stage into `log_group`."""
-
-    def __init__(self, log_group: logs.ILogGroup) -> None:
-        self._log_group = log_group
-
-    @property
-    def destination(self) -> apigw.IAccessLogDestination:
-        return apigw.LogGroupLogDestination(self._log_group)
-
-    @property
-    def format(self) -> apigw_v1.AccessLogFormat:
-        fields = {
-            "requestId": "$context.requestId",
-            "routeKey": "$context.routeKey",
-            "status": "$context.status",
-            "caller": "$context.identity.caller",
-            "latencyMs": "$context.responseLatency",
-            "error": "$context.error.message",
-            "integrationError": "$context.integrationErrorMessage",
-        }
-        return apigw_v1.AccessLogFormat.custom(json.dumps(fields))

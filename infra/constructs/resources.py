@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import jsii
 from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw_v1
+from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -53,3 +59,29 @@ def encrypted_queue(
         dead_letter_queue=dead_letter,
         removal_policy=config.removal_policy,
     )
+
+
+@jsii.implements(apigw.IAccessLogSettings)
+class JsonAccessLogs:
+    """Structured (JSON) access logs of the API stage into `log_group`."""
+
+    def __init__(self, log_group: logs.ILogGroup, extra_fields: dict[str, str] | None = None) -> None:
+        self._log_group = log_group
+        self._extra_fields = extra_fields or {}
+
+    @property
+    def destination(self) -> apigw.IAccessLogDestination:
+        return apigw.LogGroupLogDestination(self._log_group)
+
+    @property
+    def format(self) -> apigw_v1.AccessLogFormat:
+        fields = {
+            "requestId": "$context.requestId",
+            "routeKey": "$context.routeKey",
+            "status": "$context.status",
+            "caller": "$context.identity.caller",
+            "latencyMs": "$context.responseLatency",
+            "error": "$context.error.message",
+            "integrationError": "$context.integrationErrorMessage",
+        }
+        return apigw_v1.AccessLogFormat.custom(json.dumps({**fields, **self._extra_fields}))

@@ -1,0 +1,334 @@
+"""TaxiEtlSaga: NYC yellow-taxi rows through validate -> transform -> store, flagged per phase.
+
+HTTP API (Lambda authorizer, key in Secrets Manager) -> API function -> Step Functions
+(one execution per request, named by its StoreRequestId) -> Validate, Transform and Store
+functions, each writing its own status table before it acts -> the final table. A phase's
+rejected rows, or the phase's caught error, go to that phase's flag step, which sets the
+reason code in every status table the transaction touched.
+
+Usable from any stack: pass an existing secret holding the API key, or let the construct
+create one. Everything it creates is exposed as a typed attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from aws_cdk.aws_apigatewayv2_authorizers import HttpLambdaAuthorizer, HttpLambdaResponseType
+from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
+from constructs import Construct
+
+from infra.config import EnvConfig, TaxiEtlConfig
+from infra.constructs.resources import JsonAccessLogs, durable_table
+from infra.lambda_factory import FunctionSpec, create_function
+
+STORE_REQUEST_ID = "StoreRequestId"  # runtime.taxi_etl.store.KEY
+PHASES = ("Validation", "Transformation", "Store")  # runtime.taxi_etl.models.Phase, title-cased
+HANDLERS = {
+    "Validation": "runtime.taxi_etl.validate_handler.handler",
+    "Transformation": "runtime.taxi_etl.transform_handler.handler",
+    "Store": "runtime.taxi_etl.store_handler.handler",
+}
+FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
+API_HANDLER = "runtime.taxi_etl.api_handler.handler"
+AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
+ROUTES = ("/trips", "/trips/batch")  # one CSV line; a batch of lines
+# Lambda's own transient failures: always worth retrying with backoff.
+LAMBDA_SERVICE_ERRORS = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+    "Lambda.ClientExecutionTimeoutException",
+]
+# The task's input is not rows: no retry can fix it, so it goes straight to the flag step.
+NON_RETRYABLE_ERRORS = ["PhaseInputError"]
+
+
+@dataclass(frozen=True)
+class TaxiEtlSagaProps:
+    """Inputs of the taxi ETL saga.
+
+    config: the environment configuration (workflow type, batch limits, retries, authorizer
+        caching, throttling, retention and removal).
+    api_key_secret: an existing Secrets Manager secret whose SecretString is the API key
+        clients send in the Authorization header. By default the construct creates one with a
+        generated 48-character key.
+    """
+
+    config: EnvConfig
+    api_key_secret: secretsmanager.ISecret | None = None
+
+
+class TaxiEtlSaga(Construct):
+    validation_status_table: dynamodb.Table
+    transformation_status_table: dynamodb.Table
+    store_status_table: dynamodb.Table
+    final_table: dynamodb.Table
+    api_key_secret: secretsmanager.ISecret
+    validate_function: lambda_.Function
+    transform_function: lambda_.Function
+    store_function: lambda_.Function
+    flag_function: lambda_.Function
+    api_function: lambda_.Function
+    authorizer_function: lambda_.Function
+    state_machine: sfn.StateMachine
+    state_machine_logs: logs.LogGroup
+    state_machine_logs_key: kms.Key
+    http_api: apigw.HttpApi
+    api_stage: apigw.HttpStage
+    api_access_logs: logs.LogGroup
+    authorizer: HttpLambdaAuthorizer
+
+    def __init__(self, scope: Construct, construct_id: str, props: TaxiEtlSagaProps) -> None:
+        if not isinstance(props, TaxiEtlSagaProps):
+            raise TypeError("TaxiEtlSaga needs TaxiEtlSagaProps")
+        props.config.validate()
+        super().__init__(scope, construct_id)
+        config = props.config
+        settings = config.taxi_etl
+
+        key = dynamodb.Attribute(name=STORE_REQUEST_ID, type=dynamodb.AttributeType.STRING)
+        self.validation_status_table = durable_table(self, "ValidationStatusTable", config, key)
+        self.transformation_status_table = durable_table(self, "TransformationStatusTable", config, key)
+        self.store_status_table = durable_table(self, "StoreStatusTable", config, key)
+        self.final_table = durable_table(self, "TripsTable", config, key)  # the seed's nycYellowTaxis
+        self.api_key_secret = props.api_key_secret or secretsmanager.Secret(
+            self,
+            "ApiKeySecret",
+            description="onceflow taxi ETL API key: clients send it as the Authorization header",
+            generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True, password_length=48),
+            removal_policy=config.removal_policy,
+        )
+
+        self._add_phase_functions(config, settings)
+        self._add_state_machine(config, settings)
+        self._add_api(config, settings)
+
+    @property
+    def status_tables(self) -> dict[str, dynamodb.Table]:
+        """Phase name -> its status table, in phase order."""
+        return {
+            "Validation": self.validation_status_table,
+            "Transformation": self.transformation_status_table,
+            "Store": self.store_status_table,
+        }
+
+    # --- functions ------------------------------------------------------------------------------
+
+    def _phase_spec(
+        self, settings: TaxiEtlConfig, handler: str, service: str, description: str, environment: dict[str, str]
+    ) -> FunctionSpec:
+        return FunctionSpec(
+            handler=handler,
+            service=service,
+            description=description,
+            memory_mb=settings.phase_memory_mb,
+            timeout_seconds=settings.phase_timeout_seconds,
+            environment=environment,
+        )
+
+    def _add_phase_functions(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+        descriptions = {
+            "Validation": "Taxi saga Validate: checks each row against the TLC yellow-trip data dictionary",
+            "Transformation": "Taxi saga Transform: names for codes, UTC timestamps, tab-separated",
+            "Store": "Taxi saga Store: writes each row's typed item once to the trips table",
+        }
+        functions: dict[str, lambda_.Function] = {}
+        for phase, table in self.status_tables.items():
+            environment = {"STATUS_TABLE": table.table_name}
+            if phase == "Store":
+                environment["FINAL_TABLE"] = self.final_table.table_name
+            spec = self._phase_spec(settings, HANDLERS[phase], f"taxi-etl-{phase.lower()}", descriptions[phase], environment)
+            functions[phase] = create_function(self, f"{phase}Function", spec, config).function
+            # The status row: a conditional put (it never clears a flag).
+            table.grant(functions[phase], "dynamodb:PutItem")
+        self.validate_function = functions["Validation"]
+        self.transform_function = functions["Transformation"]
+        self.store_function = functions["Store"]
+        # The typed item: a conditional put, so a retry is a no-op.
+        self.final_table.grant(self.store_function, "dynamodb:PutItem")
+
+        flag_spec = self._phase_spec(
+            settings,
+            FLAG_HANDLER,
+            "taxi-etl-flag",
+            "Taxi saga flag steps: sets a failed row's reason in every status table its transaction touched",
+            {
+                "VALIDATION_STATUS_TABLE": self.validation_status_table.table_name,
+                "TRANSFORMATION_STATUS_TABLE": self.transformation_status_table.table_name,
+                "STORE_STATUS_TABLE": self.store_status_table.table_name,
+                "FINAL_TABLE": self.final_table.table_name,
+            },
+        )
+        self.flag_function = create_function(self, "FlagFunction", flag_spec, config).function
+        for table in self.status_tables.values():
+            table.grant(self.flag_function, "dynamodb:UpdateItem")
+        # Reads only: a row already stored is complete and is not flagged.
+        self.final_table.grant(self.flag_function, "dynamodb:BatchGetItem")
+
+    # --- the state machine ----------------------------------------------------------------------
+
+    def _invoke(
+        self, state_id: str, function: lambda_.IFunction, settings: TaxiEtlConfig, flag_input: sfn.TaskInput | None = None
+    ) -> tasks.LambdaInvoke:
+        task = tasks.LambdaInvoke(
+            self,
+            state_id,
+            lambda_function=function,
+            payload=flag_input,
+            # A flag step keeps the state and adds its outcome at $.flag, for the Choice and Fail after it.
+            result_path="$.flag" if flag_input else None,
+            payload_response_only=True,
+            retry_on_service_exceptions=False,  # the retries below say exactly what is retried
+        )
+        task.add_retry(errors=NON_RETRYABLE_ERRORS, max_attempts=0)
+        task.add_retry(
+            errors=LAMBDA_SERVICE_ERRORS,
+            interval=Duration.seconds(settings.retry_interval_seconds),
+            max_attempts=settings.service_retry_attempts,
+            backoff_rate=2,
+            max_delay=Duration.seconds(settings.retry_max_delay_seconds),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        # A crash or a timeout inside a phase: every phase is idempotent, so running it again is safe.
+        task.add_retry(
+            errors=["States.TaskFailed", "States.Timeout"],
+            interval=Duration.seconds(settings.retry_interval_seconds),
+            max_attempts=settings.task_retry_attempts,
+            backoff_rate=2,
+            max_delay=Duration.seconds(settings.retry_max_delay_seconds),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        return task
+
+    def _add_state_machine(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+        stored = sfn.Succeed(self, "Stored", comment="Every row of the request was stored or flagged")
+        next_state: sfn.IChainable = stored
+        # Built back to front: each phase continues into the next one.
+        for phase, function in reversed(
+            list(zip(PHASES, (self.validate_function, self.transform_function, self.store_function), strict=True))
+        ):
+            failed = sfn.Fail(self, f"{phase}Failed", error_path="$.flag.error", cause_path="$.flag.cause")
+            flag = self._invoke(
+                f"Flag{phase}",
+                self.flag_function,
+                settings,
+                sfn.TaskInput.from_object({"phase": phase.lower(), "state": sfn.JsonPath.entire_payload}),
+            )
+            flag_step = flag.next(
+                sfn.Choice(self, f"AfterFlag{phase}")
+                .when(sfn.Condition.is_present("$.error"), failed)
+                .when(sfn.Condition.boolean_equals("$.hasPassed", True), next_state)
+                .otherwise(failed)
+            )
+            phase_task = self._invoke(phase, function, settings)
+            phase_task.add_catch(flag, errors=["States.ALL"], result_path="$.error")
+            next_state = phase_task.next(
+                sfn.Choice(self, f"{phase}Rejects")
+                .when(sfn.Condition.boolean_equals("$.hasRejected", True), flag_step)
+                .otherwise(next_state)
+            )
+        self.state_machine_logs_key = kms.Key(
+            self,
+            "StateMachineLogsKey",
+            description="Encrypts the taxi saga's execution logs",
+            enable_key_rotation=True,
+            removal_policy=config.removal_policy,
+        )
+        stack = Stack.of(self)
+        self.state_machine_logs_key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))
+        self.state_machine_logs = logs.LogGroup(
+            self,
+            "StateMachineLogs",
+            encryption_key=self.state_machine_logs_key,
+            retention=config.log_retention,
+            removal_policy=config.removal_policy,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            definition_body=sfn.DefinitionBody.from_chainable(next_state),
+            state_machine_type=settings.workflow_type,
+            timeout=Duration.minutes(settings.execution_timeout_minutes),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(destination=self.state_machine_logs, level=sfn.LogLevel.ALL, include_execution_data=True),
+            comment="onceflow taxi ETL saga: validate -> transform -> store, each failure flagged by its phase",
+        )
+
+    # --- the API ------------------------------------------------------------------------------
+
+    def _add_api(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+        api_spec = FunctionSpec(
+            handler=API_HANDLER,
+            service="taxi-etl-api",
+            description="Taxi saga API: one execution per request, named by its StoreRequestId",
+            timeout_seconds=settings.api_timeout_seconds,
+            environment={
+                "STATE_MACHINE_ARN": self.state_machine.state_machine_arn,
+                "WORKFLOW_TYPE": settings.workflow_type.value,
+                "BATCH_MAX_LINES": str(settings.batch_max_lines),
+                "BATCH_MAX_BYTES": str(settings.batch_max_bytes),
+                "MAX_LINE_BYTES": str(settings.max_line_bytes),
+            },
+        )
+        self.api_function = create_function(self, "ApiFunction", api_spec, config).function
+        self.state_machine.grant_start_execution(self.api_function)
+        # A repeated request whose execution has ended: compare its input with the first one's.
+        self.state_machine.grant_execution(self.api_function, "states:DescribeExecution")
+
+        authorizer_spec = FunctionSpec(
+            handler=AUTHORIZER_HANDLER,
+            service="taxi-etl-authorizer",
+            description="Taxi saga API authorizer: constant-time compare with the key in Secrets Manager",
+            environment={
+                "API_KEY_SECRET_ID": self.api_key_secret.secret_arn,
+                "SECRET_CACHE_SECONDS": str(settings.secret_cache_seconds),
+                "SECRET_REFRESH_FLOOR_SECONDS": str(settings.secret_refresh_floor_seconds),
+            },
+        )
+        self.authorizer_function = create_function(self, "AuthorizerFunction", authorizer_spec, config).function
+        self.authorizer_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.api_key_secret.secret_arn])
+        )
+        if self.api_key_secret.encryption_key is not None:
+            self.api_key_secret.encryption_key.grant_decrypt(self.authorizer_function)
+        self.authorizer = HttpLambdaAuthorizer(
+            "ApiKeyAuthorizer",
+            self.authorizer_function,
+            response_types=[HttpLambdaResponseType.SIMPLE],
+            identity_source=["$request.header.Authorization"],
+            # API Gateway remembers an allow or deny per key this long, on every route.
+            results_cache_ttl=Duration.seconds(settings.authorizer_cache_seconds),
+        )
+
+        self.api_access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=config.log_retention, removal_policy=config.removal_policy)
+        self.http_api = apigw.HttpApi(
+            self,
+            "HttpApi",
+            description="onceflow taxi ETL (API key in the Authorization header)",
+            default_authorizer=self.authorizer,
+            create_default_stage=False,
+        )
+        self.api_stage = apigw.HttpStage(
+            self,
+            "HttpApiStage",
+            http_api=self.http_api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigw.ThrottleSettings(rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit),
+            access_log_settings=JsonAccessLogs(self.api_access_logs, {"authorizerError": "$context.authorizer.error"}),
+        )
+        integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
+        for path in ROUTES:
+            self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.POST], integration=integration)

@@ -1,0 +1,30 @@
+"""The taxi ETL saga stack of one environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack, Tags
+from constructs import Construct
+
+from infra.compliance import acknowledge_taxi_etl
+from infra.config import EnvConfig
+from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
+
+
+class TaxiEtlStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+        super().__init__(
+            scope, construct_id, description="onceflow taxi ETL saga: HTTP API -> Step Functions -> validate / transform / store", **kwargs
+        )
+        for key, value in config.tags.items():
+            Tags.of(self).add(key, value)
+        self.saga = TaxiEtlSaga(self, "TaxiEtl", TaxiEtlSagaProps(config=config))
+        acknowledge_taxi_etl(self.saga)
+        CfnOutput(self, "ApiUrl", value=self.saga.http_api.api_endpoint)
+        # The ARN, not the key: `aws secretsmanager get-secret-value --secret-id <arn>` reads it.
+        CfnOutput(self, "ApiKeySecretArn", value=self.saga.api_key_secret.secret_arn)
+        CfnOutput(self, "StateMachineArn", value=self.saga.state_machine.state_machine_arn)
+        CfnOutput(self, "TripsTableName", value=self.saga.final_table.table_name)
+        for phase, table in self.saga.status_tables.items():
+            CfnOutput(self, f"{phase}StatusTableName", value=table.table_name)

@@ -1,0 +1,101 @@
+"""Lambda entry point of the taxi ETL API (behind the key authorizer). Thin: parse, call, map.
+
+POST /trips        one CSV line          -> 202 {"StoreRequestId", "execution", "duplicate": false}
+                                            (200 with "duplicate": true when it was already processed)
+POST /trips/batch  up to N CSV lines     -> 202 {"StoreRequestIds": [one per line], "execution", ...}
+Optional header Idempotency-Key: the client's own id for the request (see requests.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.taxi_etl.requests import (
+    InvalidRequest,
+    PayloadTooLarge,
+    Submission,
+    decode_body,
+    parse_batch,
+    parse_idempotency_key,
+    parse_single,
+)
+from runtime.taxi_etl.settings import ApiSettings
+from runtime.taxi_etl.workflow import RequestConflict, StartOutcome, StepFunctionsWorkflow
+
+app = APIGatewayHttpResolver()
+
+
+@functools.cache
+def settings() -> ApiSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return ApiSettings.from_env(os.environ)
+
+
+@functools.cache
+def workflow() -> StepFunctionsWorkflow:
+    """Built on the first invocation (cold start), never at import time."""
+    return StepFunctionsWorkflow(settings().state_machine_arn, deduplicates=settings().deduplicates_starts)
+
+
+def json_response(status: int, body: dict[str, Any]) -> Response[str]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+
+
+# Each expected refusal and its HTTP status; the most specific class first.
+REFUSALS: dict[type[Exception], int] = {PayloadTooLarge: 413, InvalidRequest: 400, RequestConflict: 422}
+
+
+def refusal(error: Exception) -> Response[str]:
+    status = next(code for kind, code in REFUSALS.items() if isinstance(error, kind))
+    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
+    return json_response(status, {"error": str(error)})
+
+
+for _refused in REFUSALS:
+    app.exception_handler(_refused)(refusal)
+
+
+def request_text(max_bytes: int) -> tuple[str, str | None]:
+    event = app.current_event
+    key = parse_idempotency_key(event.headers.get("idempotency-key"))
+    return decode_body(event.body, is_base64=bool(event.is_base64_encoded), max_bytes=max_bytes), key
+
+
+def start(submission: Submission) -> tuple[int, dict[str, Any]]:
+    started = workflow().start(submission.execution_name, submission.execution_input())
+    duplicate = started.outcome == StartOutcome.DUPLICATE
+    metrics.add_metric(name="DuplicateRequests" if duplicate else "ExecutionsStarted", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="RowsSubmitted", unit=MetricUnit.Count, value=len(submission.rows))
+    logger.info("submitted", extra={"execution": submission.execution_name, "rows": len(submission.rows), "duplicate": duplicate})
+    return (200 if duplicate else 202), {"execution": submission.execution_name, "duplicate": duplicate}
+
+
+@app.post("/trips")
+def submit_trip() -> Response[str]:
+    config = settings()
+    text, key = request_text(config.max_line_bytes + 2)  # one line and its CRLF
+    submission = parse_single(text, key, max_line_bytes=config.max_line_bytes)
+    status, body = start(submission)
+    return json_response(status, {"StoreRequestId": submission.store_request_ids[0], **body})
+
+
+@app.post("/trips/batch")
+def submit_batch() -> Response[str]:
+    config = settings()
+    text, key = request_text(config.batch_max_bytes)
+    submission = parse_batch(text, key, max_lines=config.batch_max_lines, max_line_bytes=config.max_line_bytes)
+    status, body = start(submission)
+    ids = list(submission.store_request_ids)
+    return json_response(status, {"StoreRequestIds": ids, "skippedHeader": submission.skipped_header, **body})
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

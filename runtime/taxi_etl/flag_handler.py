@@ -1,0 +1,54 @@
+"""Lambda entry point of the three flag steps (one module, the phase comes in the input).
+
+Input: `{"phase": "validation" | "transformation" | "store", "state": <the state at the flag step>}`.
+Output: `{"error": "<Phase>Failed", "cause": "...", "flagged": n}`; the Fail state after a
+failed phase carries that error and cause.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.taxi_etl.models import Phase, parse_flag_request
+from runtime.taxi_etl.phases import flag
+from runtime.taxi_etl.settings import FlagSettings
+from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, FinalTable, StatusTable
+
+
+@functools.cache
+def settings() -> FlagSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return FlagSettings.from_env(os.environ)
+
+
+@functools.cache
+def tables() -> tuple[dict[Phase, StatusTable], DynamoFinalTable]:
+    config = settings()
+    status: dict[Phase, StatusTable] = {
+        Phase.VALIDATION: DynamoStatusTable(config.validation_table),
+        Phase.TRANSFORMATION: DynamoStatusTable(config.transformation_table),
+        Phase.STORE: DynamoStatusTable(config.store_table),
+    }
+    return status, DynamoFinalTable(config.final_table)
+
+
+def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], final: FinalTable) -> dict[str, Any]:
+    request = parse_flag_request(event)
+    outcome = flag(request, status, final)
+    metrics.add_metric(name=f"RowsFlagged{request.phase.value.title()}", unit=MetricUnit.Count, value=outcome.flagged)
+    logger.info(
+        "rows flagged",
+        extra={"phase": request.phase.value, "flagged": outcome.flagged, "caught": request.error.name if request.error else None},
+    )
+    return outcome.to_json()
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle_flag(event, *tables())

@@ -1,0 +1,140 @@
+"""Turns an HTTP request into a submission: rows with their StoreRequestIds and the execution name. Pure.
+
+StoreRequestId (also the execution name of a single-row request):
+- `k-<Idempotency-Key>` when the client sends that header (batch rows: `k-<key>-<line number>`);
+- otherwise `c-<hash of the line>`, so a retried line finds its own transaction.
+
+Only what would make a request meaningless is refused here (not text, no line, wrong column
+count, too long, too many lines); a line's content is the Validate phase's to judge, and is
+flagged in the status tables, not refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass
+
+from runtime.shared.consistency import deterministic_id
+from runtime.taxi_etl.models import Row
+from runtime.taxi_etl.trips import line_columns
+
+IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+COLUMN_COUNTS = (18, 19, 20)
+HEADER_FIRST_CELLS = ("vendorid", "vendor_id")
+# C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
+_BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+class InvalidRequest(ValueError):
+    """The request cannot be served as sent (HTTP 400)."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """The request is over a size or count limit (HTTP 413)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    execution_name: str
+    rows: tuple[Row, ...]  # unique by id, in first-seen order
+    store_request_ids: tuple[str, ...]  # one per data line, in order
+    skipped_header: bool = False
+
+    def execution_input(self) -> str:
+        """Canonical JSON, so a repeated request has the same input as the first (Standard deduplicates on it)."""
+        rows = [{"StoreRequestId": row.store_request_id, "tuple": row.tuple} for row in self.rows]
+        return json.dumps({"rows": rows}, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_body(body: str | None, *, is_base64: bool, max_bytes: int) -> str:
+    if not body:
+        raise InvalidRequest("the request body is empty; send CSV text")
+    if is_base64:
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise InvalidRequest("the request body is not valid base64") from err
+    else:
+        raw = body.encode("utf-8", "surrogatepass")
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"the request body is {len(raw)} bytes; the limit is {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidRequest("the request body is not UTF-8 text; send CSV lines") from err
+    if _BINARY.search(text):
+        raise InvalidRequest("the request body contains control characters; send CSV text, not binary data")
+    return text
+
+
+def parse_idempotency_key(header: str | None) -> str | None:
+    if header is None:
+        return None
+    if not IDEMPOTENCY_KEY.fullmatch(header):
+        raise InvalidRequest("Idempotency-Key must be 1-64 letters, digits, '_' or '-'")
+    return header
+
+
+def content_id(line: str) -> str:
+    return f"c-{deterministic_id('taxi-row', line)}"
+
+
+def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submission:
+    lines = _data_lines(text)
+    if not lines:
+        raise InvalidRequest("the request body has no CSV line")
+    if len(lines) > 1:
+        raise InvalidRequest(f"this route takes one CSV line, got {len(lines)}; send several to /trips/batch")
+    if _is_header(lines[0]):
+        raise InvalidRequest("the line is a CSV header, not a trip")
+    _check_line(lines[0], 1, max_line_bytes)
+    store_request_id = f"k-{key}" if key else content_id(lines[0])
+    return Submission(store_request_id, (Row(store_request_id, lines[0]),), (store_request_id,))
+
+
+def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: int) -> Submission:
+    lines = _data_lines(text)
+    skipped_header = bool(lines) and _is_header(lines[0])
+    if skipped_header:
+        lines = lines[1:]
+    if not lines:
+        raise InvalidRequest("the batch has no CSV line")
+    if len(lines) > max_lines:
+        raise PayloadTooLarge(f"the batch has {len(lines)} lines; the limit is {max_lines}")
+    problems = [problem for number, line in enumerate(lines, start=1) if (problem := _line_problem(line, number, max_line_bytes))]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise InvalidRequest(f"{len(problems)} of {len(lines)} lines cannot be trips, nothing was accepted: {shown}")
+    ids = tuple(f"k-{key}-{number}" if key else content_id(line) for number, line in enumerate(lines, start=1))
+    unique = {store_request_id: Row(store_request_id, line) for store_request_id, line in reversed(list(zip(ids, lines, strict=True)))}
+    rows = tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
+    name = f"kb-{key}" if key else f"cb-{deterministic_id('taxi-batch', *ids)}"
+    return Submission(name, rows, ids, skipped_header)
+
+
+def _data_lines(text: str) -> list[str]:
+    """Non-blank lines without their line ending (CRLF or LF), so a retry with other line endings hashes the same."""
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+
+
+def _is_header(line: str) -> bool:
+    return line.split(",", 1)[0].strip().strip('"').lower() in HEADER_FIRST_CELLS
+
+
+def _check_line(line: str, number: int, max_line_bytes: int) -> None:
+    problem = _line_problem(line, number, max_line_bytes)
+    if problem:
+        raise PayloadTooLarge(problem) if "bytes" in problem else InvalidRequest(problem)
+
+
+def _line_problem(line: str, number: int, max_line_bytes: int) -> str | None:
+    size = len(line.encode("utf-8", "surrogatepass"))
+    if size > max_line_bytes:
+        return f"line {number} is {size} bytes; the limit is {max_line_bytes}"
+    columns = len(line_columns(line))
+    if columns not in COLUMN_COUNTS:
+        return f"line {number} has {columns} columns; a yellow-taxi trip has 18, 19 or 20"
+    return None

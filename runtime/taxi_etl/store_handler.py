@@ -1,0 +1,43 @@
+"""Lambda entry point of the Store task. Thin: parse, call, map.
+
+A row that cannot be written raises (StoreConflict, or DynamoDB's own error): the workflow
+retries the task, then its Catch flags the rows that are not stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.shared.observability import MetricUnit, instrumented, metrics
+from runtime.taxi_etl.models import parse_rows
+from runtime.taxi_etl.phases import run_store
+from runtime.taxi_etl.settings import StoreSettings
+from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, FinalTable, StatusTable
+
+
+@functools.cache
+def settings() -> StoreSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return StoreSettings.from_env(os.environ)
+
+
+@functools.cache
+def tables() -> tuple[DynamoStatusTable, DynamoFinalTable]:
+    return DynamoStatusTable(settings().status_table), DynamoFinalTable(settings().final_table)
+
+
+def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTable) -> dict[str, Any]:
+    report = run_store(parse_rows(event), status, final)
+    metrics.add_metric(name="RowsStored", unit=MetricUnit.Count, value=report.stored)
+    metrics.add_metric(name="RowsAlreadyStored", unit=MetricUnit.Count, value=report.already_stored)
+    return report.result.to_json()
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle_store(event, *tables())

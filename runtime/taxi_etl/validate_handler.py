@@ -1,0 +1,39 @@
+"""Lambda entry point of the Validate task. Thin: parse, call, map."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.shared.observability import MetricUnit, instrumented, metrics
+from runtime.taxi_etl.models import parse_rows
+from runtime.taxi_etl.phases import run_validation
+from runtime.taxi_etl.settings import PhaseSettings
+from runtime.taxi_etl.store import DynamoStatusTable, StatusTable
+
+
+@functools.cache
+def settings() -> PhaseSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return PhaseSettings.from_env(os.environ)
+
+
+@functools.cache
+def status_table() -> DynamoStatusTable:
+    return DynamoStatusTable(settings().status_table)
+
+
+def handle_validation(event: Mapping[str, Any], status: StatusTable) -> dict[str, Any]:
+    result = run_validation(parse_rows(event), status)
+    metrics.add_metric(name="RowsValidated", unit=MetricUnit.Count, value=len(result.passed))
+    metrics.add_metric(name="RowsRejectedByValidation", unit=MetricUnit.Count, value=len(result.rejected))
+    return result.to_json()
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle_validation(event, status_table())

@@ -1,0 +1,77 @@
+"""Starting the saga: a port, and its Step Functions adapter (injected client, built lazily).
+
+A Standard state machine refuses a second execution with the same name: while the first runs,
+StartExecution with the same input answers with the same execution; once it has ended, with
+ExecutionAlreadyExists. The adapter turns the latter into DUPLICATE when the input is the same,
+and into RequestConflict when the name was reused for a different request.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from botocore.exceptions import ClientError
+
+from runtime.shared.dynamo import error_code
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+
+class StartOutcome(StrEnum):
+    STARTED = "started"  # a new execution, or the same request while its execution still runs
+    DUPLICATE = "duplicate"  # the same request, whose execution has ended
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    outcome: StartOutcome
+    execution_arn: str
+
+
+class RequestConflict(Exception):
+    """The id (from the Idempotency-Key) was already used for a different request (HTTP 422)."""
+
+
+class Workflow(Protocol):
+    def start(self, name: str, execution_input: str) -> Start: ...
+
+
+@functools.cache
+def default_client() -> SFNClient:
+    import boto3
+
+    return boto3.client("stepfunctions")
+
+
+class StepFunctionsWorkflow:
+    def __init__(self, state_machine_arn: str, *, deduplicates: bool, client: SFNClient | None = None) -> None:
+        self._arn = state_machine_arn
+        self._deduplicates = deduplicates
+        self._client = client
+
+    @property
+    def client(self) -> SFNClient:
+        if self._client is None:
+            self._client = default_client()
+        return self._client
+
+    def execution_arn(self, name: str) -> str:
+        return f"{self._arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
+
+    def start(self, name: str, execution_input: str) -> Start:
+        try:
+            response = self.client.start_execution(stateMachineArn=self._arn, name=name, input=execution_input)
+        except ClientError as err:
+            if error_code(err) != "ExecutionAlreadyExists" or not self._deduplicates:
+                raise
+            arn = self.execution_arn(name)
+            first = self.client.describe_execution(executionArn=arn)
+            if json.loads(first.get("input") or "null") != json.loads(execution_input):
+                raise RequestConflict(f"{name} was already used for a different request; use a new Idempotency-Key") from err
+            return Start(StartOutcome.DUPLICATE, arn)
+        return Start(StartOutcome.STARTED, response["executionArn"])
