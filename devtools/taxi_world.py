@@ -1,0 +1,220 @@
+"""The taxi ETL saga on the embedded cloud: tables, secret and state machine from the synthesized
+template, moto's Step Functions executor running the synthesized definition, and its Lambda
+tasks routed to the in-process phase handlers with the settings of their synthesized functions.
+
+`start_execution` runs the whole execution before it returns (moto's synchronous worker), and a
+Retry's wait is recorded instead of slept, so a test reads the end state right after a request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import types
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from runtime.shared.observability import metrics
+from runtime.taxi_etl.flag_handler import handle_flag
+from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.settings import FlagSettings, PhaseSettings, StoreSettings
+from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusTable
+from runtime.taxi_etl.store_handler import handle_store
+from runtime.taxi_etl.transform_handler import handle_transformation
+from runtime.taxi_etl.validate_handler import handle_validation
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+VALIDATE_HANDLER = "runtime.taxi_etl.validate_handler.handler"
+TRANSFORM_HANDLER = "runtime.taxi_etl.transform_handler.handler"
+STORE_HANDLER = "runtime.taxi_etl.store_handler.handler"
+FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
+API_HANDLER = "runtime.taxi_etl.api_handler.handler"
+AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
+TEST_API_KEY = "k3y-for-the-embedded-cloud-only-0123456789abcdef"
+
+Invoke = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def client(service: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=REGION)
+
+
+def function_arn(logical_id: str) -> str:
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}"
+
+
+@dataclass
+class Invocations:
+    """What the state machine invoked, and the hook a test uses to fail an invocation."""
+
+    calls: list[str] = field(default_factory=list)  # handler paths, in order
+    # Called before each invocation with (handler path, attempt number of that handler); may raise.
+    before: Callable[[str, int], None] | None = None
+
+
+@contextmanager
+def embedded_saga_cloud() -> Iterator[list[float]]:
+    """moto executing state machines in-process and synchronously; yields the retry waits it skipped."""
+    from moto import mock_aws
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+    waits: list[float] = []
+    logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)  # it logs every caught failure
+    with (
+        mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),  # type: ignore[arg-type]
+        mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=waits.append)),
+        mock.patch.object(ExecutionWorker, "start", lambda worker: worker._execution_logic()),
+    ):
+        yield waits
+
+
+@dataclass
+class TaxiWorld:
+    template: Template
+    cloud: EmbeddedCloud
+    dynamodb: Any
+    stepfunctions: Any
+    secrets: Any
+    state_machine_arn: str
+    secret_arn: str
+    routes: dict[str, Invoke] = field(default_factory=dict)  # function logical id -> in-process handler
+    invocations: Invocations = field(default_factory=Invocations)
+
+    @classmethod
+    def create(cls, template: Template, *, workflow_type: str | None = None) -> TaxiWorld:
+        """Call inside `embedded_saga_cloud()`. `workflow_type` overrides the synthesized one."""
+        dynamodb, stepfunctions, secrets = client("dynamodb"), client("stepfunctions"), client("secretsmanager")
+        cloud = EmbeddedCloud(template).create(dynamodb=dynamodb)
+        (secret_id,) = resources_of_type(template, "AWS::SecretsManager::Secret")
+        secret_arn = secrets.create_secret(Name=secret_id, SecretString=TEST_API_KEY)["ARN"]
+        cloud.names[secret_id] = secret_arn  # a secret's Ref is its ARN
+        (machine_id, machine) = next(iter(resources_of_type(template, "AWS::StepFunctions::StateMachine").items()))
+        definition = "".join(
+            part if isinstance(part, str) else function_arn(part["Fn::GetAtt"][0])
+            for part in machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+        )
+        machine_arn = stepfunctions.create_state_machine(
+            name=machine_id,
+            definition=definition,
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/{machine_id}Role",
+            type=workflow_type or machine["Properties"].get("StateMachineType", "STANDARD"),
+        )["stateMachineArn"]
+        cloud.names[machine_id] = machine_arn
+        world = cls(template, cloud, dynamodb, stepfunctions, secrets, machine_arn, secret_arn)
+        world._route_tasks()
+        return world
+
+    def environment(self, handler: str) -> dict[str, str]:
+        return self.cloud.function_environment(handler)
+
+    def _route_tasks(self) -> None:
+        validate = PhaseSettings.from_env(self.environment(VALIDATE_HANDLER))
+        transform = PhaseSettings.from_env(self.environment(TRANSFORM_HANDLER))
+        store = StoreSettings.from_env(self.environment(STORE_HANDLER))
+        flagging = FlagSettings.from_env(self.environment(FLAG_HANDLER))
+        status: dict[Phase, StatusTable] = {
+            Phase.VALIDATION: self.status_table(flagging.validation_table),
+            Phase.TRANSFORMATION: self.status_table(flagging.transformation_table),
+            Phase.STORE: self.status_table(flagging.store_table),
+        }
+        final = DynamoFinalTable(store.final_table, client=self.dynamodb)
+        handlers: dict[str, Invoke] = {
+            VALIDATE_HANDLER: lambda event: handle_validation(event, self.status_table(validate.status_table)),
+            TRANSFORM_HANDLER: lambda event: handle_transformation(event, self.status_table(transform.status_table)),
+            STORE_HANDLER: lambda event: handle_store(event, self.status_table(store.status_table), final),
+            FLAG_HANDLER: lambda event: handle_flag(event, status, DynamoFinalTable(flagging.final_table, client=self.dynamodb)),
+        }
+        self.routes = {find_function(self.template, handler): self._observed(handler, invoke) for handler, invoke in handlers.items()}
+
+    def status_table(self, name: str) -> DynamoStatusTable:
+        return DynamoStatusTable(name, client=self.dynamodb)
+
+    def _observed(self, handler: str, invoke: Invoke) -> Invoke:
+        def run(event: dict[str, Any]) -> dict[str, Any]:
+            self.invocations.calls.append(handler)
+            if self.invocations.before is not None:
+                self.invocations.before(handler, self.invocations.calls.count(handler))
+            try:
+                return invoke(event)
+            finally:
+                metrics.clear_metrics()  # no Lambda runtime flushes them here
+
+        return run
+
+    @contextmanager
+    def routing(self) -> Iterator[None]:
+        """Lambda tasks of the state machine go to the in-process handlers while this is open."""
+        from moto.awslambda_simple.models import LambdaSimpleBackend
+
+        routes = self.routes
+
+        def invoke(backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: dict[str, str]) -> bytes:
+            logical_id = function_name.split(":function:")[-1].split(":")[0]
+            try:
+                result: Any = routes[logical_id](json.loads(body) if body else {})
+            except BaseException as error:
+                response_headers["x-amz-function-error"] = "Unhandled"
+                result = {"errorType": type(error).__name__, "errorMessage": str(error)}
+            return json.dumps(result).encode()
+
+        with mock.patch.object(LambdaSimpleBackend, "invoke", invoke):
+            yield
+
+    # --- reading the outcome ------------------------------------------------------------------
+
+    def table_items(self, handler_env_name: str) -> dict[str, dict[str, Any]]:
+        from runtime.shared.dynamo import from_attributes
+
+        name = self.environment(FLAG_HANDLER)[handler_env_name]
+        items: dict[str, dict[str, Any]] = {}
+        for page in self.dynamodb.get_paginator("scan").paginate(TableName=name, ConsistentRead=True):
+            for attributes in page["Items"]:
+                item = from_attributes(attributes)
+                items[str(item["StoreRequestId"])] = item
+        return items
+
+    def final_items(self) -> dict[str, dict[str, Any]]:
+        return self.table_items("FINAL_TABLE")
+
+    def status_rows(self) -> dict[Phase, dict[str, dict[str, Any]]]:
+        return {
+            Phase.VALIDATION: self.table_items("VALIDATION_STATUS_TABLE"),
+            Phase.TRANSFORMATION: self.table_items("TRANSFORMATION_STATUS_TABLE"),
+            Phase.STORE: self.table_items("STORE_STATUS_TABLE"),
+        }
+
+    def executions(self) -> list[dict[str, Any]]:
+        pages = self.stepfunctions.get_paginator("list_executions").paginate(stateMachineArn=self.state_machine_arn)
+        return [execution for page in pages for execution in page["executions"]]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        arn = f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
+        return dict(self.stepfunctions.describe_execution(executionArn=arn))
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        arn = f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
+        pages = self.stepfunctions.get_paginator("get_execution_history").paginate(executionArn=arn)
+        return [event for page in pages for event in page["events"]]
+
+    def start(self, name: str, rows: list[Mapping[str, str]]) -> dict[str, Any]:
+        """Start an execution directly (not through the API) and return its description."""
+        with self.routing():
+            self.stepfunctions.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=json.dumps({"rows": rows}))
+        return self.describe(name)
+
+
+def state_transitions(history: list[dict[str, Any]]) -> int:
+    """What Standard workflows bill: one per state entered, and one per retry of a task."""
+    types_seen = [str(event["type"]) for event in history]
+    entered = sum(1 for kind in types_seen if kind.endswith("StateEntered"))
+    attempts = sum(1 for kind in types_seen if kind in ("LambdaFunctionScheduled", "TaskScheduled"))
+    tasks_entered = types_seen.count("TaskStateEntered")
+    return entered + attempts - tasks_entered

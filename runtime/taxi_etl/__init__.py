@@ -1,0 +1,1 @@
+"""Taxi ETL saga: validate, transform and store NYC yellow-taxi trip rows."""

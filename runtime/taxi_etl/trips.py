@@ -1,0 +1,577 @@
+"""The pure row logic of the taxi ETL: validate a raw CSV line, transform it, and build the stored item.
+
+Everything here is a function of its arguments: no AWS, no I/O, no environment. The saga's
+handlers call these functions and persist what they return, so a redelivered message yields the
+same tuple byte for byte.
+
+The column meanings and code tables follow the NYC Taxi & Limousine Commission's
+"Data Dictionary - Yellow Taxi Trip Records". Real TLC data has quirks that are not errors:
+negative amounts (refunds and disputes), passenger_count 0, and many 2019 rows whose
+total_amount leaves out congestion_surcharge. The validator accepts those and rejects only what
+would make a stored trip wrong. Columns the rest of the pipeline does not depend on
+(passenger_count, trip_distance, rate_code_id, store_and_fwd_flag) are blanked rather than
+rejected when their value is unusable, so one bad cell does not lose a trip.
+
+TLC records carry New York wall-clock times. The transform converts them to UTC by the US DST
+rule in force since 2007 rather than through zoneinfo: the Lambda asset ships no third-party
+packages (no tzdata) and the function must not depend on the OS time-zone database.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from enum import IntEnum, StrEnum
+from typing import Any, Final
+
+INPUT_SEPARATOR = ","
+OUTPUT_SEPARATOR = "\t"
+MAX_LINE_BYTES = 4096  # a raw line longer than this (utf-8) is rejected
+
+# Canonical names, in TLC column order. 18 columns for 2019-2021, +airport_fee from 2022, +cbd_congestion_fee from 2025.
+COLUMNS: tuple[str, ...] = (
+    "vendor_id",
+    "pickup_datetime",
+    "dropoff_datetime",
+    "passenger_count",
+    "trip_distance",
+    "rate_code_id",
+    "store_and_fwd_flag",
+    "pu_location_id",
+    "do_location_id",
+    "payment_type",
+    "fare_amount",
+    "extra",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "improvement_surcharge",
+    "total_amount",
+    "congestion_surcharge",
+    "airport_fee",
+    "cbd_congestion_fee",
+)
+COLUMN_COUNTS: tuple[int, ...] = (18, 19, 20)
+_INDEX: Final = {name: index for index, name in enumerate(COLUMNS)}
+
+# Amounts that must be present, then the surcharges later schemas added or that older rows leave empty (read as 0).
+REQUIRED_AMOUNTS: tuple[str, ...] = (
+    "fare_amount",
+    "extra",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "improvement_surcharge",
+    "total_amount",
+)
+OPTIONAL_AMOUNTS: tuple[str, ...] = ("congestion_surcharge", "airport_fee", "cbd_congestion_fee")
+AMOUNTS: tuple[str, ...] = REQUIRED_AMOUNTS + OPTIONAL_AMOUNTS
+MAX_ABS_AMOUNT = Decimal(10000)
+TOTAL_TOLERANCE = Decimal("0.01")
+MAX_TRIP = timedelta(hours=24)
+MAX_TRIP_DISTANCE = Decimal(1000)
+# TLC yellow data starts in 2009; anything after 2100 is a corrupt year, not a trip.
+EARLIEST_LOCAL = datetime(2009, 1, 1)
+LATEST_LOCAL_EXCLUSIVE = datetime(2101, 1, 1)
+LOCATION_IDS = range(1, 266)  # taxi zones 1..263, plus 264 "Unknown" and 265 "Outside of NYC"
+PASSENGER_COUNTS = range(0, 10)
+
+# Code tables of the TLC data dictionary.
+VENDORS: dict[int, str] = {
+    1: "Creative Mobile Technologies",
+    2: "Curb Mobility (formerly VeriFone)",
+    6: "Myle Technologies",
+    7: "Helix",
+}
+RATE_CODES: dict[int, str] = {
+    1: "Standard",
+    2: "JFK",
+    3: "Newark",
+    4: "Nassau or Westchester",
+    5: "Negotiated fare",
+    6: "Group ride",
+    99: "Null/unknown",
+}
+PAYMENT_TYPES: dict[int, str] = {
+    0: "Flex Fare trip",
+    1: "Credit card",
+    2: "Cash",
+    3: "No charge",
+    4: "Dispute",
+    5: "Unknown",
+    6: "Voided trip",
+}
+STORE_AND_FWD_FLAGS: dict[str, bool] = {"Y": True, "N": False}
+_VENDOR_IDS: Final = {name: code for code, name in VENDORS.items()}
+_RATE_CODE_IDS: Final = {name: code for code, name in RATE_CODES.items()}
+_PAYMENT_TYPE_IDS: Final = {name: code for code, name in PAYMENT_TYPES.items()}
+
+_HEADER_FIRST_CELLS: Final = frozenset({"vendorid", "vendor_id"})
+_CENT: Final = Decimal("0.01")
+_MAX_SHOWN = 40
+_UTC_FORMAT: Final = "%Y-%m-%dT%H:%M:%SZ"
+
+
+class Rule(StrEnum):
+    """Why a row was rejected or failed; the values are the documented detail strings."""
+
+    # validation (reason code 1)
+    COLUMN_COUNT = "column_count"  # not 18, 19 or 20 columns (also: not one well-formed CSV record)
+    LINE_TOO_LONG = "line_too_long"  # more than MAX_LINE_BYTES utf-8 bytes
+    HEADER_LINE = "header_line"  # the line is a CSV header (first cell vendorid/VendorID)
+    VENDOR = "vendor"  # vendor_id is not a TLC vendor code
+    PICKUP_DATETIME = "pickup_datetime"  # unparseable, or outside 2009-01-01..2100-12-31
+    DROPOFF_DATETIME = "dropoff_datetime"  # unparseable, or outside 2009-01-01..2100-12-31
+    PICKUP_LOCATION = "pickup_location"  # pu_location_id is not a taxi zone 1..265
+    DROPOFF_LOCATION = "dropoff_location"  # do_location_id is not a taxi zone 1..265
+    PAYMENT_TYPE = "payment_type"  # payment_type is not a TLC payment code
+    AMOUNT = "amount"  # an amount column is not a decimal with <=2 places within +-10000
+    DROPOFF_NOT_AFTER_PICKUP = "dropoff_not_after_pickup"  # the drop-off is at or before the pick-up
+    TRIP_TOO_LONG = "trip_too_long"  # longer than 24 h
+    TOTAL_MISMATCH = "total_amount_mismatch"  # total_amount is neither the parts with nor without congestion_surcharge
+    # transformation (reason code 2)
+    NONEXISTENT_LOCAL_TIME = "nonexistent_local_time"  # falls in the spring-forward gap (e.g. 2019-03-10 02:30)
+    MALFORMED_TUPLE = "malformed_tuple"  # the transform input isn't a validated tuple
+
+
+class Reason(IntEnum):
+    """StatusReason codes stored in the status tables."""
+
+    OK = 0  # the phase wrote its row and has not failed (or passed)
+    VALIDATION = 1
+    TRANSFORMATION = 2
+    STORE = 3
+
+
+_Names = tuple[str, ...]  # an alias, because the field named `tuple` below shadows the builtin in the class body
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    tuple: str  # the output line of the phase
+    blanked: _Names = ()  # names of unimportant columns blanked by validation
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    rule: Rule
+    message: str  # human-readable, names the column and the offending value (values truncated to 40 chars)
+
+
+# --- Eastern time by rule ---------------------------------------------------------------------
+
+_EST: Final = timedelta(hours=5)  # UTC-5
+_EDT: Final = timedelta(hours=4)  # UTC-4
+
+
+def _nth_sunday(year: int, month: int, n: int) -> date:
+    first = date(year, month, 1)
+    return first + timedelta(days=(6 - first.weekday()) % 7 + 7 * (n - 1))
+
+
+def dst_bounds(year: int) -> tuple[datetime, datetime]:
+    """The local wall-clock instants DST starts and ends in `year` (Energy Policy Act of 2005, in force since 2007).
+
+    Starts the second Sunday of March at 02:00 EST (clocks jump to 03:00 EDT);
+    ends the first Sunday of November at 02:00 EDT (clocks fall back to 01:00 EST).
+    """
+    if year < 2007:
+        raise ValueError(f"the US DST rule implemented here applies from 2007, not {year}")
+    start, end = _nth_sunday(year, 3, 2), _nth_sunday(year, 11, 1)
+    return datetime(start.year, start.month, start.day, 2), datetime(end.year, end.month, end.day, 2)
+
+
+def eastern_to_utc(local: datetime) -> datetime | None:
+    """New York wall-clock time → aware UTC datetime; None if `local` falls in the spring-forward gap.
+
+    In the fall-back hour (01:00-01:59 on the first Sunday of November) a wall-clock time happens
+    twice; the TLC files do not say which, so this takes the first occurrence (EDT, like fold=0).
+    `local.fold` is ignored so the result depends only on the text of the record.
+    """
+    if local.tzinfo is not None:
+        raise ValueError("eastern_to_utc expects a naive wall-clock datetime")
+    start, end = dst_bounds(local.year)
+    naive = local.replace(fold=0)
+    if start <= naive < start + timedelta(hours=1):
+        return None
+    # EDT from 03:00 on the start day up to (not including) 02:00 wall-clock on the end day; 01:xx there is EDT (first occurrence).
+    offset = _EDT if start + timedelta(hours=1) <= naive < end else _EST
+    return (naive + offset).replace(tzinfo=UTC)
+
+
+# --- cell parsers -----------------------------------------------------------------------------
+
+_ISO_DATETIME: Final = re.compile(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.\d{1,6})?")
+_US_DATETIME: Final = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{4}) (\d{1,2}):(\d{2}):(\d{2}) ([AaPp])[Mm]")
+_CODE: Final = re.compile(r"\d{1,9}(?:\.0*)?")  # "1", and "1.0" as float columns of parquet-derived exports write it
+_DECIMAL: Final = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")  # no exponents, NaN or Infinity
+_DISTANCE: Final = re.compile(r"(?:\d+(?:\.\d{0,20})?|\.\d{1,20})")  # bounded places so DynamoDB's 38 digits always suffice
+
+
+def parse_local_datetime(text: str) -> datetime | None:
+    """One of the TLC date formats → naive wall-clock datetime (fractions of a second dropped); None if unparseable.
+
+    Accepts `2019-10-23T16:39:42.000` (NYC Open Data export), `2019-10-23 16:39:42` (TLC files)
+    and `10/23/2019 04:39:42 PM` (older exports).
+    """
+    try:
+        if match := _ISO_DATETIME.fullmatch(text):
+            year, month, day, hour, minute, second = (int(group) for group in match.groups())
+            return datetime(year, month, day, hour, minute, second)
+        if match := _US_DATETIME.fullmatch(text):
+            month, day, year, hour12, minute, second = (int(group) for group in match.groups()[:6])
+            if not 1 <= hour12 <= 12:
+                return None
+            hour = hour12 % 12 + (12 if match.group(7) in "Pp" else 0)
+            return datetime(year, month, day, hour, minute, second)
+    except ValueError:  # a day or hour out of range, e.g. 2019-02-30
+        return None
+    return None
+
+
+def _parse_code(text: str) -> int | None:
+    return int(Decimal(text)) if _CODE.fullmatch(text) else None
+
+
+def _parse_amount(text: str) -> Decimal | str:
+    """A decimal with at most 2 places within ±MAX_ABS_AMOUNT, or the reason it is not."""
+    if not _DECIMAL.fullmatch(text):
+        return "is not a decimal number"
+    try:
+        value = Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only valid literals
+        return "is not a decimal number"
+    if abs(value) > MAX_ABS_AMOUNT:  # checked first, so quantize below never exceeds the context's precision
+        return f"is outside ±{MAX_ABS_AMOUNT}"
+    if value != value.quantize(_CENT):
+        return "has more than 2 decimal places"
+    return value
+
+
+def _show(text: str) -> str:
+    return repr(text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "...")
+
+
+def _cents(value: Decimal) -> str:
+    value = value.quantize(_CENT)
+    return format(value if value else Decimal("0.00"), "f")  # no "-0.00"
+
+
+def line_columns(raw: str) -> list[str]:
+    """CSV-split one line (quotes handled by the csv module). Raises ValueError unless it is exactly one well-formed record."""
+    try:
+        records = list(csv.reader([raw], delimiter=INPUT_SEPARATOR, strict=True))
+    except csv.Error as error:
+        raise ValueError(f"not a well-formed CSV line: {error}") from error
+    if not records:
+        return []
+    if len(records) > 1:  # pragma: no cover - a single string is a single csv input line
+        raise ValueError("more than one CSV record")
+    return records[0]
+
+
+# --- the row ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A row that passed validation: its output cells and the typed values the transform needs."""
+
+    cells: tuple[str, ...]  # stripped, with blanked cells empty; as many as the input had
+    blanked: _Names
+    vendor_id: int
+    pickup: datetime
+    dropoff: datetime
+    passenger_count: int | None
+    trip_distance: Decimal | None
+    rate_code: int | None
+    store_and_fwd: str  # "Y", "N" or ""
+    pu_location_id: int
+    do_location_id: int
+    payment_type: int
+    amounts: dict[str, Decimal]  # every name in AMOUNTS; absent or empty optional fees are 0
+
+
+def _check(columns: list[str]) -> _Row | Rejected:
+    """Validate split columns. Shared by validate_line and transform_tuple, so a validated tuple is a fixed point."""
+    if columns and columns[0].strip().lstrip("\ufeff").strip().lower() in _HEADER_FIRST_CELLS:
+        return Rejected(Rule.HEADER_LINE, f"vendor_id: {_show(columns[0])} is a CSV header cell, not a vendor code")
+    if len(columns) not in COLUMN_COUNTS:
+        return Rejected(Rule.COLUMN_COUNT, f"expected 18, 19 or 20 columns, got {len(columns)}")
+    cells = [cell.strip() for cell in columns]  # stray blanks around a value do not change its meaning
+    blanked: list[str] = []
+
+    def cell(name: str) -> str:
+        index = _INDEX[name]
+        return cells[index] if index < len(cells) else ""
+
+    def blank(name: str) -> None:
+        cells[_INDEX[name]] = ""
+        blanked.append(name)
+
+    vendor_id = _parse_code(cell("vendor_id"))
+    if vendor_id is None or vendor_id not in VENDORS:
+        return Rejected(Rule.VENDOR, f"vendor_id: {_show(cell('vendor_id'))} is not a TLC vendor code {sorted(VENDORS)}")
+
+    moments: list[datetime] = []
+    for name, rule in (("pickup_datetime", Rule.PICKUP_DATETIME), ("dropoff_datetime", Rule.DROPOFF_DATETIME)):
+        moment = parse_local_datetime(cell(name))
+        if moment is None:
+            return Rejected(rule, f"{name}: {_show(cell(name))} is not a date-time in a TLC format")
+        if not EARLIEST_LOCAL <= moment < LATEST_LOCAL_EXCLUSIVE:
+            return Rejected(rule, f"{name}: {_show(cell(name))} is outside 2009-01-01..2100-12-31")
+        moments.append(moment)
+    pickup, dropoff = moments
+
+    # Unimportant columns: an unusable value is blanked, the trip kept; an empty value is allowed as it is.
+    passenger_count = _parse_code(cell("passenger_count")) if cell("passenger_count") else None
+    if cell("passenger_count") and (passenger_count is None or passenger_count not in PASSENGER_COUNTS):
+        passenger_count = None
+        blank("passenger_count")
+
+    trip_distance: Decimal | None = None
+    if cell("trip_distance"):
+        if _DISTANCE.fullmatch(cell("trip_distance")) and Decimal(cell("trip_distance")) < MAX_TRIP_DISTANCE:
+            trip_distance = Decimal(cell("trip_distance"))
+        else:
+            blank("trip_distance")
+
+    rate_code = _parse_code(cell("rate_code_id")) if cell("rate_code_id") else None
+    if cell("rate_code_id") and (rate_code is None or rate_code not in RATE_CODES):
+        rate_code = None
+        blank("rate_code_id")
+
+    if cell("store_and_fwd_flag") and cell("store_and_fwd_flag") not in STORE_AND_FWD_FLAGS:
+        blank("store_and_fwd_flag")
+
+    locations: list[int] = []
+    for name, rule in (("pu_location_id", Rule.PICKUP_LOCATION), ("do_location_id", Rule.DROPOFF_LOCATION)):
+        location = _parse_code(cell(name))
+        if location is None or location not in LOCATION_IDS:
+            return Rejected(rule, f"{name}: {_show(cell(name))} is not a taxi zone id 1..265")
+        locations.append(location)
+
+    payment_type = _parse_code(cell("payment_type"))
+    if payment_type is None or payment_type not in PAYMENT_TYPES:
+        return Rejected(Rule.PAYMENT_TYPE, f"payment_type: {_show(cell('payment_type'))} is not a TLC payment type {sorted(PAYMENT_TYPES)}")
+
+    amounts: dict[str, Decimal] = {}
+    for name in AMOUNTS:
+        text = cell(name)
+        if not text and name in OPTIONAL_AMOUNTS:
+            amounts[name] = Decimal(0)
+            continue
+        parsed = _parse_amount(text)
+        if isinstance(parsed, str):
+            return Rejected(Rule.AMOUNT, f"{name}: {_show(text)} {parsed}")
+        amounts[name] = parsed
+
+    # Wall-clock order equals UTC order: taking the first occurrence of ambiguous times keeps local→UTC strictly increasing.
+    if dropoff <= pickup:
+        return Rejected(
+            Rule.DROPOFF_NOT_AFTER_PICKUP,
+            f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is not after pickup_datetime {_show(cell('pickup_datetime'))}",
+        )
+    pickup_utc, dropoff_utc = eastern_to_utc(pickup), eastern_to_utc(dropoff)
+    # The elapsed time across a DST change is the UTC difference; a gap time (rejected by the transform) falls back to wall-clock.
+    duration = dropoff_utc - pickup_utc if pickup_utc and dropoff_utc else dropoff - pickup
+    if duration > MAX_TRIP:
+        return Rejected(
+            Rule.TRIP_TOO_LONG,
+            f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is {duration} after pickup_datetime "
+            f"{_show(cell('pickup_datetime'))}, more than 24 h",
+        )
+
+    # Many 2019 rows leave congestion_surcharge out of total_amount (the fee was new); both sums are legitimate.
+    parts = sum((amounts[name] for name in AMOUNTS if name not in ("total_amount", "congestion_surcharge")), Decimal(0))
+    total, congestion = amounts["total_amount"], amounts["congestion_surcharge"]
+    if abs(total - (parts + congestion)) > TOTAL_TOLERANCE and abs(total - parts) > TOTAL_TOLERANCE:
+        expected = (
+            f"{_cents(parts + congestion)} (the sum of its parts with congestion_surcharge) or {_cents(parts)} (without it)"
+            if congestion
+            else f"{_cents(parts)} (the sum of its parts)"
+        )
+        return Rejected(Rule.TOTAL_MISMATCH, f"total_amount: {_show(cell('total_amount'))} is not the expected {expected}")
+
+    return _Row(
+        cells=tuple(cells),
+        blanked=tuple(blanked),
+        vendor_id=vendor_id,
+        pickup=pickup,
+        dropoff=dropoff,
+        passenger_count=passenger_count,
+        trip_distance=trip_distance,
+        rate_code=rate_code,
+        store_and_fwd=cell("store_and_fwd_flag"),
+        pu_location_id=locations[0],
+        do_location_id=locations[1],
+        payment_type=payment_type,
+        amounts=amounts,
+    )
+
+
+class _CsvLine:
+    """A csv.writer target that keeps the one line written."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+
+def _csv_line(cells: tuple[str, ...]) -> str:
+    target = _CsvLine()
+    csv.writer(target, delimiter=INPUT_SEPARATOR, lineterminator="", quoting=csv.QUOTE_MINIMAL).writerow(cells)
+    return target.text
+
+
+# --- the phases -------------------------------------------------------------------------------
+
+
+def validate_line(raw: str) -> Accepted | Rejected:
+    """Validate one raw CSV line of TLC yellow-taxi data.
+
+    Accepted.tuple is the line re-written as CSV with the same column count, cells stripped,
+    blanked unimportant cells empty, and dates as received (the transform normalizes them).
+    """
+    line = raw[:-2] if raw.endswith("\r\n") else raw[:-1] if raw.endswith(("\n", "\r")) else raw
+    if len(line) > MAX_LINE_BYTES or len(line.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
+        return Rejected(Rule.LINE_TOO_LONG, f"the line is longer than {MAX_LINE_BYTES} utf-8 bytes: {_show(line)}")
+    line = line.removeprefix("\ufeff")  # a byte-order mark left on the first line of a file
+    if "\n" in line or "\r" in line:
+        return Rejected(Rule.COLUMN_COUNT, f"the line contains an embedded line break: {_show(line)}")
+    try:
+        columns = line_columns(line)
+    except ValueError as error:
+        return Rejected(Rule.COLUMN_COUNT, f"{error}: {_show(line)}")
+    checked = _check(columns)
+    if isinstance(checked, Rejected):
+        return checked
+    return Accepted(tuple=_csv_line(checked.cells), blanked=checked.blanked)
+
+
+def transform_tuple(validated: str) -> Accepted | Rejected:
+    """Transform a validated tuple into the tab-separated 20-column row the store phase reads.
+
+    Codes become their data-dictionary names, wall-clock times become UTC (`2019-10-23T20:39:42Z`),
+    passenger_count an integer, trip_distance a plain decimal, and every amount two decimal places.
+    Empty or absent congestion_surcharge, airport_fee and cbd_congestion_fee become "0.00": the fee
+    was not charged, and the store phase then always has ten amounts.
+    """
+    try:
+        columns = line_columns(validated)
+    except ValueError as error:
+        return Rejected(Rule.MALFORMED_TUPLE, f"{error}: {_show(validated)}")
+    row = _check(columns)
+    if isinstance(row, Rejected):
+        return Rejected(Rule.MALFORMED_TUPLE, f"not a validated tuple ({row.rule}: {row.message})")
+    if row.blanked or _csv_line(row.cells) != validated:
+        return Rejected(Rule.MALFORMED_TUPLE, f"not a validated tuple (validation would rewrite it): {_show(validated)}")
+
+    moments: list[str] = []
+    for name, local in (("pickup_datetime", row.pickup), ("dropoff_datetime", row.dropoff)):
+        utc = eastern_to_utc(local)
+        if utc is None:
+            return Rejected(
+                Rule.NONEXISTENT_LOCAL_TIME,
+                f"{name}: {_show(row.cells[_INDEX[name]])} falls in the spring-forward gap; that New York wall-clock time never happened",
+            )
+        moments.append(utc.strftime(_UTC_FORMAT))
+
+    cells = [
+        VENDORS[row.vendor_id],
+        moments[0],
+        moments[1],
+        "" if row.passenger_count is None else str(row.passenger_count),
+        "" if row.trip_distance is None else format(row.trip_distance, "f"),
+        "" if row.rate_code is None else RATE_CODES[row.rate_code],
+        row.store_and_fwd,
+        str(row.pu_location_id),
+        str(row.do_location_id),
+        PAYMENT_TYPES[row.payment_type],
+        *(_cents(row.amounts[name]) for name in AMOUNTS),
+    ]
+    return Accepted(tuple=OUTPUT_SEPARATOR.join(cells))
+
+
+# --- the stored item --------------------------------------------------------------------------
+
+_UTC_TEXT: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_CENTS_TEXT: Final = re.compile(r"-?\d{1,5}\.\d{2}")
+_INT_TEXT: Final = re.compile(r"\d{1,3}")
+_NAMED_CODES: Final = {"vendor_id": _VENDOR_IDS, "rate_code_id": _RATE_CODE_IDS, "payment_type": _PAYMENT_TYPE_IDS}
+
+
+def _named_code(name: str, text: str) -> int:
+    try:
+        return _NAMED_CODES[name][text]
+    except KeyError:
+        raise ValueError(f"{name}: {_show(text)} is not a known name") from None
+
+
+def _utc(name: str, text: str) -> datetime:
+    if not _UTC_TEXT.fullmatch(text):
+        raise ValueError(f"{name}: {_show(text)} is not a UTC time like 2019-10-23T20:39:42Z")
+    return datetime.strptime(text, _UTC_FORMAT).replace(tzinfo=UTC)
+
+
+def _integer(name: str, text: str, allowed: range) -> int:
+    if not _INT_TEXT.fullmatch(text) or int(text) not in allowed:
+        raise ValueError(f"{name}: {_show(text)} is not an integer in {allowed.start}..{allowed.stop - 1}")
+    return int(text)
+
+
+def final_item(store_request_id: str, transformed: str) -> dict[str, Any]:
+    """The DynamoDB item (TypeSerializer-ready: str, int, bool, Decimal; never float) of one transformed tuple.
+
+    Blank unimportant columns are omitted rather than stored as nulls. Raises ValueError when
+    `transformed` is not a tuple transform_tuple produced.
+    """
+    if not store_request_id:
+        raise ValueError("store_request_id must not be empty")
+    cells = transformed.split(OUTPUT_SEPARATOR)
+    if len(cells) != len(COLUMNS):
+        raise ValueError(f"expected {len(COLUMNS)} tab-separated columns, got {len(cells)}")
+    value = dict(zip(COLUMNS, cells, strict=True))
+
+    pickup = _utc("pickup_datetime", value["pickup_datetime"])
+    dropoff = _utc("dropoff_datetime", value["dropoff_datetime"])
+    trip_seconds = int((dropoff - pickup).total_seconds())
+    if not 0 < trip_seconds <= MAX_TRIP.total_seconds():
+        raise ValueError(f"trip_seconds {trip_seconds} is not in 1..{int(MAX_TRIP.total_seconds())}")
+
+    item: dict[str, Any] = {
+        "StoreRequestId": store_request_id,
+        "vendor": value["vendor_id"],
+        "vendor_id": _named_code("vendor_id", value["vendor_id"]),
+        "pickup_at": value["pickup_datetime"],
+        "dropoff_at": value["dropoff_datetime"],
+    }
+    if value["passenger_count"]:
+        item["passenger_count"] = _integer("passenger_count", value["passenger_count"], PASSENGER_COUNTS)
+    if value["trip_distance"]:
+        if not _DISTANCE.fullmatch(value["trip_distance"]):
+            raise ValueError(f"trip_distance: {_show(value['trip_distance'])} is not a non-negative decimal")
+        item["trip_distance"] = Decimal(value["trip_distance"])
+    if value["rate_code_id"]:
+        _named_code("rate_code_id", value["rate_code_id"])
+        item["rate_code"] = value["rate_code_id"]
+    if value["store_and_fwd_flag"]:
+        if value["store_and_fwd_flag"] not in STORE_AND_FWD_FLAGS:
+            raise ValueError(f"store_and_fwd_flag: {_show(value['store_and_fwd_flag'])} is not Y or N")
+        item["store_and_fwd"] = STORE_AND_FWD_FLAGS[value["store_and_fwd_flag"]]
+    item["pu_location_id"] = _integer("pu_location_id", value["pu_location_id"], LOCATION_IDS)
+    item["do_location_id"] = _integer("do_location_id", value["do_location_id"], LOCATION_IDS)
+    _named_code("payment_type", value["payment_type"])
+    item["payment_type"] = value["payment_type"]
+    for name in AMOUNTS:
+        if not _CENTS_TEXT.fullmatch(value[name]):
+            raise ValueError(f"{name}: {_show(value[name])} is not an amount with 2 decimal places")
+        item[name] = Decimal(value[name])
+    item["trip_seconds"] = trip_seconds
+    return item
