@@ -26,7 +26,7 @@ PLUGINS = {"AwsSolutions", "Serverless"}
 # How CDK (2.275) records `Validations.of(scope).acknowledge(...)` on the construct.
 ACKNOWLEDGED_RULES_METADATA = "aws:cdk:acknowledged-rules"
 # The stacks build_app creates per environment: "<stack_prefix>-<suffix>".
-STACK_SUFFIXES = ("RunnerStats", "EventLog")
+STACK_SUFFIXES = ("RunnerStats", "EventLog", "TaxiEtl")
 # The complete inventory: (stack suffix, construct path inside the stack, rule) -> the one
 # CloudFormation resource type the acknowledged construct wraps. A new acknowledgement must be
 # added here, in review.
@@ -75,6 +75,44 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
         "EventLog/PayloadFinalizerRole/DefaultPolicy/Resource",
         "AwsSolutions::AwsSolutions-IAM5[Resource::<EventLogBucket7DE35D8B.Arn>/payloads/*]",
     ): "AWS::IAM::Policy",
+    # TaxiEtl: every function is invoked synchronously (state machine, API Gateway), none has a function DLQ
+    **{
+        ("TaxiEtl", f"TaxiEtl/{name}Function/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function"
+        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer")
+    },
+    # TaxiEtl: the X-Ray statement of every function's role (the Lambda factory's acknowledgement)
+    **{
+        (
+            "TaxiEtl",
+            f"TaxiEtl/{name}FunctionRole/DefaultPolicy/Resource",
+            "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+        ): "AWS::IAM::Policy"
+        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer")
+    },
+    # TaxiEtl: the state machine may invoke each of its four functions (and their versions), log and trace
+    **{
+        (
+            "TaxiEtl",
+            "TaxiEtl/StateMachine/Role/DefaultPolicy/Resource",
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::<TaxiEtl{function}.Arn>:*]",
+        ): "AWS::IAM::Policy"
+        for function in (
+            "ValidationFunction29AF2C6A",
+            "TransformationFunctionB66B77B4",
+            "StoreFunction773AFA53",
+            "FlagFunction3853FC0E",
+        )
+    },
+    ("TaxiEtl", "TaxiEtl/StateMachine/Role/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    # TaxiEtl: the API reads the executions of its one state machine (names known at run time)
+    (
+        "TaxiEtl",
+        "TaxiEtl/ApiFunctionRole/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+        '{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"TaxiEtlStateMachine72705BD6"}]}]}:*]',
+    ): "AWS::IAM::Policy",
+    # TaxiEtl: a shared API key is rotated by the operator, with its clients
+    ("TaxiEtl", "TaxiEtl/ApiKeySecret/Resource", "AwsSolutions::AwsSolutions-SMG4"): "AWS::SecretsManager::Secret",
 }
 # An SQS event source's construct id embeds the queue's unique id (stack name + path hash), so the
 # paths of the two SQS event source mappings differ per environment.
@@ -166,8 +204,8 @@ def test_dev_and_prod_synthesize_with_the_checks_on(dev_templates: dict[str, Any
     # Then it produced each environment's stacks, and only those
     assert set(dev_templates) == {f"{load_config('dev').stack_prefix}-{suffix}" for suffix in STACK_SUFFIXES}
     assert set(prod_templates) == {f"{load_config('prod').stack_prefix}-{suffix}" for suffix in STACK_SUFFIXES}
-    assert set(dev_templates) == {"Onceflow-dev-RunnerStats", "Onceflow-dev-EventLog"}
-    assert set(prod_templates) == {"Onceflow-prod-RunnerStats", "Onceflow-prod-EventLog"}
+    assert set(dev_templates) == {"Onceflow-dev-RunnerStats", "Onceflow-dev-EventLog", "Onceflow-dev-TaxiEtl"}
+    assert set(prod_templates) == {"Onceflow-prod-RunnerStats", "Onceflow-prod-EventLog", "Onceflow-prod-TaxiEtl"}
 
 
 def test_validation_report_has_no_unacknowledged_findings(synthesized: tuple[str, Path]) -> None:
