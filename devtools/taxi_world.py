@@ -8,8 +8,10 @@ Retry's wait is recorded instead of slept, so a test reads the end state right a
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import os
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
+from devtools.lambda_context import FakeLambdaContext
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from runtime.shared.observability import metrics
 from runtime.taxi_etl.flag_handler import handle_flag
@@ -87,6 +90,7 @@ class TaxiWorld:
     secret_arn: str
     routes: dict[str, Invoke] = field(default_factory=dict)  # function logical id -> in-process handler
     invocations: Invocations = field(default_factory=Invocations)
+    retry_waits: list[float] = field(default_factory=list)  # the Retry waits moto skipped (from embedded_saga_cloud)
 
     @classmethod
     def create(cls, template: Template, *, workflow_type: str | None = None) -> TaxiWorld:
@@ -204,11 +208,68 @@ class TaxiWorld:
         pages = self.stepfunctions.get_paginator("get_execution_history").paginate(executionArn=arn)
         return [event for page in pages for event in page["events"]]
 
+    # --- the API ------------------------------------------------------------------------------
+
+    @contextmanager
+    def serving_api(self) -> Iterator[None]:
+        """The API function's synthesized environment, and its cold-start caches emptied around it."""
+        from runtime.taxi_etl import api_handler, workflow
+
+        def cold_start() -> None:
+            for cached in (api_handler.settings, api_handler.workflow, workflow.default_client):
+                cached.cache_clear()
+
+        cold_start()
+        try:
+            with mock.patch.dict(os.environ, self.environment(API_HANDLER)):
+                yield
+        finally:
+            cold_start()
+            metrics.clear_metrics()
+
+    def call_api(self, event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The deployed entry point, runtime.taxi_etl.api_handler.handler; call inside `serving_api()`."""
+        from runtime.taxi_etl import api_handler
+
+        with self.routing():
+            response = api_handler.handler(dict(event), FakeLambdaContext())
+        return int(response["statusCode"]), json.loads(response["body"])
+
+    def post(self, path: str, body: str | bytes | None, *, idempotency_key: str | None = None) -> tuple[int, dict[str, Any]]:
+        return self.call_api(http_api_event(path, body, idempotency_key=idempotency_key))
+
     def start(self, name: str, rows: list[Mapping[str, str]]) -> dict[str, Any]:
         """Start an execution directly (not through the API) and return its description."""
         with self.routing():
             self.stepfunctions.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=json.dumps({"rows": rows}))
         return self.describe(name)
+
+
+def http_api_event(path: str, body: str | bytes | None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    """An HTTP API (payload 2.0) request that the key authorizer allowed; bytes are sent base64-encoded."""
+    headers = {"content-type": "text/csv", "host": "abc123.execute-api.us-east-1.amazonaws.com"}
+    if idempotency_key is not None:
+        headers["idempotency-key"] = idempotency_key
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": f"POST {path}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {
+            "accountId": ACCOUNT,
+            "apiId": "abc123",
+            "authorizer": {"lambda": {}},
+            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "taxi-loader/1.0"},
+            "requestId": "req-taxi",
+            "routeKey": f"POST {path}",
+            "stage": "$default",
+        },
+        "isBase64Encoded": isinstance(body, bytes),
+    }
+    if body is not None:
+        event["body"] = base64.b64encode(body).decode() if isinstance(body, bytes) else body
+    return event
 
 
 def state_transitions(history: list[dict[str, Any]]) -> int:

@@ -98,3 +98,25 @@ def log_world(event_log_template: Template) -> Iterator[Any]:
     clock = VirtualClock()
     with embedded_event_log_cloud(clock):
         yield EventLogWorld.create(event_log_template, clock, overrides=SMALL_LOG)
+
+
+# --- the taxi ETL saga on the embedded cloud --------------------------------------------------
+
+TAXI_ETL_STACK = "Onceflow-dev-TaxiEtl"
+
+
+@pytest.fixture
+def taxi_etl_template(dev_templates: dict[str, Template]) -> Template:
+    return dev_templates[TAXI_ETL_STACK]
+
+
+@pytest.fixture
+def saga(taxi_etl_template: Template) -> Iterator[Any]:
+    """The dev saga on moto: its state machine really executes, with the API function's environment set."""
+    from devtools.taxi_world import TaxiWorld, embedded_saga_cloud
+
+    with embedded_saga_cloud() as waits:
+        world = TaxiWorld.create(taxi_etl_template)
+        world.retry_waits = waits
+        with world.serving_api():
+            yield world
