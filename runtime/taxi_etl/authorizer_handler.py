@@ -33,9 +33,14 @@ def key_check(provider: SecretsProvider, config: AuthorizerSettings) -> ApiKeyCh
 
 
 @functools.cache
-def api_key_check() -> ApiKeyCheck:
+def secrets_provider() -> SecretsProvider:
     """Built on the first invocation (cold start): its cache lives as long as the execution environment."""
-    return key_check(SecretsProvider(), settings())
+    return SecretsProvider()
+
+
+@functools.cache
+def api_key_check() -> ApiKeyCheck:
+    return key_check(secrets_provider(), settings())
 
 
 def authorize(event: Mapping[str, Any], check: ApiKeyCheck) -> dict[str, bool]:
