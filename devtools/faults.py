@@ -21,6 +21,7 @@ WRITE_OPERATIONS = (
         "SendMessageBatch",
         "ChangeMessageVisibility",
         "DeleteMessage",
+        "StartExecution",  # the taxi API's one write: it starts (or names) the transaction
     }
 )
 
