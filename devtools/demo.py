@@ -1,6 +1,6 @@
 """`make demo`: the pipelines end to end on an embedded (moto) cloud.
 
-Runner stats below; the event log in devtools/event_log_demo.py.
+Runner stats below; the event log in devtools/event_log_demo.py; the taxi saga in devtools/taxi_demo.py.
 
 No AWS account is needed. Tables, the on-failure queue and the stream come from the
 synthesized dev template; device messages go into a moto Kinesis stream; the shard is polled
@@ -73,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 
     log_template = next(t for name, t in templates.items() if name.endswith("EventLog"))
     event_log = run_event_log_demo(log_template, events=args.log_events, seed=args.seed)
-    results = {"runner stats": runner_stats, "event log": event_log}
+    from devtools.taxi_demo import run_taxi_demo
+
+    saga_template = next(t for name, t in templates.items() if name.endswith("TaxiEtl"))
+    saga = run_taxi_demo(saga_template, seed=args.seed)
+    results = {"runner stats": runner_stats, "event log": event_log, "taxi saga": saga}
     print("\n" + ", ".join(f"{name}: {'OK' if status == 0 else 'MISMATCH'}" for name, status in results.items()))
     return max(results.values())
 

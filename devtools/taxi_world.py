@@ -220,10 +220,14 @@ class TaxiWorld:
                 cached.cache_clear()
 
         cold_start()
+        environment = self.environment(API_HANDLER)
+        namespace = metrics.namespace  # read by Powertools at import; the function's own is set here
+        metrics.namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
         try:
-            with mock.patch.dict(os.environ, self.environment(API_HANDLER)):
+            with mock.patch.dict(os.environ, environment):
                 yield
         finally:
+            metrics.namespace = namespace
             cold_start()
             metrics.clear_metrics()
 

@@ -51,6 +51,7 @@ LAMBDA_SERVICE_ERRORS = [
     "Lambda.TooManyRequestsException",
     "Lambda.ClientExecutionTimeoutException",
 ]
+AUTHORIZER_TIMEOUT_SECONDS = 10  # API Gateway waits at most 10 s for a Lambda authorizer
 # The task's input is not rows: no retry can fix it, so it goes straight to the flag step.
 NON_RETRYABLE_ERRORS = ["PhaseInputError"]
 
@@ -247,7 +248,11 @@ class TaxiEtlSaga(Construct):
             removal_policy=config.removal_policy,
         )
         stack = Stack.of(self)
-        self.state_machine_logs_key.grant_encrypt_decrypt(iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com"))
+        # Only for this account's log groups in this region (the encryption context CloudWatch Logs sends).
+        logs_service = iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com").with_conditions(
+            {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:*"}}
+        )
+        self.state_machine_logs_key.grant_encrypt_decrypt(logs_service)
         self.state_machine_logs = logs.LogGroup(
             self,
             "StateMachineLogs",
@@ -265,6 +270,8 @@ class TaxiEtlSaga(Construct):
             logs=sfn.LogOptions(destination=self.state_machine_logs, level=sfn.LogLevel.ALL, include_execution_data=True),
             comment="onceflow taxi ETL saga: validate -> transform -> store, each failure flagged by its phase",
         )
+        # Its execution history is what tells a repeated request from a new one (for 90 days).
+        self.state_machine.apply_removal_policy(config.removal_policy)
 
     # --- the API ------------------------------------------------------------------------------
 
@@ -291,6 +298,7 @@ class TaxiEtlSaga(Construct):
             handler=AUTHORIZER_HANDLER,
             service="taxi-etl-authorizer",
             description="Taxi saga API authorizer: constant-time compare with the key in Secrets Manager",
+            timeout_seconds=AUTHORIZER_TIMEOUT_SECONDS,
             environment={
                 "API_KEY_SECRET_ID": self.api_key_secret.secret_arn,
                 "SECRET_CACHE_SECONDS": str(settings.secret_cache_seconds),
@@ -298,11 +306,8 @@ class TaxiEtlSaga(Construct):
             },
         )
         self.authorizer_function = create_function(self, "AuthorizerFunction", authorizer_spec, config).function
-        self.authorizer_function.add_to_role_policy(
-            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.api_key_secret.secret_arn])
-        )
-        if self.api_key_secret.encryption_key is not None:
-            self.api_key_secret.encryption_key.grant_decrypt(self.authorizer_function)
+        # CDK's grant also matches a secret imported by name (its ARN ends in a random suffix) and its KMS key.
+        self.api_key_secret.grant_read(self.authorizer_function)
         self.authorizer = HttpLambdaAuthorizer(
             "ApiKeyAuthorizer",
             self.authorizer_function,

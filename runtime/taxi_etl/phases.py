@@ -100,11 +100,7 @@ def flag(request: FlagRequest, tables: Mapping[Phase, StatusTable], final: Final
         verdicts = [Verdict(row.store_request_id, row.tuple, request.phase.reason, detail, request.error.cause) for row in request.rows]
         if request.phase == Phase.STORE and final is not None:
             stored = final.stored_items(verdict.store_request_id for verdict in verdicts)
-            verdicts = [
-                verdict
-                for verdict in verdicts
-                if stored.get(verdict.store_request_id) != _expected_item(verdict.store_request_id, verdict.tuple)
-            ]
+            verdicts = [verdict for verdict in verdicts if not _is_stored(stored, verdict)]
     touched = request.phase.touched
     for verdict in verdicts:
         for phase in touched:
@@ -114,8 +110,11 @@ def flag(request: FlagRequest, tables: Mapping[Phase, StatusTable], final: Final
     return FlagOutcome(error=request.phase.failure_name, cause=cause, flagged=len(verdicts))
 
 
-def _expected_item(store_request_id: str, transformed: str) -> dict[str, object] | None:
+def _is_stored(stored: Mapping[str, Mapping[str, object]], verdict: Verdict) -> bool:
+    """The row's own item is in the trips table (not merely some item under its id)."""
+    if verdict.store_request_id not in stored:
+        return False
     try:
-        return final_item(store_request_id, transformed)
+        return dict(stored[verdict.store_request_id]) == final_item(verdict.store_request_id, verdict.tuple)
     except ValueError:
-        return None
+        return False

@@ -1,7 +1,8 @@
 """Turns an HTTP request into a submission: rows with their StoreRequestIds and the execution name. Pure.
 
 StoreRequestId (also the execution name of a single-row request):
-- `k-<Idempotency-Key>` when the client sends that header (batch rows: `k-<key>-<line number>`);
+- `k-<Idempotency-Key>` when the client sends that header (batch rows: `kb-<key>-<line number>`,
+  a namespace no single request's id can enter);
 - otherwise `c-<hash of the line>`, so a retried line finds its own transaction.
 
 Only what would make a request meaningless is refused here (not text, no line, wrong column
@@ -108,7 +109,8 @@ def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: i
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise InvalidRequest(f"{len(problems)} of {len(lines)} lines cannot be trips, nothing was accepted: {shown}")
-    ids = tuple(f"k-{key}-{number}" if key else content_id(line) for number, line in enumerate(lines, start=1))
+    # "kb-" keeps a keyed batch's row ids apart from single keyed ids ("k-<key>"), whatever the keys.
+    ids = tuple(f"kb-{key}-{number}" if key else content_id(line) for number, line in enumerate(lines, start=1))
     unique = {store_request_id: Row(store_request_id, line) for store_request_id, line in reversed(list(zip(ids, lines, strict=True)))}
     rows = tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
     name = f"kb-{key}" if key else f"cb-{deterministic_id('taxi-batch', *ids)}"
@@ -121,7 +123,8 @@ def _data_lines(text: str) -> list[str]:
 
 
 def _is_header(line: str) -> bool:
-    return line.split(",", 1)[0].strip().strip('"').lower() in HEADER_FIRST_CELLS
+    # A spreadsheet's "CSV UTF-8" starts with a byte-order mark, which str.strip() keeps.
+    return line.split(",", 1)[0].lstrip("\ufeff").strip().strip('"').lower() in HEADER_FIRST_CELLS
 
 
 def _check_line(line: str, number: int, max_line_bytes: int) -> None:
@@ -134,7 +137,10 @@ def _line_problem(line: str, number: int, max_line_bytes: int) -> str | None:
     size = len(line.encode("utf-8", "surrogatepass"))
     if size > max_line_bytes:
         return f"line {number} is {size} bytes; the limit is {max_line_bytes}"
-    columns = len(line_columns(line))
+    try:
+        columns = len(line_columns(line))
+    except ValueError as err:  # an unclosed quote, say
+        return f"line {number} is not one well-formed CSV record ({err})"
     if columns not in COLUMN_COUNTS:
         return f"line {number} has {columns} columns; a yellow-taxi trip has 18, 19 or 20"
     return None

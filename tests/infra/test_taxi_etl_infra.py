@@ -1,0 +1,1204 @@
+"""Properties of the synthesized taxi ETL saga stack, for every environment.
+
+The templates come from the session fixtures `dev_templates` / `prod_templates` (tests/conftest.py):
+`app.build_app` with cdk.json's context and cdk-nag on, i.e. what `cdk synth -c env=...` produces.
+Expected permissions, environment names, states and routes are written out literally here (not
+derived from infra/constructs/taxi_etl.py), so a construct edit that changes them shows up as a
+failing test, not as a silent drift. Sizes, limits and retries are read from the environment's config.
+Variants (an EXPRESS workflow, an existing secret) are built in a fresh App without cdk-nag.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk.assertions import Match, Template
+
+from devtools.template_resources import cdk_context, find_function, resources_of_type
+from infra.config import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, ConfigError, EnvConfig, TaxiEtlConfig, load_config
+from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
+from infra.stacks.taxi_etl_stack import TaxiEtlStack
+from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, StoreSettings
+
+# What the brief fixes per environment (independent of infra/config.py on purpose).
+EXPECTED = {
+    "dev": {"removal": "Delete", "protected": False, "log_retention_days": 7},
+    "prod": {"removal": "Retain", "protected": True, "log_retention_days": 90},
+}
+
+VALIDATE = "runtime.taxi_etl.validate_handler.handler"
+TRANSFORM = "runtime.taxi_etl.transform_handler.handler"
+STORE = "runtime.taxi_etl.store_handler.handler"
+FLAG = "runtime.taxi_etl.flag_handler.handler"
+API = "runtime.taxi_etl.api_handler.handler"
+AUTHORIZER = "runtime.taxi_etl.authorizer_handler.handler"
+HANDLERS = (VALIDATE, TRANSFORM, STORE, FLAG, API, AUTHORIZER)
+STATE_MACHINE_FUNCTIONS = (VALIDATE, TRANSFORM, STORE, FLAG)
+SERVICE_NAMES = {
+    VALIDATE: "taxi-etl-validation",
+    TRANSFORM: "taxi-etl-transformation",
+    STORE: "taxi-etl-store",
+    FLAG: "taxi-etl-flag",
+    API: "taxi-etl-api",
+    AUTHORIZER: "taxi-etl-authorizer",
+}
+SETTINGS_CLASSES: dict[str, Any] = {
+    VALIDATE: PhaseSettings,
+    TRANSFORM: PhaseSettings,
+    STORE: StoreSettings,
+    FLAG: FlagSettings,
+    API: ApiSettings,
+    AUTHORIZER: AuthorizerSettings,
+}
+
+# Exactly the variables each handler's settings class reads (runtime/taxi_etl/settings.py).
+ENVIRONMENT_NAMES = {
+    VALIDATE: {"STATUS_TABLE"},
+    TRANSFORM: {"STATUS_TABLE"},
+    STORE: {"STATUS_TABLE", "FINAL_TABLE"},
+    FLAG: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
+    API: {"STATE_MACHINE_ARN", "WORKFLOW_TYPE", "BATCH_MAX_LINES", "BATCH_MAX_BYTES", "MAX_LINE_BYTES"},
+    AUTHORIZER: {"API_KEY_SECRET_ID", "SECRET_CACHE_SECONDS", "SECRET_REFRESH_FLOOR_SECONDS"},
+}
+FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
+
+# Logical ids: stable on purpose (a changed logical id replaces the resource, i.e. loses the data).
+VALIDATION_TABLE = "TaxiEtlValidationStatusTableB61CF96D"
+TRANSFORMATION_TABLE = "TaxiEtlTransformationStatusTable089A6E38"
+STORE_TABLE = "TaxiEtlStoreStatusTable16B49BBF"
+TRIPS_TABLE = "TaxiEtlTripsTableA1D9F594"
+STATUS_TABLES = {"Validation": VALIDATION_TABLE, "Transformation": TRANSFORMATION_TABLE, "Store": STORE_TABLE}
+TABLES = {VALIDATION_TABLE, TRANSFORMATION_TABLE, STORE_TABLE, TRIPS_TABLE}
+SECRET = "TaxiEtlApiKeySecretED324806"
+STATE_MACHINE = "TaxiEtlStateMachine72705BD6"
+STATE_MACHINE_LOGS = "TaxiEtlStateMachineLogsDBA6863A"
+STATE_MACHINE_LOGS_KEY = "TaxiEtlStateMachineLogsKey1F444E60"
+HTTP_API = "TaxiEtlHttpApi46141E76"
+API_AUTHORIZER = "TaxiEtlHttpApiApiKeyAuthorizer917F94FE"
+API_ACCESS_LOGS = "TaxiEtlApiAccessLogsAE5ABF75"
+
+PHASES = ("Validation", "Transformation", "Store")
+PHASE_HANDLERS = {"Validation": VALIDATE, "Transformation": TRANSFORM, "Store": STORE}
+# Where a phase goes when all is well: the next phase, or the Succeed state after Store.
+NEXT_AFTER = {"Validation": "Transformation", "Transformation": "Store", "Store": "Stored"}
+ROUTES = {"POST /trips", "POST /trips/batch"}
+LAMBDA_SERVICE_ERRORS = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+    "Lambda.ClientExecutionTimeoutException",
+]
+POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
+# The state machine role's "*" statement: Step Functions' log delivery and X-Ray, neither of which
+# supports resource-level permissions (the cdk-nag IAM5[Resource::*] acknowledgement relies on it).
+STATE_MACHINE_WILDCARD_ACTIONS = {
+    "logs:CreateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:DescribeLogGroups",
+    "logs:DescribeResourcePolicies",
+    "logs:GetLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:UpdateLogDelivery",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "xray:PutTelemetryRecords",
+    "xray:PutTraceSegments",
+}
+KMS_ENCRYPT_DECRYPT = {"kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*"}
+IMPORTED_SECRET_NAME = "onceflow/taxi-api-key"
+
+
+# --- fixtures and helpers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def template_json(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -> dict[str, Any]:
+    return env_templates[f"{config.stack_prefix}-TaxiEtl"]
+
+
+def arn(logical_id: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [logical_id, "Arn"]}
+
+
+def ref(logical_id: str) -> dict[str, Any]:
+    return {"Ref": logical_id}
+
+
+def executions_of(state_machine_id: str) -> dict[str, Any]:
+    """The ARN pattern of every execution of the state machine (CDK's grant_execution)."""
+    name = {"Fn::Select": [6, {"Fn::Split": [":", ref(state_machine_id)]}]}
+    return {
+        "Fn::Join": [
+            "",
+            ["arn:", ref("AWS::Partition"), ":states:", ref("AWS::Region"), ":", ref("AWS::AccountId"), ":execution:", name, ":*"],
+        ]
+    }
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def key(value: Any) -> str:
+    """A hashable, order-independent form of a template value (a resource ARN expression, a condition)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def resource(template_json: dict[str, Any], logical_id: str, resource_type: str) -> dict[str, Any]:
+    found = template_json["Resources"].get(logical_id)
+    assert found is not None, f"no resource {logical_id}"
+    assert found["Type"] == resource_type, f"{logical_id} is a {found['Type']}, not a {resource_type}"
+    return dict(found)
+
+
+def function(template_json: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
+    logical_id = find_function(template_json, handler)
+    return logical_id, template_json["Resources"][logical_id]
+
+
+def variables_of(template_json: dict[str, Any], handler: str) -> dict[str, Any]:
+    return dict(function(template_json, handler)[1]["Properties"]["Environment"]["Variables"])
+
+
+def log_group_of(template_json: dict[str, Any], handler: str) -> str:
+    _, fn = function(template_json, handler)
+    return str(fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"])
+
+
+def role_of(template_json: dict[str, Any], handler: str) -> str:
+    _, fn = function(template_json, handler)
+    return str(fn["Properties"]["Role"]["Fn::GetAtt"][0])
+
+
+def policy_statements(template_json: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
+    """The statements of the one inline policy attached to the role."""
+    policies = [p for p in resources_of_type(template_json, "AWS::IAM::Policy").values() if ref(role_id) in p["Properties"]["Roles"]]
+    assert len(policies) == 1, f"expected one inline policy on {role_id}, found {len(policies)}"
+    assert policies[0]["Properties"]["Roles"] == [ref(role_id)], "a policy shared between roles"
+    return list(policies[0]["Properties"]["PolicyDocument"]["Statement"])
+
+
+def statements_of(template_json: dict[str, Any], handler: str) -> list[dict[str, Any]]:
+    return policy_statements(template_json, role_of(template_json, handler))
+
+
+Grants = dict[tuple[str, str | None], set[str]]
+
+
+def granted_by(statements: list[dict[str, Any]]) -> Grants:
+    """(resource, condition) -> every action allowed on it, over all statements."""
+    grants: Grants = {}
+    for statement in statements:
+        assert statement["Effect"] == "Allow", statement
+        assert not {"NotAction", "NotResource", "NotPrincipal", "Principal"} & set(statement), statement
+        condition = key(statement["Condition"]) if "Condition" in statement else None
+        for res in as_list(statement["Resource"]):
+            grants.setdefault((key(res), condition), set()).update(as_list(statement["Action"]))
+    return grants
+
+
+def unconditional(*grants: tuple[Any, set[str]]) -> Grants:
+    """(resource, actions) pairs as grants without a condition; each resource named once."""
+    result: Grants = {(key(res), None): set(actions) for res, actions in grants}
+    assert len(result) == len(grants), "a resource listed twice"
+    return result
+
+
+def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
+    """What each function may do, written out per resource (X-Ray's "*" is checked on its own)."""
+    own_logs = (arn(log_group_of(template_json, handler)), LOG_ACTIONS)
+    if handler == VALIDATE:
+        # its status row: a conditional put, on its own status table only
+        return unconditional(own_logs, (arn(VALIDATION_TABLE), {"dynamodb:PutItem"}))
+    if handler == TRANSFORM:
+        return unconditional(own_logs, (arn(TRANSFORMATION_TABLE), {"dynamodb:PutItem"}))
+    if handler == STORE:
+        # its status row, and the typed item in the final (trips) table, both conditional puts
+        return unconditional(own_logs, (arn(STORE_TABLE), {"dynamodb:PutItem"}), (arn(TRIPS_TABLE), {"dynamodb:PutItem"}))
+    if handler == FLAG:
+        # sets the reason in every status table; only reads the final table (a stored row is not flagged)
+        return unconditional(
+            own_logs,
+            (arn(VALIDATION_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(TRANSFORMATION_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(STORE_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(TRIPS_TABLE), {"dynamodb:BatchGetItem"}),
+        )
+    if handler == API:
+        # starts executions of its one state machine and reads them back (a repeated request)
+        return unconditional(
+            own_logs,
+            (ref(STATE_MACHINE), {"states:StartExecution"}),
+            (executions_of(STATE_MACHINE), {"states:DescribeExecution"}),
+        )
+    assert handler == AUTHORIZER
+    return unconditional(own_logs, (ref(SECRET), {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}))
+
+
+def resolved_environment(template_json: dict[str, Any], handler: str) -> dict[str, str]:
+    """The function's environment with every Ref / Fn::GetAtt replaced by a dummy string."""
+    return {
+        name: value if isinstance(value, str) else f"dummy-{name.lower()}" for name, value in variables_of(template_json, handler).items()
+    }
+
+
+def references(value: Any) -> Iterator[str]:
+    """Every logical id (or pseudo parameter) a template value names through Ref or Fn::GetAtt."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            yield str(value["Ref"])
+        if "Fn::GetAtt" in value:
+            yield str(value["Fn::GetAtt"][0])
+        for item in value.values():
+            yield from references(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from references(item)
+
+
+def contains_key(value: Any, wanted: str) -> bool:
+    if isinstance(value, dict):
+        return wanted in value or any(contains_key(item, wanted) for item in value.values())
+    if isinstance(value, list):
+        return any(contains_key(item, wanted) for item in value)
+    return False
+
+
+class RecordingEnvironment(dict[str, str]):
+    """An environment that remembers every name it was asked for."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name: str) -> str:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name: object) -> bool:
+        self.read.add(str(name))
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("a settings class must read its variables by name, not iterate the environment")
+
+
+# --- the state machine's definition -------------------------------------------------------------
+
+
+def definition_parts(template_json: dict[str, Any]) -> list[Any]:
+    props = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]
+    separator, parts = props["DefinitionString"]["Fn::Join"]
+    assert separator == ""
+    return list(parts)
+
+
+def definition(template_json: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parsed definition, with every non-string part of the Fn::Join replaced by a placeholder,
+    and placeholder -> the template value it stands for."""
+    text = ""
+    tokens: dict[str, Any] = {}
+    for part in definition_parts(template_json):
+        if isinstance(part, str):
+            text += part
+        else:
+            placeholder = f"__token{len(tokens)}__"
+            tokens[placeholder] = part
+            text += placeholder
+    return json.loads(text), tokens
+
+
+def successors(state: dict[str, Any]) -> set[str]:
+    """Every state the state can move to: Next, Choice rules and Default, Catch."""
+    found = {state["Next"]} if "Next" in state else set()
+    found |= {choice["Next"] for choice in state.get("Choices", [])}
+    found |= {state["Default"]} if "Default" in state else set()
+    found |= {catcher["Next"] for catcher in state.get("Catch", [])}
+    return found
+
+
+def expected_retry(config: EnvConfig) -> list[dict[str, Any]]:
+    settings = config.taxi_etl
+    backoff = {
+        "IntervalSeconds": settings.retry_interval_seconds,
+        "BackoffRate": 2,
+        "MaxDelaySeconds": settings.retry_max_delay_seconds,
+        "JitterStrategy": "FULL",
+    }
+    return [
+        {"ErrorEquals": ["PhaseInputError"], "MaxAttempts": 0},
+        {"ErrorEquals": LAMBDA_SERVICE_ERRORS, **backoff, "MaxAttempts": settings.service_retry_attempts},
+        {"ErrorEquals": ["States.TaskFailed", "States.Timeout"], **backoff, "MaxAttempts": settings.task_retry_attempts},
+    ]
+
+
+# --- building variants in a fresh app (no cdk-nag) -----------------------------------------------
+
+
+def dev_with(**taxi_etl: Any) -> EnvConfig:
+    dev = load_config("dev")
+    return replace(dev, taxi_etl=replace(dev.taxi_etl, **taxi_etl))
+
+
+def synth_stack(config: EnvConfig, tmp_path: Path) -> dict[str, Any]:
+    app = App(context=cdk_context(config.name), outdir=str(tmp_path))
+    stack = TaxiEtlStack(app, "TaxiEtlVariant", config=config)
+    return dict(Template.from_stack(stack).to_json())
+
+
+def saga_with_imported_secret(tmp_path: Path) -> tuple[dict[str, Any], Any]:
+    """A saga in a plain stack, given an existing secret by name; the template and the secret's ARN as synthesized."""
+    app = App(context=cdk_context("dev"), outdir=str(tmp_path))
+    stack = Stack(app, "OwnSecret")
+    secret = secretsmanager.Secret.from_secret_name_v2(stack, "Existing", IMPORTED_SECRET_NAME)
+    TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=load_config("dev"), api_key_secret=secret))
+    return dict(Template.from_stack(stack).to_json()), stack.resolve(secret.secret_arn)
+
+
+# --- 1. the tables ------------------------------------------------------------------------------
+
+
+def test_four_tables_keyed_by_the_store_request_id_only(template_json: dict[str, Any]) -> None:
+    # Given the stack's tables
+    tables = resources_of_type(template_json, "AWS::DynamoDB::Table")
+    # When we read their keys
+    # Then there are exactly the three status tables and the trips table, each keyed by StoreRequestId (S) alone
+    assert set(tables) == TABLES
+    for logical_id, table in tables.items():
+        props = table["Properties"]
+        assert props["KeySchema"] == [{"AttributeName": "StoreRequestId", "KeyType": "HASH"}], logical_id
+        assert props["AttributeDefinitions"] == [{"AttributeName": "StoreRequestId", "AttributeType": "S"}], logical_id
+        # and none has an index or a stream (nothing reads them but the functions below)
+        assert not {"GlobalSecondaryIndexes", "LocalSecondaryIndexes", "StreamSpecification"} & set(props), logical_id
+
+
+def test_every_table_is_encrypted_on_demand_with_point_in_time_recovery(template: Template) -> None:
+    # Given the four tables
+    # When we look at encryption, billing and backups
+    # Then every table has server-side encryption, on-demand billing and point-in-time recovery
+    template.all_resources_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "SSESpecification": {"SSEEnabled": True},
+            "BillingMode": "PAY_PER_REQUEST",
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+        },
+    )
+
+
+def test_tables_are_retained_and_deletion_protected_only_in_prod(template: Template, env_name: str) -> None:
+    # Given the environment's expectation (prod keeps data, dev is disposable)
+    expected = EXPECTED[env_name]
+    # When we look at the tables' policies and deletion protection
+    # Then prod retains and protects all four, and dev destroys them and protects none
+    template.all_resources("AWS::DynamoDB::Table", {"DeletionPolicy": expected["removal"], "UpdateReplacePolicy": expected["removal"]})
+    template.all_resources_properties("AWS::DynamoDB::Table", {"DeletionProtectionEnabled": expected["protected"]})
+
+
+@pytest.mark.parametrize(
+    "resource_type", ["AWS::Logs::LogGroup", "AWS::KMS::Key", "AWS::SecretsManager::Secret", "AWS::StepFunctions::StateMachine"]
+)
+def test_other_stateful_resources_are_retained_only_in_prod(
+    template: Template, template_json: dict[str, Any], env_name: str, resource_type: str
+) -> None:
+    # Given the log groups, the logs key and the API key secret
+    policy = EXPECTED[env_name]["removal"]
+    assert resources_of_type(template_json, resource_type)
+    # When we look at their deletion and replacement policies
+    # Then prod retains them (logs stay readable, the key and the secret stay usable, the execution
+    # history that deduplicates repeated requests stays) and dev deletes them
+    template.all_resources(resource_type, {"DeletionPolicy": policy, "UpdateReplacePolicy": policy})
+
+
+# --- 2. the state machine: type, tracing, encrypted execution logs ------------------------------
+
+
+def test_state_machine_is_standard_traced_and_logs_every_execution(template_json: dict[str, Any], config: EnvConfig) -> None:
+    # Given the one state machine
+    assert set(resources_of_type(template_json, "AWS::StepFunctions::StateMachine")) == {STATE_MACHINE}
+    props = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]
+    # When we read its type, tracing and logging
+    # Then it is a Standard workflow (the configured default), traced with X-Ray
+    assert config.taxi_etl.workflow_type == sfn.StateMachineType.STANDARD
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    # and it logs every event with the execution data to its own log group
+    assert props["LoggingConfiguration"] == {
+        "Destinations": [{"CloudWatchLogsLogGroup": {"LogGroupArn": arn(STATE_MACHINE_LOGS)}}],
+        "IncludeExecutionData": True,
+        "Level": "ALL",
+    }
+    assert STATE_MACHINE_LOGS not in {log_group_of(template_json, handler) for handler in HANDLERS}
+    # and an execution is stopped after the configured time
+    parsed, _ = definition(template_json)
+    assert parsed["TimeoutSeconds"] == config.taxi_etl.execution_timeout_minutes * 60
+
+
+def test_execution_logs_are_encrypted_with_a_rotating_key_the_logs_service_may_use(template_json: dict[str, Any], env_name: str) -> None:
+    # Given the execution log group
+    log_group = resource(template_json, STATE_MACHINE_LOGS, "AWS::Logs::LogGroup")["Properties"]
+    # When we follow its KMS key
+    assert log_group["KmsKeyId"] == arn(STATE_MACHINE_LOGS_KEY)
+    key_props = resource(template_json, STATE_MACHINE_LOGS_KEY, "AWS::KMS::Key")["Properties"]
+    # Then the key rotates
+    assert key_props["EnableKeyRotation"] is True
+    # and its policy lets the regional CloudWatch Logs service principal encrypt and decrypt with it
+    logs_principal = {"Service": {"Fn::Join": ["", ["logs.", ref("AWS::Region"), ".amazonaws.com"]]}}
+    statements = [s for s in key_props["KeyPolicy"]["Statement"] if s.get("Principal") == logs_principal]
+    assert len(statements) == 1, key_props["KeyPolicy"]
+    assert statements[0]["Effect"] == "Allow"
+    assert set(as_list(statements[0]["Action"])) == KMS_ENCRYPT_DECRYPT
+    # and the log group keeps the environment's retention
+    assert log_group["RetentionInDays"] == EXPECTED[env_name]["log_retention_days"]
+
+
+def test_state_machine_role_invokes_only_its_four_functions(template_json: dict[str, Any]) -> None:
+    # Given the state machine's role
+    role_id = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    role = resource(template_json, role_id, "AWS::IAM::Role")["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "states.amazonaws.com"}
+    assert "ManagedPolicyArns" not in role and "Policies" not in role
+    # When we read what it may do
+    grants = granted_by(policy_statements(template_json, role_id))
+    # Then it may invoke the three phase functions and the flag function (and their versions), not the API's
+    invocable = {}
+    for handler in STATE_MACHINE_FUNCTIONS:
+        function_id, _ = function(template_json, handler)
+        invocable[(key(arn(function_id)), None)] = {"lambda:InvokeFunction"}
+        invocable[(key({"Fn::Join": ["", [arn(function_id), ":*"]]}), None)] = {"lambda:InvokeFunction"}
+    # and on "*" only the log-delivery and X-Ray actions, which have no resource-level permissions
+    assert grants == {**invocable, (key("*"), None): STATE_MACHINE_WILDCARD_ACTIONS}
+
+
+# --- 3. the definition: phases, retries, catches and flag steps ---------------------------------
+
+
+def test_definition_has_exactly_the_saga_states(template_json: dict[str, Any]) -> None:
+    # Given the parsed definition
+    parsed, _ = definition(template_json)
+    states = parsed["States"]
+    # When we list its states by name and type
+    types = {name: state["Type"] for name, state in states.items()}
+    # Then it is, per phase: the task, its rejects choice, its flag task, the choice after it and its Fail;
+    # and one Succeed at the end
+    expected: dict[str, str] = {"Stored": "Succeed"}
+    for phase in PHASES:
+        expected |= {
+            phase: "Task",
+            f"{phase}Rejects": "Choice",
+            f"Flag{phase}": "Task",
+            f"AfterFlag{phase}": "Choice",
+            f"{phase}Failed": "Fail",
+        }
+    assert types == expected
+
+
+def test_definition_runs_validation_then_transformation_then_store(template_json: dict[str, Any]) -> None:
+    # Given the parsed definition
+    parsed, _ = definition(template_json)
+    states = parsed["States"]
+    # When we follow it from the start, taking the no-rejects branch of each phase
+    assert parsed["StartAt"] == "Validation"
+    order, current = [], parsed["StartAt"]
+    while states[current]["Type"] == "Task":
+        order.append(current)
+        rejects = states[states[current]["Next"]]
+        assert rejects["Type"] == "Choice"
+        # Then a phase with rejected rows goes to its flag step, and otherwise on to the next phase
+        assert rejects["Choices"] == [{"Variable": "$.hasRejected", "BooleanEquals": True, "Next": f"Flag{current}"}]
+        current = rejects["Default"]
+    # and the phases run in order, ending in the Succeed state
+    assert order == list(PHASES)
+    assert current == "Stored"
+    assert states["Stored"]["Type"] == "Succeed"
+
+
+@pytest.mark.parametrize("state_name", [*PHASES, *(f"Flag{phase}" for phase in PHASES)])
+def test_every_task_retries_service_errors_and_crashes_but_never_bad_input(
+    template_json: dict[str, Any], config: EnvConfig, state_name: str
+) -> None:
+    # Given a task of the saga (a phase or a flag step)
+    parsed, _ = definition(template_json)
+    task = parsed["States"][state_name]
+    assert task["Type"] == "Task"
+    # When we read its retriers (Step Functions applies the first one whose ErrorEquals matches)
+    retry = task["Retry"]
+    # Then, in this order: bad input is not retried, Lambda's own service errors are retried with full-jitter
+    # exponential backoff, and any other failure or a timeout a bounded number of times
+    assert retry == expected_retry(config)
+    # and no retrier is unbounded
+    assert all(0 <= retrier["MaxAttempts"] <= 10 for retrier in retry)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_failed_phase_task_is_caught_into_its_flag_step(template_json: dict[str, Any], phase: str) -> None:
+    # Given the phase's task
+    parsed, _ = definition(template_json)
+    task = parsed["States"][phase]
+    # When we read its catchers
+    # Then every error left after the retries goes to the phase's own flag step, keeping the state and adding $.error
+    assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"Flag{phase}"}]
+    # and the task passes its output on whole (no ResultPath), after which the rejects choice follows
+    assert "ResultPath" not in task
+    assert task["Next"] == f"{phase}Rejects"
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_flag_step_gets_its_phase_and_the_state_and_adds_its_outcome(template_json: dict[str, Any], phase: str) -> None:
+    # Given the phase's flag step
+    parsed, _ = definition(template_json)
+    flag = parsed["States"][f"Flag{phase}"]
+    # When we read its input, output and next state
+    # Then it sends the phase's name and the whole state, puts its answer at $.flag and moves to its choice
+    assert flag["Parameters"] == {"phase": phase.lower(), "state.$": "$"}
+    assert flag["ResultPath"] == "$.flag"
+    assert flag["Next"] == f"AfterFlag{phase}"
+    # and it catches nothing: a flag step that fails fails the execution
+    assert "Catch" not in flag
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_failed_state_reports_the_flag_steps_error_and_cause(template_json: dict[str, Any], phase: str) -> None:
+    # Given the phase's Fail state
+    parsed, _ = definition(template_json)
+    failed = parsed["States"][f"{phase}Failed"]
+    # When we read it
+    # Then it fails the execution with the error and cause the flag step returned
+    assert failed == {"Type": "Fail", "ErrorPath": "$.flag.error", "CausePath": "$.flag.cause"}
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_after_a_flag_step_the_saga_fails_or_moves_to_the_next_phase(template_json: dict[str, Any], phase: str) -> None:
+    # Given the choice after the phase's flag step
+    parsed, _ = definition(template_json)
+    states = parsed["States"]
+    choice = states[f"AfterFlag{phase}"]
+    # When we read its rules
+    # Then a caught error always fails; otherwise the rows that passed go on; with none passed it fails
+    assert choice["Type"] == "Choice"
+    assert choice["Choices"] == [
+        {"Variable": "$.error", "IsPresent": True, "Next": f"{phase}Failed"},
+        {"Variable": "$.hasPassed", "BooleanEquals": True, "Next": NEXT_AFTER[phase]},
+    ]
+    assert choice["Default"] == f"{phase}Failed"
+    # and every path from the flag step ends in that Fail or reaches the next phase (or Stored), nothing else
+    ends, seen, pending = set(), set(), [f"Flag{phase}"]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if states[name]["Type"] == "Fail" or name == NEXT_AFTER[phase]:
+            ends.add(name)
+            continue
+        assert not states[name].get("End"), f"{name} ends the execution"
+        assert successors(states[name]), f"{name} goes nowhere"
+        pending.extend(successors(states[name]))
+    assert ends == {f"{phase}Failed", NEXT_AFTER[phase]}
+
+
+def test_every_state_is_reachable_and_every_path_ends_in_stored_or_a_fail(template_json: dict[str, Any]) -> None:
+    # Given the parsed definition
+    parsed, _ = definition(template_json)
+    states = parsed["States"]
+    # When we walk every transition from the start
+    seen, pending = set(), [parsed["StartAt"]]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        assert name in states, f"a transition to the unknown state {name}"
+        pending.extend(successors(states[name]))
+    # Then every state is reachable
+    assert seen == set(states)
+    # and only the Succeed and the three Fail states end an execution; every other state moves on
+    terminal = {name for name, state in states.items() if not successors(state)}
+    assert terminal == {"Stored", *(f"{phase}Failed" for phase in PHASES)}
+    assert not [name for name, state in states.items() if state.get("End")]
+
+
+def test_tasks_invoke_the_right_functions(template_json: dict[str, Any]) -> None:
+    # Given the definition's Fn::Join parts
+    parts = definition_parts(template_json)
+    # When we look at every part that is not a string
+    for index, part in enumerate(parts):
+        if isinstance(part, str):
+            continue
+        # Then each one is a function's ARN, and it stands exactly as the value of a "Resource"
+        assert parts[index - 1].endswith('"Resource":"'), parts[index - 1][-40:]
+        assert parts[index + 1].startswith('"'), parts[index + 1][:40]
+        assert set(part) == {"Fn::GetAtt"} and part["Fn::GetAtt"][1] == "Arn", part
+    # and each phase task invokes its phase's function, each flag step the flag function (directly, not
+    # through the lambda:invoke integration, so the task's output is the function's payload)
+    parsed, tokens = definition(template_json)
+    expected = {phase: PHASE_HANDLERS[phase] for phase in PHASES} | {f"Flag{phase}": FLAG for phase in PHASES}
+    tasks = {name: state for name, state in parsed["States"].items() if state["Type"] == "Task"}
+    assert set(tasks) == set(expected)
+    for name, handler in expected.items():
+        function_id, _ = function(template_json, handler)
+        assert tokens[tasks[name]["Resource"]] == arn(function_id), name
+    # and no task invokes the API or the authorizer function
+    invoked = {key(tokens[task["Resource"]]) for task in tasks.values()}
+    assert invoked == {key(arn(function(template_json, handler)[0])) for handler in STATE_MACHINE_FUNCTIONS}
+
+
+# --- 4. the workflow type and the config's limits ------------------------------------------------
+
+
+def test_express_config_gives_an_express_state_machine_and_tells_the_api(tmp_path: Path) -> None:
+    # Given the dev config with an Express workflow (whose executions may last 5 minutes at most)
+    config = dev_with(workflow_type=sfn.StateMachineType.EXPRESS, execution_timeout_minutes=5)
+    # When the stack is synthesized with it
+    template_json = synth_stack(config, tmp_path)
+    props = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]
+    # Then the state machine is an Express one, still traced and logging everything, stopped after 5 minutes
+    assert props["StateMachineType"] == "EXPRESS"
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["LoggingConfiguration"]["Level"] == "ALL" and props["LoggingConfiguration"]["IncludeExecutionData"] is True
+    assert definition(template_json)[0]["TimeoutSeconds"] == 300
+    # and the API knows it, so it does not count on Standard's deduplication of execution names
+    assert variables_of(template_json, API)["WORKFLOW_TYPE"] == "EXPRESS"
+    assert ApiSettings.from_env(resolved_environment(template_json, API)).deduplicates_starts is False
+
+
+def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_building_anything(tmp_path: Path) -> None:
+    # Given an Express workflow type and otherwise the defaults (a 15-minute execution timeout)
+    taxi_etl = TaxiEtlConfig(workflow_type=sfn.StateMachineType.EXPRESS)
+    config = replace(load_config("dev"), taxi_etl=taxi_etl)
+    stack = Stack(App(outdir=str(tmp_path)), "Express")
+    # When it is validated, or the saga is built with it
+    # Then it is refused: Express executions last at most 5 minutes
+    with pytest.raises(ConfigError, match=re.escape("execution_timeout_minutes must be at most 5 for EXPRESS")):
+        taxi_etl.validate()
+    with pytest.raises(ConfigError, match="EXPRESS"):
+        TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=config))
+    # and nothing was added to the stack
+    assert stack.node.try_find_child("TaxiEtl") is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        pytest.param(
+            {"workflow_type": sfn.StateMachineType.EXPRESS, "execution_timeout_minutes": 6},
+            "execution_timeout_minutes must be at most 5 for EXPRESS",
+            id="express-longer-than-5-minutes",
+        ),
+        pytest.param({"execution_timeout_minutes": 0}, "execution_timeout_minutes must be 1..1440", id="no-execution-time"),
+        pytest.param({"execution_timeout_minutes": 24 * 60 + 1}, "execution_timeout_minutes must be 1..1440", id="execution-over-a-day"),
+        pytest.param(
+            {"batch_max_bytes": STEP_FUNCTIONS_MAX_PAYLOAD_BYTES // 3 + 1},
+            "batch_max_bytes must be at most a third of Step Functions' 256 KiB payload limit",
+            id="batch-over-a-third-of-256-KiB",
+        ),
+        pytest.param({"max_line_bytes": 64 * 1024 + 1}, "max_line_bytes must be 256..batch_max_bytes", id="line-larger-than-batch"),
+        pytest.param({"batch_max_lines": 0}, "batch_max_lines must be 1..1000", id="empty-batches"),
+        pytest.param({"batch_max_lines": 1001}, "batch_max_lines must be 1..1000", id="batch-over-1000-lines"),
+        pytest.param({"authorizer_cache_seconds": 3601}, "authorizer_cache_seconds must be 0..3600", id="authorizer-cache-over-an-hour"),
+        pytest.param({"authorizer_cache_seconds": -1}, "authorizer_cache_seconds must be 0..3600", id="negative-authorizer-cache"),
+        pytest.param({"service_retry_attempts": 11}, "retries must be bounded: service 0..10, task 0..5", id="service-retries-over-10"),
+        pytest.param({"service_retry_attempts": -1}, "retries must be bounded: service 0..10, task 0..5", id="service-retries-unbounded"),
+        pytest.param({"task_retry_attempts": 6}, "retries must be bounded: service 0..10, task 0..5", id="task-retries-over-5"),
+        pytest.param({"task_retry_attempts": -1}, "retries must be bounded: service 0..10, task 0..5", id="task-retries-unbounded"),
+        pytest.param({"retry_interval_seconds": 61}, "retry interval must be 1..retry_max_delay_seconds", id="interval-over-max-delay"),
+        pytest.param({"retry_max_delay_seconds": 3601}, "retry interval must be 1..retry_max_delay_seconds", id="max-delay-over-an-hour"),
+        pytest.param({"secret_refresh_floor_seconds": 301}, "refresh floor <= cache seconds", id="refresh-floor-over-cache"),
+        pytest.param({"secret_cache_seconds": 3601}, "cache seconds <= 3600", id="secret-cache-over-an-hour"),
+        pytest.param({"api_rate_limit": 101}, "rate limit must be positive and at most the burst limit", id="rate-over-burst"),
+        pytest.param({"api_rate_limit": 0}, "rate limit must be positive and at most the burst limit", id="no-rate"),
+        pytest.param({"api_timeout_seconds": 30}, "api_timeout_seconds must be at most 29", id="api-timeout-over-integration-limit"),
+        pytest.param({"phase_timeout_seconds": 901}, "function timeouts must be 3..900", id="phase-timeout-over-lambda-limit"),
+        pytest.param({"phase_memory_mb": 127}, "phase_memory_mb must be 128..10240", id="phase-memory-too-small"),
+    ],
+)
+def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, Any], message: str) -> None:
+    # Given the dev config with one value out of bounds
+    config = dev_with(**overrides)
+    # When it is validated (as load_config and the construct do)
+    # Then it is refused with a message naming the setting and its bound
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.validate()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"workflow_type": sfn.StateMachineType.EXPRESS, "execution_timeout_minutes": 5}, id="express-at-5-minutes"),
+        pytest.param({"batch_max_bytes": STEP_FUNCTIONS_MAX_PAYLOAD_BYTES // 3}, id="batch-at-a-third-of-256-KiB"),
+        pytest.param({"authorizer_cache_seconds": 3600}, id="authorizer-cache-an-hour"),
+        pytest.param({"authorizer_cache_seconds": 0}, id="authorizer-cache-off"),
+        pytest.param({"service_retry_attempts": 0, "task_retry_attempts": 0}, id="no-retries"),
+        pytest.param({"service_retry_attempts": 10, "task_retry_attempts": 5}, id="most-retries"),
+        pytest.param({"api_timeout_seconds": 29}, id="api-timeout-29"),
+    ],
+)
+def test_config_accepts_values_at_the_bounds(overrides: dict[str, Any]) -> None:
+    # Given the dev config with one value at its bound
+    config = dev_with(**overrides)
+    # When it is validated
+    # Then it is accepted
+    assert config.validate() is config
+
+
+def test_retries_in_the_definition_follow_a_changed_config(tmp_path: Path) -> None:
+    # Given a config with other retry counts than the defaults
+    config = dev_with(service_retry_attempts=3, task_retry_attempts=0)
+    # When the stack is synthesized with it
+    template_json = synth_stack(config, tmp_path)
+    # Then every task's retriers carry the new counts
+    parsed, _ = definition(template_json)
+    for name, state in parsed["States"].items():
+        if state["Type"] == "Task":
+            assert state["Retry"] == expected_retry(config), name
+
+
+# --- 5. the HTTP API -----------------------------------------------------------------------------
+
+
+def test_exactly_two_post_routes_both_behind_the_one_authorizer(template: Template, template_json: dict[str, Any]) -> None:
+    # Given the API's routes
+    routes = resources_of_type(template_json, "AWS::ApiGatewayV2::Route")
+    # When we read their keys and authorization
+    # Then there are exactly POST /trips and POST /trips/batch (no catch-all, no GET)
+    assert sorted(route["Properties"]["RouteKey"] for route in routes.values()) == sorted(ROUTES)
+    # and both require the one Lambda authorizer of this API
+    assert set(resources_of_type(template_json, "AWS::ApiGatewayV2::Authorizer")) == {API_AUTHORIZER}
+    template.all_resources_properties("AWS::ApiGatewayV2::Route", {"AuthorizationType": "CUSTOM", "AuthorizerId": ref(API_AUTHORIZER)})
+    # and both integrate with the API function, as a proxy with payload format 2.0
+    api_id, _ = function(template_json, API)
+    integrations = resources_of_type(template_json, "AWS::ApiGatewayV2::Integration")
+    assert integrations
+    for integration in integrations.values():
+        assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
+        assert integration["Properties"]["IntegrationUri"] == arn(api_id)
+        assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
+    for route in routes.values():
+        target = route["Properties"]["Target"]["Fn::Join"][1]
+        assert target[0] == "integrations/" and target[1]["Ref"] in integrations
+
+
+def test_authorizer_is_a_cached_simple_request_authorizer_on_the_authorization_header(
+    template_json: dict[str, Any], config: EnvConfig
+) -> None:
+    # Given the API's authorizer
+    props = resource(template_json, API_AUTHORIZER, "AWS::ApiGatewayV2::Authorizer")["Properties"]
+    # When we read its type, identity and caching
+    # Then it is a REQUEST authorizer answering simple allow/deny (payload 2.0), keyed by the Authorization header
+    assert props["ApiId"] == ref(HTTP_API)
+    assert props["AuthorizerType"] == "REQUEST"
+    assert props["EnableSimpleResponses"] is True
+    assert props["AuthorizerPayloadFormatVersion"] == "2.0"
+    assert props["IdentitySource"] == ["$request.header.Authorization"]
+    # and API Gateway caches each answer for the configured time
+    assert props["AuthorizerResultTtlInSeconds"] == config.taxi_etl.authorizer_cache_seconds
+    # and it invokes the authorizer function
+    authorizer_id, _ = function(template_json, AUTHORIZER)
+    assert arn(authorizer_id) in props["AuthorizerUri"]["Fn::Join"][1]
+
+
+def test_only_this_api_may_invoke_the_api_and_authorizer_functions(template_json: dict[str, Any]) -> None:
+    # Given the Lambda permissions
+    api_id, _ = function(template_json, API)
+    authorizer_id, _ = function(template_json, AUTHORIZER)
+    permissions = [p["Properties"] for p in resources_of_type(template_json, "AWS::Lambda::Permission").values()]
+    # When we read who may invoke what, from where
+    sources: dict[str, list[list[Any]]] = {}
+    for props in permissions:
+        assert props["Principal"] == "apigateway.amazonaws.com" and props["Action"] == "lambda:InvokeFunction", props
+        sources.setdefault(props["FunctionName"]["Fn::GetAtt"][0], []).append(props["SourceArn"]["Fn::Join"][1])
+    # Then API Gateway may invoke the API function from the two routes of this API only
+    assert set(sources) == {api_id, authorizer_id}
+    assert sorted(parts[-1] for parts in sources[api_id]) == ["/*/*/trips", "/*/*/trips/batch"]
+    assert all(ref(HTTP_API) in parts for parts in sources[api_id])
+    # and the authorizer function as this API's authorizer only
+    (authorizer_source,) = sources[authorizer_id]
+    assert authorizer_source[-3:] == [ref(HTTP_API), "/authorizers/", ref(API_AUTHORIZER)]
+
+
+def test_default_stage_throttles_and_writes_json_access_logs_with_authorizer_errors(
+    template: Template, template_json: dict[str, Any], config: EnvConfig, env_name: str
+) -> None:
+    # Given the API's one stage
+    template.resource_count_is("AWS::ApiGatewayV2::Stage", 1)
+    (stage,) = resources_of_type(template_json, "AWS::ApiGatewayV2::Stage").values()
+    props = stage["Properties"]
+    # When we read its throttling and access logs
+    # Then it is the auto-deployed $default stage, throttled as configured
+    assert props["StageName"] == "$default" and props["AutoDeploy"] is True
+    assert props["DefaultRouteSettings"] == {
+        "ThrottlingRateLimit": config.taxi_etl.api_rate_limit,
+        "ThrottlingBurstLimit": config.taxi_etl.api_burst_limit,
+    }
+    # and it writes JSON access logs to the API's own log group, including why the authorizer refused
+    access = props["AccessLogSettings"]
+    assert access["DestinationArn"] == arn(API_ACCESS_LOGS)
+    assert (
+        resource(template_json, API_ACCESS_LOGS, "AWS::Logs::LogGroup")["Properties"]["RetentionInDays"]
+        == EXPECTED[env_name]["log_retention_days"]
+    )
+    fields = json.loads(access["Format"])
+    assert isinstance(fields, dict)
+    assert fields["requestId"] == "$context.requestId"
+    assert fields["authorizerError"] == "$context.authorizer.error"
+    assert {"routeKey", "status", "error", "integrationError"} <= set(fields)
+
+
+# --- 6. IAM least privilege, per function ------------------------------------------------------
+
+
+def test_every_function_role_is_lambdas_own_without_managed_or_embedded_policies(template_json: dict[str, Any]) -> None:
+    # Given the six functions, each with its own role, and the state machine's role
+    roles = {role_of(template_json, handler) for handler in HANDLERS}
+    assert len(roles) == len(HANDLERS)
+    state_machine_role = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]["RoleArn"]
+    # When we look at the stack's roles and policies
+    assert set(resources_of_type(template_json, "AWS::IAM::Role")) == roles | {state_machine_role["Fn::GetAtt"][0]}
+    assert len(resources_of_type(template_json, "AWS::IAM::Policy")) == len(roles) + 1
+    # Then only Lambda may assume each function role, and each carries no managed or embedded policies
+    for role_id in roles:
+        role = resource(template_json, role_id, "AWS::IAM::Role")["Properties"]
+        assert "ManagedPolicyArns" not in role and "Policies" not in role
+        assert role["AssumeRolePolicyDocument"]["Statement"] == [
+            {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
+        ]
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_each_function_has_exactly_its_actions_on_its_own_resources(template_json: dict[str, Any], handler: str) -> None:
+    # Given the function's inline policy, resource by resource (the "*" statement is tested below)
+    grants = {target: actions for target, actions in granted_by(statements_of(template_json, handler)).items() if target[0] != key("*")}
+    # When we compare it with what the function needs
+    expected = expected_grants(template_json, handler)
+    # Then every resource it names is one it needs, with exactly the actions it needs there
+    assert set(grants) == set(expected), f"{handler}: unexpected {set(grants) - set(expected)}, missing {set(expected) - set(grants)}"
+    for target, actions in expected.items():
+        assert grants[target] == actions, f"{handler} on {target}: extra {grants[target] - actions}, missing {actions - grants[target]}"
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_only_the_xray_statement_uses_a_wildcard_resource(template_json: dict[str, Any], handler: str) -> None:
+    # Given the function's statements
+    statements = statements_of(template_json, handler)
+    # When we pick those naming the resource "*"
+    wildcard = [s for s in statements if "*" in as_list(s["Resource"])]
+    # Then there is one, holding only X-Ray's actions (which support no resource-level permissions)
+    assert len(wildcard) == 1, wildcard
+    assert as_list(wildcard[0]["Resource"]) == ["*"]
+    assert set(as_list(wildcard[0]["Action"])) == XRAY_ACTIONS
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_role_writes_only_to_the_functions_own_log_group(template_json: dict[str, Any], handler: str) -> None:
+    # Given the function's statements
+    statements = statements_of(template_json, handler)
+    # When we pick those with CloudWatch Logs actions
+    logs = [s for s in statements if any(a.startswith("logs:") for a in as_list(s["Action"]))]
+    # Then there is one: stream creation and writes to the function's own log group (the factory's grant)
+    assert logs == [{"Action": sorted(LOG_ACTIONS), "Effect": "Allow", "Resource": arn(log_group_of(template_json, handler))}]
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_no_wildcard_actions(template_json: dict[str, Any], handler: str) -> None:
+    # Given the function's statements
+    # When we look at every action
+    actions = {action for statement in statements_of(template_json, handler) for action in as_list(statement["Action"])}
+    # Then none is a wildcard (no dynamodb:*, states:*, secretsmanager:*, ...)
+    assert not [action for action in actions if "*" in action], actions
+
+
+def test_no_function_touches_another_functions_resources(template_json: dict[str, Any]) -> None:
+    # Given every resource a function may act on and the functions allowed to (written out)
+    owners = {
+        VALIDATION_TABLE: {VALIDATE, FLAG},
+        TRANSFORMATION_TABLE: {TRANSFORM, FLAG},
+        STORE_TABLE: {STORE, FLAG},
+        TRIPS_TABLE: {STORE, FLAG},  # the flag function only reads it
+        SECRET: {AUTHORIZER},
+        STATE_MACHINE: {API},
+        STATE_MACHINE_LOGS: set(),
+        STATE_MACHINE_LOGS_KEY: set(),
+        API_ACCESS_LOGS: set(),
+    }
+    # When we look for each resource's logical id in each function's policy
+    for handler in HANDLERS:
+        policy = json.dumps(statements_of(template_json, handler))
+        for logical_id, allowed in owners.items():
+            # Then only its owners mention it
+            assert (f'"{logical_id}"' in policy) == (handler in allowed), f"{handler} and {logical_id}"
+
+
+def test_no_function_reaches_another_pipelines_resources(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -> None:
+    # Given the environment's stacks: this one and the other pipelines'
+    name = f"{config.stack_prefix}-TaxiEtl"
+    template_json = env_templates[name]
+    others = {other: t for other, t in env_templates.items() if other != name}
+    assert others
+    # When we look at every resource the saga's roles name
+    named = [
+        statement["Resource"]
+        for policy in resources_of_type(template_json, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    # Then each is "*" or built only from this stack's own resources and pseudo parameters: no literal
+    # ARN, no import from another stack
+    for res in (item for value in named for item in as_list(value)):
+        if res == "*":
+            continue
+        assert not isinstance(res, str), f"a literal ARN {res}"
+        assert "Fn::ImportValue" not in json.dumps(res)
+        ids = set(references(res))
+        assert ids and all(i.startswith("AWS::") or i in template_json["Resources"] for i in ids), res
+    # and no stack exports or imports anything, and no other stack names one of the saga's resources
+    for other_name, other in env_templates.items():
+        assert "Fn::ImportValue" not in json.dumps(other), other_name
+        assert not [o for o in other.get("Outputs", {}).values() if "Export" in o], other_name
+    for other_name, other in others.items():
+        text = json.dumps(other)
+        assert not [lid for lid in template_json["Resources"] if f'"{lid}"' in text], other_name
+
+
+# --- 7. environments and the runtime's settings ------------------------------------------------
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_environment_names_are_exactly_what_the_settings_class_reads(
+    template_json: dict[str, Any], config: EnvConfig, handler: str
+) -> None:
+    # Given the function's environment
+    variables = variables_of(template_json, handler)
+    # When we split it into the factory's Powertools names and the function's own
+    # Then the Powertools names are set, and the rest are exactly the names its settings class reads
+    assert variables["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAMES[handler]
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow"
+    assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
+    assert set(variables) - FACTORY_ENV_NAMES == ENVIRONMENT_NAMES[handler]
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_settings_class_reads_exactly_the_expected_names(handler: str) -> None:
+    # Given an environment with every variable any taxi handler uses, set to valid values
+    values = {name: "x" for names in ENVIRONMENT_NAMES.values() for name in names}
+    values |= {
+        "WORKFLOW_TYPE": "STANDARD",
+        "BATCH_MAX_LINES": "100",
+        "BATCH_MAX_BYTES": "65536",
+        "MAX_LINE_BYTES": "4096",
+        "SECRET_CACHE_SECONDS": "300",
+        "SECRET_REFRESH_FLOOR_SECONDS": "10",
+    }
+    environment = RecordingEnvironment(values)
+    # When the handler's settings class reads it
+    SETTINGS_CLASSES[handler].from_env(environment)
+    # Then it asked for exactly the names the infra sets for that function (nothing more, nothing less)
+    assert environment.read == ENVIRONMENT_NAMES[handler]
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_settings_class_parses_the_synthesized_environment(template_json: dict[str, Any], handler: str) -> None:
+    # Given the function's environment, with Refs replaced by dummy strings
+    environment = resolved_environment(template_json, handler)
+    # When its settings class reads it, as the handler does at cold start
+    # Then it accepts it
+    assert SETTINGS_CLASSES[handler].from_env(environment) is not None
+
+
+def test_synthesized_settings_carry_the_configured_values(template_json: dict[str, Any], config: EnvConfig) -> None:
+    # Given the parsed settings of the API and the authorizer
+    settings = config.taxi_etl
+    api = ApiSettings.from_env(resolved_environment(template_json, API))
+    authorizer = AuthorizerSettings.from_env(resolved_environment(template_json, AUTHORIZER))
+    # When we compare them with the config
+    # Then the API knows the workflow type and the batch limits, and deduplicates on Standard
+    assert api.workflow_type == settings.workflow_type.value == "STANDARD"
+    assert api.deduplicates_starts is True
+    assert (api.batch_max_lines, api.batch_max_bytes, api.max_line_bytes) == (
+        settings.batch_max_lines,
+        settings.batch_max_bytes,
+        settings.max_line_bytes,
+    )
+    # and the authorizer caches the key as configured
+    assert (authorizer.cache_seconds, authorizer.refresh_floor_seconds) == (
+        settings.secret_cache_seconds,
+        settings.secret_refresh_floor_seconds,
+    )
+
+
+def test_resource_variables_point_at_the_right_resources(template_json: dict[str, Any]) -> None:
+    # Given the functions' environments
+    # When we read the variables naming tables, the state machine and the secret
+    # Then each is the Ref (name or ARN) of the resource it is named after
+    expected = {
+        VALIDATE: {"STATUS_TABLE": ref(VALIDATION_TABLE)},
+        TRANSFORM: {"STATUS_TABLE": ref(TRANSFORMATION_TABLE)},
+        STORE: {"STATUS_TABLE": ref(STORE_TABLE), "FINAL_TABLE": ref(TRIPS_TABLE)},
+        FLAG: {
+            "VALIDATION_STATUS_TABLE": ref(VALIDATION_TABLE),
+            "TRANSFORMATION_STATUS_TABLE": ref(TRANSFORMATION_TABLE),
+            "STORE_STATUS_TABLE": ref(STORE_TABLE),
+            "FINAL_TABLE": ref(TRIPS_TABLE),
+        },
+        API: {"STATE_MACHINE_ARN": ref(STATE_MACHINE)},
+        AUTHORIZER: {"API_KEY_SECRET_ID": ref(SECRET)},
+    }
+    for handler, refs in expected.items():
+        actual = {name: value for name, value in variables_of(template_json, handler).items() if not isinstance(value, str)}
+        assert actual == refs, handler
+
+
+# --- every function comes from the Lambda factory -----------------------------------------------
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name: str, handler: str) -> None:
+    # Given one of the functions
+    _, fn = function(template_json, handler)
+    props = fn["Properties"]
+    # When we look at its runtime, tracing, logging and layer
+    # Then it is Python 3.14 on arm64 with active tracing and JSON logs into its own log group
+    assert props["Runtime"] == "python3.14"
+    assert props["Architectures"] == ["arm64"]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    assert props["LoggingConfig"]["LogFormat"] == "JSON"
+    log_group = resource(template_json, log_group_of(template_json, handler), "AWS::Logs::LogGroup")
+    assert log_group["Properties"]["RetentionInDays"] == EXPECTED[env_name]["log_retention_days"]
+    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time
+    (layer,) = props["Layers"]
+    assert template_json["Parameters"][layer["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
+
+
+def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(template_json: dict[str, Any], config: EnvConfig) -> None:
+    # Given the six functions
+    assert len(resources_of_type(template_json, "AWS::Lambda::Function")) == len(HANDLERS)
+    settings = config.taxi_etl
+    # When we read their timeouts and memory
+    # Then the phase and flag functions and the API follow the config
+    for handler in STATE_MACHINE_FUNCTIONS:
+        props = function(template_json, handler)[1]["Properties"]
+        assert (props["Timeout"], props["MemorySize"]) == (settings.phase_timeout_seconds, settings.phase_memory_mb), handler
+    assert function(template_json, API)[1]["Properties"]["Timeout"] == settings.api_timeout_seconds
+    # and the authorizer answers within API Gateway's 10 s limit for Lambda authorizers
+    assert function(template_json, AUTHORIZER)[1]["Properties"]["Timeout"] == 10
+    # and no two functions share a log group; the other two are the execution logs and the API's access logs
+    log_groups = {log_group_of(template_json, handler) for handler in HANDLERS}
+    assert len(log_groups) == len(HANDLERS)
+    assert set(resources_of_type(template_json, "AWS::Logs::LogGroup")) == log_groups | {STATE_MACHINE_LOGS, API_ACCESS_LOGS}
+
+
+def test_handler_paths_are_the_constructs_constants() -> None:
+    # Given the handler paths written out here and the construct's constants
+    from infra.constructs import taxi_etl
+
+    # When they are compared
+    # Then they are the same, so the functions found above are the ones the construct means
+    assert taxi_etl.HANDLERS == PHASE_HANDLERS
+    assert (taxi_etl.FLAG_HANDLER, taxi_etl.API_HANDLER, taxi_etl.AUTHORIZER_HANDLER) == (FLAG, API, AUTHORIZER)
+    assert taxi_etl.LAMBDA_SERVICE_ERRORS == LAMBDA_SERVICE_ERRORS
+
+
+# --- 8. the secret and the outputs ---------------------------------------------------------------
+
+
+def test_api_key_secret_is_generated_and_never_in_the_template(template_json: dict[str, Any]) -> None:
+    # Given the stack's secrets
+    assert set(resources_of_type(template_json, "AWS::SecretsManager::Secret")) == {SECRET}
+    props = resource(template_json, SECRET, "AWS::SecretsManager::Secret")["Properties"]
+    # When we read how its value comes about
+    # Then Secrets Manager generates a 48-character key without punctuation (safe in a header)
+    assert props["GenerateSecretString"] == {"ExcludePunctuation": True, "PasswordLength": 48}
+    # and no value is written anywhere in the template: no SecretString, no resolve of a secret value
+    assert not contains_key(template_json, "SecretString")
+    assert "{{resolve:secretsmanager" not in json.dumps(template_json)
+    # and the authorizer gets the secret's ARN, never its value
+    assert variables_of(template_json, AUTHORIZER)["API_KEY_SECRET_ID"] == ref(SECRET)
+
+
+def test_outputs_name_the_api_the_secret_the_state_machine_and_every_table(template_json: dict[str, Any]) -> None:
+    # Given the stack's outputs
+    outputs = template_json["Outputs"]
+    # When we read their values
+    values = {name: output["Value"] for name, output in outputs.items()}
+    # Then they are exactly the API's URL, the secret's ARN (not its value), the state machine and the four tables
+    assert values == {
+        "ApiUrl": {"Fn::GetAtt": [HTTP_API, "ApiEndpoint"]},
+        "ApiKeySecretArn": ref(SECRET),
+        "StateMachineArn": ref(STATE_MACHINE),
+        "TripsTableName": ref(TRIPS_TABLE),
+        "ValidationStatusTableName": ref(VALIDATION_TABLE),
+        "TransformationStatusTableName": ref(TRANSFORMATION_TABLE),
+        "StoreStatusTableName": ref(STORE_TABLE),
+    }
+    # and none is exported to other stacks
+    assert not [name for name, output in outputs.items() if "Export" in output]
+
+
+# --- 9. the construct on its own (no cdk-nag, no app) -------------------------------------------
+
+
+def test_an_existing_secret_is_used_instead_of_a_new_one(tmp_path: Path) -> None:
+    # Given a saga given an existing secret, imported by name
+    template_json, secret_arn = saga_with_imported_secret(tmp_path)
+    # When we look at the template
+    # Then no secret is created
+    assert resources_of_type(template_json, "AWS::SecretsManager::Secret") == {}
+    # and the authorizer reads that secret: its variable names it and its role may read it (and nothing else new)
+    assert variables_of(template_json, AUTHORIZER)["API_KEY_SECRET_ID"] == secret_arn
+    (statement,) = [s for s in statements_of(template_json, AUTHORIZER) if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
+    assert set(as_list(statement["Action"])) == {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+    # and the secret's name is what was given
+    assert secret_arn["Fn::Join"][1][-1].endswith(f":secret:{IMPORTED_SECRET_NAME}")
+
+
+def test_an_existing_secret_imported_by_name_can_really_be_read(tmp_path: Path) -> None:
+    # Given a saga given an existing secret, imported by name
+    template_json, _ = saga_with_imported_secret(tmp_path)
+    # When we read the resource of the authorizer's GetSecretValue statement
+    (statement,) = [s for s in statements_of(template_json, AUTHORIZER) if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
+    last_part = statement["Resource"]["Fn::Join"][1][-1]
+    # Then it matches the secret's full ARN, whose name Secrets Manager suffixes with "-" and six characters
+    assert last_part.endswith(f":secret:{IMPORTED_SECRET_NAME}-??????")
+
+
+def test_construct_requires_its_props_type(tmp_path: Path) -> None:
+    # Given a stack
+    stack = Stack(App(outdir=str(tmp_path)), "Untyped")
+    # When the saga is given something else than its props
+    # Then it refuses, and nothing was added to the stack
+    with pytest.raises(TypeError, match="TaxiEtlSagaProps"):
+        TaxiEtlSaga(stack, "X", object())  # type: ignore[arg-type]
+    assert stack.node.try_find_child("X") is None
+
+
+def test_construct_exposes_what_it_created(tmp_path: Path) -> None:
+    # Given a saga built in a plain stack
+    stack = Stack(App(context=cdk_context("dev"), outdir=str(tmp_path)), "Exposed")
+    saga = TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=load_config("dev")))
+    # When we resolve its typed attributes
+    # Then they are the template's resources, the status tables in phase order
+    assert list(saga.status_tables) == list(PHASES)
+    resolved = {phase: stack.resolve(table.table_name) for phase, table in saga.status_tables.items()}
+    assert resolved == {phase: ref(logical_id) for phase, logical_id in STATUS_TABLES.items()}
+    assert stack.resolve(saga.final_table.table_name) == ref(TRIPS_TABLE)
+    assert stack.resolve(saga.state_machine.state_machine_arn) == ref(STATE_MACHINE)
+    assert stack.resolve(saga.api_key_secret.secret_arn) == ref(SECRET)
+    template = Template.from_stack(stack)
+    template.has_resource_properties("AWS::Lambda::Function", Match.object_like({"Handler": AUTHORIZER}))
