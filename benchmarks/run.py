@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-idempotent", action="store_true", help="skip row (c), the slowest on moto")
-    parser.add_argument("--only", choices=["runner-stats", "snapshots"], help="run one section")
+    parser.add_argument("--only", choices=["runner-stats", "snapshots", "saga"], help="run one section")
     args = parser.parse_args(argv)
     os.environ.update(AWS_ENV)
 
@@ -172,14 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     templates = synth_templates("dev")
     template = templates["Onceflow-dev-RunnerStats"]
-    snapshots_ok = True
-    if args.only != "runner-stats":
+    snapshots_ok = saga_ok = True
+    if args.only in (None, "saga"):
+        from benchmarks import taxi_cost
+
+        saga_ok = taxi_cost.main(templates["Onceflow-dev-TaxiEtl"])
+    if args.only in (None, "snapshots"):
         from benchmarks import snapshots
 
         snapshots_ok = snapshots.main(templates["Onceflow-dev-EventLog"])
-    if args.only == "snapshots":
+    if args.only in ("snapshots", "saga"):
         print(f"benchmark took {time.perf_counter() - started:.0f} s")
-        return 0 if snapshots_ok else 1
+        return 0 if snapshots_ok and saga_ok else 1
     prod = load_config("prod").runner_stats
     workload = generate(seed=args.seed, users=args.users, runs_per_user=args.runs, messages_per_run=args.messages)
     records = records_from_payloads([(d.partition_key, d.data) for d in workload.deliveries])
@@ -234,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         f"bare boto3 {boto3_import * 1000:.0f} ms ({handler_import / boto3_import:.2f}x)"
     )
     print(f"benchmark took {time.perf_counter() - started:.0f} s")
-    return 0 if snapshots_ok and all("MISMATCH" not in r.check for r in rows) else 1
+    return 0 if snapshots_ok and saga_ok and all("MISMATCH" not in r.check for r in rows) else 1
 
 
 if __name__ == "__main__":

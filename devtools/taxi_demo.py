@@ -156,9 +156,9 @@ def report(world: TaxiWorld, sent: Sent, crashes: int) -> int:
     print(f"  crashes           {crashes:>6}  inside phases, each retried by the workflow")
     print(f"  stored            {len(final):>6}")
     for phase in Phase:
-        reasons = flagged_reasons[phase.value]
+        details = flagged_reasons[phase.value]
         label = f"flagged {phase.value}"
-        print(f"  {label:<24}{sum(reasons.values()):>2}  (reason {int(phase.reason)}: {dict(reasons.most_common())})")
+        print(f"  {label:<24}{sum(details.values()):>2}  (reason {int(phase.reason)}: {dict(details.most_common())})")
     for problem in problems[:10]:
         print(f"  !! {problem}")
     print("MISMATCH" if problems else "OK")

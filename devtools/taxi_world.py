@@ -72,7 +72,7 @@ def embedded_saga_cloud() -> Iterator[list[float]]:
     waits: list[float] = []
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)  # it logs every caught failure
     with (
-        mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),  # type: ignore[arg-type]
+        mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=waits.append)),
         mock.patch.object(ExecutionWorker, "start", lambda worker: worker._execution_logic()),
     ):
@@ -236,7 +236,7 @@ class TaxiWorld:
         from runtime.taxi_etl import api_handler
 
         with self.routing():
-            response = api_handler.handler(dict(event), FakeLambdaContext())
+            response = api_handler.handler(dict(event), FakeLambdaContext())  # type: ignore[arg-type]
         return int(response["statusCode"]), json.loads(response["body"])
 
     def post(self, path: str, body: str | bytes | None, *, idempotency_key: str | None = None) -> tuple[int, dict[str, Any]]:
