@@ -169,6 +169,7 @@ class EventLogConfig:
 
 
 STEP_FUNCTIONS_MAX_PAYLOAD_BYTES = 256 * 1024
+VALIDATE_MAX_LINE_BYTES = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES: longer lines would only be flagged
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class TaxiEtlConfig:
     # A batch travels as the execution input, which Step Functions caps at 256 KiB; the
     # phases' outputs are a little larger than their input, so a batch stays well below.
     batch_max_bytes: int = 64 * 1024
-    max_line_bytes: int = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES
+    max_line_bytes: int = VALIDATE_MAX_LINE_BYTES
     authorizer_cache_seconds: int = 300  # API Gateway caches an allow/deny per key this long
     secret_cache_seconds: int = 300  # the authorizer re-reads the key from Secrets Manager after this
     secret_refresh_floor_seconds: int = 10  # a refused key re-reads the secret at most this often
@@ -203,8 +204,8 @@ class TaxiEtlConfig:
             raise ConfigError("taxi_etl.workflow_type must be STANDARD or EXPRESS")
         if not 1 <= self.batch_max_lines <= 1000:
             raise ConfigError("taxi_etl.batch_max_lines must be 1..1000")
-        if not 256 <= self.max_line_bytes <= self.batch_max_bytes:
-            raise ConfigError("taxi_etl.max_line_bytes must be 256..batch_max_bytes")
+        if not 256 <= self.max_line_bytes <= min(self.batch_max_bytes, VALIDATE_MAX_LINE_BYTES):
+            raise ConfigError("taxi_etl.max_line_bytes must be 256..batch_max_bytes and at most 4096 (what Validate accepts)")
         if self.batch_max_bytes > STEP_FUNCTIONS_MAX_PAYLOAD_BYTES // 3:
             # validate's output holds the batch plus its verdicts; transform's holds it again.
             raise ConfigError("taxi_etl.batch_max_bytes must be at most a third of Step Functions' 256 KiB payload limit")

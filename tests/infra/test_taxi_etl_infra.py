@@ -712,6 +712,7 @@ def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_build
             id="batch-over-a-third-of-256-KiB",
         ),
         pytest.param({"max_line_bytes": 64 * 1024 + 1}, "max_line_bytes must be 256..batch_max_bytes", id="line-larger-than-batch"),
+        pytest.param({"max_line_bytes": 4097}, "at most 4096 (what Validate accepts)", id="line-longer-than-validate-accepts"),
         pytest.param({"batch_max_lines": 0}, "batch_max_lines must be 1..1000", id="empty-batches"),
         pytest.param({"batch_max_lines": 1001}, "batch_max_lines must be 1..1000", id="batch-over-1000-lines"),
         pytest.param({"authorizer_cache_seconds": 3601}, "authorizer_cache_seconds must be 0..3600", id="authorizer-cache-over-an-hour"),
