@@ -10,7 +10,6 @@ failing test, not as a silent drift. Sizes and limits are read from the environm
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,23 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Match, Template
 
-from devtools.template_resources import find_function, resources_of_type
+from devtools.template_resources import resources_of_type
 from infra.config import ConfigError, EnvConfig, load_config
 from infra.constructs.event_log import EventLog, EventLogProps
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
+from tests.infra.template_queries import (
+    Grants,
+    RecordingEnvironment,
+    arn,
+    as_list,
+    function,
+    key,
+    log_group_of,
+    ref,
+    resource,
+    role_of,
+    unconditional,
+)
 
 ENVS = ("dev", "prod")
 
@@ -108,47 +120,8 @@ def template_json(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -
     return env_templates[f"{config.stack_prefix}-EventLog"]
 
 
-def arn(logical_id: str) -> dict[str, Any]:
-    return {"Fn::GetAtt": [logical_id, "Arn"]}
-
-
-def ref(logical_id: str) -> dict[str, Any]:
-    return {"Ref": logical_id}
-
-
 def objects_under(bucket_id: str, prefix: str) -> dict[str, Any]:
     return {"Fn::Join": ["", [arn(bucket_id), f"/{prefix}*"]]}
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def key(value: Any) -> str:
-    """A hashable, order-independent form of a template value (a resource ARN expression, a condition)."""
-    return json.dumps(value, sort_keys=True)
-
-
-def resource(template_json: dict[str, Any], logical_id: str, resource_type: str) -> dict[str, Any]:
-    found = template_json["Resources"].get(logical_id)
-    assert found is not None, f"no resource {logical_id}"
-    assert found["Type"] == resource_type, f"{logical_id} is a {found['Type']}, not a {resource_type}"
-    return dict(found)
-
-
-def function(template_json: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
-    logical_id = find_function(template_json, handler)
-    return logical_id, template_json["Resources"][logical_id]
-
-
-def log_group_of(template_json: dict[str, Any], handler: str) -> str:
-    _, fn = function(template_json, handler)
-    return str(fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"])
-
-
-def role_of(template_json: dict[str, Any], handler: str) -> str:
-    _, fn = function(template_json, handler)
-    return str(fn["Properties"]["Role"]["Fn::GetAtt"][0])
 
 
 def statements_of(template_json: dict[str, Any], handler: str) -> list[dict[str, Any]]:
@@ -158,9 +131,6 @@ def statements_of(template_json: dict[str, Any], handler: str) -> list[dict[str,
     assert len(policies) == 1, f"expected one inline policy on the role of {handler}, found {len(policies)}"
     assert policies[0]["Properties"]["Roles"] == [ref(role_id)], "a policy shared between roles"
     return list(policies[0]["Properties"]["PolicyDocument"]["Statement"])
-
-
-Grants = dict[tuple[str, str | None], set[str]]
 
 
 def granted(template_json: dict[str, Any], handler: str) -> Grants:
@@ -173,13 +143,6 @@ def granted(template_json: dict[str, Any], handler: str) -> Grants:
         for res in as_list(statement["Resource"]):
             grants.setdefault((key(res), condition), set()).update(as_list(statement["Action"]))
     return grants
-
-
-def unconditional(*grants: tuple[Any, set[str]]) -> Grants:
-    """(resource, actions) pairs as grants without a condition; each resource named once."""
-    result: Grants = {(key(res), None): set(actions) for res, actions in grants}
-    assert len(result) == len(grants), "a resource listed twice"
-    return result
 
 
 def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
@@ -241,29 +204,6 @@ def resolved_environment(template_json: dict[str, Any], handler: str) -> dict[st
     _, fn = function(template_json, handler)
     variables = fn["Properties"]["Environment"]["Variables"]
     return {name: value if isinstance(value, str) else f"dummy-{name.lower()}" for name, value in variables.items()}
-
-
-class RecordingEnvironment(dict[str, str]):
-    """An environment that remembers every name it was asked for."""
-
-    def __init__(self, values: Mapping[str, str]) -> None:
-        super().__init__(values)
-        self.read: set[str] = set()
-
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        self.read.add(name)
-        return super().get(name, default)
-
-    def __getitem__(self, name: str) -> str:
-        self.read.add(name)
-        return super().__getitem__(name)
-
-    def __contains__(self, name: object) -> bool:
-        self.read.add(str(name))
-        return super().__contains__(name)
-
-    def __iter__(self) -> Iterator[str]:
-        raise AssertionError("a settings class must read its variables by name, not iterate the environment")
 
 
 # --- 1. the router's stream event source mapping ----------------------------------------------

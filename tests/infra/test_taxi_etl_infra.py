@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,24 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Match, Template
 
-from devtools.template_resources import cdk_context, find_function, resources_of_type
+from devtools.template_resources import cdk_context, resources_of_type
 from infra.config import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, ConfigError, EnvConfig, TaxiEtlConfig, load_config
 from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
 from infra.stacks.taxi_etl_stack import TaxiEtlStack
 from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, StoreSettings
+from tests.infra.template_queries import (
+    Grants,
+    RecordingEnvironment,
+    arn,
+    as_list,
+    function,
+    key,
+    log_group_of,
+    ref,
+    resource,
+    role_of,
+    unconditional,
+)
 
 # What the brief fixes per environment (independent of infra/config.py on purpose).
 EXPECTED = {
@@ -130,14 +143,6 @@ def template_json(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -
     return env_templates[f"{config.stack_prefix}-TaxiEtl"]
 
 
-def arn(logical_id: str) -> dict[str, Any]:
-    return {"Fn::GetAtt": [logical_id, "Arn"]}
-
-
-def ref(logical_id: str) -> dict[str, Any]:
-    return {"Ref": logical_id}
-
-
 def executions_of(state_machine_id: str) -> dict[str, Any]:
     """The ARN pattern of every execution of the state machine (CDK's grant_execution)."""
     name = {"Fn::Select": [6, {"Fn::Split": [":", ref(state_machine_id)]}]}
@@ -149,39 +154,8 @@ def executions_of(state_machine_id: str) -> dict[str, Any]:
     }
 
 
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def key(value: Any) -> str:
-    """A hashable, order-independent form of a template value (a resource ARN expression, a condition)."""
-    return json.dumps(value, sort_keys=True)
-
-
-def resource(template_json: dict[str, Any], logical_id: str, resource_type: str) -> dict[str, Any]:
-    found = template_json["Resources"].get(logical_id)
-    assert found is not None, f"no resource {logical_id}"
-    assert found["Type"] == resource_type, f"{logical_id} is a {found['Type']}, not a {resource_type}"
-    return dict(found)
-
-
-def function(template_json: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
-    logical_id = find_function(template_json, handler)
-    return logical_id, template_json["Resources"][logical_id]
-
-
 def variables_of(template_json: dict[str, Any], handler: str) -> dict[str, Any]:
     return dict(function(template_json, handler)[1]["Properties"]["Environment"]["Variables"])
-
-
-def log_group_of(template_json: dict[str, Any], handler: str) -> str:
-    _, fn = function(template_json, handler)
-    return str(fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"])
-
-
-def role_of(template_json: dict[str, Any], handler: str) -> str:
-    _, fn = function(template_json, handler)
-    return str(fn["Properties"]["Role"]["Fn::GetAtt"][0])
 
 
 def policy_statements(template_json: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
@@ -196,9 +170,6 @@ def statements_of(template_json: dict[str, Any], handler: str) -> list[dict[str,
     return policy_statements(template_json, role_of(template_json, handler))
 
 
-Grants = dict[tuple[str, str | None], set[str]]
-
-
 def granted_by(statements: list[dict[str, Any]]) -> Grants:
     """(resource, condition) -> every action allowed on it, over all statements."""
     grants: Grants = {}
@@ -209,13 +180,6 @@ def granted_by(statements: list[dict[str, Any]]) -> Grants:
         for res in as_list(statement["Resource"]):
             grants.setdefault((key(res), condition), set()).update(as_list(statement["Action"]))
     return grants
-
-
-def unconditional(*grants: tuple[Any, set[str]]) -> Grants:
-    """(resource, actions) pairs as grants without a condition; each resource named once."""
-    result: Grants = {(key(res), None): set(actions) for res, actions in grants}
-    assert len(result) == len(grants), "a resource listed twice"
-    return result
 
 
 def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
@@ -276,29 +240,6 @@ def contains_key(value: Any, wanted: str) -> bool:
     if isinstance(value, list):
         return any(contains_key(item, wanted) for item in value)
     return False
-
-
-class RecordingEnvironment(dict[str, str]):
-    """An environment that remembers every name it was asked for."""
-
-    def __init__(self, values: Mapping[str, str]) -> None:
-        super().__init__(values)
-        self.read: set[str] = set()
-
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
-        self.read.add(name)
-        return super().get(name, default)
-
-    def __getitem__(self, name: str) -> str:
-        self.read.add(name)
-        return super().__getitem__(name)
-
-    def __contains__(self, name: object) -> bool:
-        self.read.add(str(name))
-        return super().__contains__(name)
-
-    def __iter__(self) -> Iterator[str]:
-        raise AssertionError("a settings class must read its variables by name, not iterate the environment")
 
 
 # --- the state machine's definition -------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""Queries on synthesized templates that the stack-property tests share: resources, functions,
+their roles and log groups, IAM grants as (resource, condition) -> actions, and an environment
+that records which variables a settings class reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from devtools.template_resources import find_function
+
+Grants = dict[tuple[str, str | None], set[str]]
+
+
+def arn(logical_id: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [logical_id, "Arn"]}
+
+
+def ref(logical_id: str) -> dict[str, Any]:
+    return {"Ref": logical_id}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def key(value: Any) -> str:
+    """A hashable, order-independent form of a template value (a resource ARN expression, a condition)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def resource(template_json: dict[str, Any], logical_id: str, resource_type: str) -> dict[str, Any]:
+    found = template_json["Resources"].get(logical_id)
+    assert found is not None, f"no resource {logical_id}"
+    assert found["Type"] == resource_type, f"{logical_id} is a {found['Type']}, not a {resource_type}"
+    return dict(found)
+
+
+def function(template_json: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
+    logical_id = find_function(template_json, handler)
+    return logical_id, template_json["Resources"][logical_id]
+
+
+def log_group_of(template_json: dict[str, Any], handler: str) -> str:
+    _, fn = function(template_json, handler)
+    return str(fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"])
+
+
+def role_of(template_json: dict[str, Any], handler: str) -> str:
+    _, fn = function(template_json, handler)
+    return str(fn["Properties"]["Role"]["Fn::GetAtt"][0])
+
+
+def unconditional(*grants: tuple[Any, set[str]]) -> Grants:
+    """(resource, actions) pairs as grants without a condition; each resource named once."""
+    result: Grants = {(key(res), None): set(actions) for res, actions in grants}
+    assert len(result) == len(grants), "a resource listed twice"
+    return result
+
+
+class RecordingEnvironment(dict[str, str]):
+    """An environment that remembers every name it was asked for."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name: str) -> str:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name: object) -> bool:
+        self.read.add(str(name))
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("a settings class must read its variables by name, not iterate the environment")
