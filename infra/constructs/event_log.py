@@ -26,7 +26,7 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from infra.config import EnvConfig, EventLogConfig
-from infra.constructs.resources import JsonAccessLogs, durable_table, encrypted_queue
+from infra.constructs.resources import durable_table, encrypted_queue, throttled_http_api
 from infra.lambda_factory import FunctionSpec, create_function
 
 API_HANDLER = "runtime.event_log.api_handler.handler"
@@ -186,22 +186,13 @@ class EventLog(Construct):
             )
         )
 
-        self.api_access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=config.log_retention, removal_policy=config.removal_policy)
-        self.http_api = apigw.HttpApi(
+        self.http_api, self.api_stage, self.api_access_logs = throttled_http_api(
             self,
-            "HttpApi",
+            config,
             description="onceflow event log (IAM-authorized; callers sign with SigV4)",
-            default_authorizer=HttpIamAuthorizer(),
-            create_default_stage=False,
-        )
-        self.api_stage = apigw.HttpStage(
-            self,
-            "HttpApiStage",
-            http_api=self.http_api,
-            stage_name="$default",
-            auto_deploy=True,
-            throttle=apigw.ThrottleSettings(rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit),
-            access_log_settings=JsonAccessLogs(self.api_access_logs),
+            authorizer=HttpIamAuthorizer(),
+            rate_limit=settings.api_rate_limit,
+            burst_limit=settings.api_burst_limit,
         )
         integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
         for path, method in ROUTES:

@@ -11,6 +11,7 @@ from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
+from aws_cdk.aws_apigatewayv2 import IHttpRouteAuthorizer
 from constructs import Construct
 
 from infra.config import EnvConfig
@@ -59,6 +60,31 @@ def encrypted_queue(
         dead_letter_queue=dead_letter,
         removal_policy=config.removal_policy,
     )
+
+
+def throttled_http_api(
+    scope: Construct,
+    config: EnvConfig,
+    *,
+    description: str,
+    authorizer: IHttpRouteAuthorizer,
+    rate_limit: int,
+    burst_limit: int,
+    extra_log_fields: dict[str, str] | None = None,
+) -> tuple[apigw.HttpApi, apigw.HttpStage, logs.LogGroup]:
+    """An HTTP API whose every route needs `authorizer`, with one throttled `$default` stage writing JSON access logs."""
+    access_logs = logs.LogGroup(scope, "ApiAccessLogs", retention=config.log_retention, removal_policy=config.removal_policy)
+    http_api = apigw.HttpApi(scope, "HttpApi", description=description, default_authorizer=authorizer, create_default_stage=False)
+    stage = apigw.HttpStage(
+        scope,
+        "HttpApiStage",
+        http_api=http_api,
+        stage_name="$default",
+        auto_deploy=True,
+        throttle=apigw.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit),
+        access_log_settings=JsonAccessLogs(access_logs, extra_log_fields),
+    )
+    return http_api, stage, access_logs
 
 
 @jsii.implements(apigw.IAccessLogSettings)

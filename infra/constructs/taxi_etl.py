@@ -29,7 +29,7 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from infra.config import EnvConfig, TaxiEtlConfig
-from infra.constructs.resources import JsonAccessLogs, durable_table
+from infra.constructs.resources import durable_table, throttled_http_api
 from infra.lambda_factory import FunctionSpec, create_function
 
 STORE_REQUEST_ID = "StoreRequestId"  # runtime.taxi_etl.store.KEY
@@ -317,22 +317,14 @@ class TaxiEtlSaga(Construct):
             results_cache_ttl=Duration.seconds(settings.authorizer_cache_seconds),
         )
 
-        self.api_access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=config.log_retention, removal_policy=config.removal_policy)
-        self.http_api = apigw.HttpApi(
+        self.http_api, self.api_stage, self.api_access_logs = throttled_http_api(
             self,
-            "HttpApi",
+            config,
             description="onceflow taxi ETL (API key in the Authorization header)",
-            default_authorizer=self.authorizer,
-            create_default_stage=False,
-        )
-        self.api_stage = apigw.HttpStage(
-            self,
-            "HttpApiStage",
-            http_api=self.http_api,
-            stage_name="$default",
-            auto_deploy=True,
-            throttle=apigw.ThrottleSettings(rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit),
-            access_log_settings=JsonAccessLogs(self.api_access_logs, {"authorizerError": "$context.authorizer.error"}),
+            authorizer=self.authorizer,
+            rate_limit=settings.api_rate_limit,
+            burst_limit=settings.api_burst_limit,
+            extra_log_fields={"authorizerError": "$context.authorizer.error"},
         )
         integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
         for path in ROUTES:
