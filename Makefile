@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install synth test demo bench deploy destroy clean
+.PHONY: install synth test lint typecheck cfn-lint demo bench deploy destroy clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -27,8 +27,22 @@ $(NODE_STAMP): package.json package-lock.json $(STAMP)
 synth: install
 	npx cdk synth -c env=$(ENV) --quiet --no-notices -o cdk.out/$(ENV)
 
-test: install
-	$(PY) -m pytest
+# The quality gates run first (seconds), then the suite with the coverage floor on runtime/.
+test: lint typecheck cfn-lint
+	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+# Both environments, from the same synth `make deploy` runs; the template list is in .cfnlintrc.yaml.
+cfn-lint: install
+	$(MAKE) --no-print-directory synth ENV=dev
+	$(MAKE) --no-print-directory synth ENV=prod
+	$(VENV)/bin/cfn-lint
 
 demo: install
 	$(MAKE) --no-print-directory synth ENV=dev

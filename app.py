@@ -7,6 +7,7 @@ from aws_cdk import App
 
 from infra.compliance import add_compliance_checks
 from infra.config import load_config
+from infra.stacks.alarms_stack import AlarmsStack
 from infra.stacks.event_log_stack import EventLogStack
 from infra.stacks.runner_stats_stack import RunnerStatsStack
 from infra.stacks.taxi_etl_stack import TaxiEtlStack
@@ -15,9 +16,10 @@ from infra.stacks.taxi_etl_stack import TaxiEtlStack
 def build_app(app: App | None = None) -> App:
     app = app or App()
     config = load_config(app.node.try_get_context("env"))
-    RunnerStatsStack(app, f"{config.stack_prefix}-RunnerStats", config=config)
-    EventLogStack(app, f"{config.stack_prefix}-EventLog", config=config)
-    TaxiEtlStack(app, f"{config.stack_prefix}-TaxiEtl", config=config)
+    topic = AlarmsStack(app, config.stack_name("Alarms"), config=config).alarm_topic.topic
+    RunnerStatsStack(app, config.stack_name("RunnerStats"), config=config, alarm_topic=topic)
+    EventLogStack(app, config.stack_name("EventLog"), config=config, alarm_topic=topic)
+    TaxiEtlStack(app, config.stack_name("TaxiEtl"), config=config, alarm_topic=topic)
     add_compliance_checks(app)
     return app
 

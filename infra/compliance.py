@@ -80,6 +80,8 @@ def acknowledge_event_log(event_log: EventLog) -> None:
         "the snapshot queue's dead-letter queue through its redrive policy.",
         event_log.finalizer_function: "Invoked only by its SQS event source mapping, never asynchronously; failed messages go "
         "to the payload queue's dead-letter queue through its redrive policy.",
+        event_log.pending_check_function: "Invoked on a schedule with an empty event; a failed run has nothing to keep, the next "
+        "run repeats the whole check, and the pending-age alarm treats a missing report as breaching.",
     }
     for function, reason in dead_letter_reasons.items():
         acknowledge(function.node.default_child, "Serverless::Serverless-LambdaDLQ", reason)  # type: ignore[arg-type]
@@ -92,6 +94,12 @@ def acknowledge_event_log(event_log: EventLog) -> None:
                     f"An SQS event source mapping has no on-failure destination; a message that keeps failing "
                     f"moves to the {queue_name} queue's dead-letter queue through the queue's redrive policy.",
                 )
+    acknowledge(
+        event_log.pending_check_schedule.node.default_child,  # type: ignore[arg-type]
+        "Serverless::Serverless-EventBusDLQ",
+        "The scheduled event carries no data: a delivery that fails is replaced by the next scheduled run, and the "
+        "pending-age alarm fires if runs stop reporting.",
+    )
     if event_log.access_log_bucket is None:
         return  # an imported bucket: its findings (and acknowledgements) belong to its owner
     wildcards = {

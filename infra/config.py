@@ -233,16 +233,89 @@ class TaxiEtlConfig:
 
 
 @dataclass(frozen=True)
-class AlarmThresholds:
-    """When the pipeline pages someone (issue: monitoring adds dashboards and actions)."""
+class RunnerStatsAlarms:
+    """When the runner-stats pipeline pages someone. Counts are per 5-minute period."""
 
     iterator_age_ms: int = 15 * 60 * 1000  # the stream keeps 24 h; alarm long before
-    rejected_per_5min: int = 10
+    iterator_age_minutes: int = 5  # consecutive 1-minute periods above the threshold
     on_failure_messages: int = 1  # any record given up on is data to recover
+    rejected_per_5min: int = 10
+    stale_per_5min: int = 50  # a run's aggregate older than a redelivered message: normal in small numbers
+    duplicate_per_5min: int = 5_000  # duplicates are normal under at-least-once; a storm means a retry loop
+    errors_per_5min: int = 5  # failed invocations (the batch is retried, bisected, then given up)
+    throttles_per_5min: int = 1
 
     def validate(self) -> None:
-        if self.iterator_age_ms < 60_000 or self.rejected_per_5min < 1 or self.on_failure_messages < 1:
-            raise ConfigError("alarm thresholds must be positive (iterator age at least one minute)")
+        if self.iterator_age_ms < 60_000 or not 1 <= self.iterator_age_minutes <= 60:
+            raise ConfigError("monitoring.runner_stats: iterator age at least one minute, over 1..60 periods")
+        _positive("monitoring.runner_stats", self, exclude=("iterator_age_ms", "iterator_age_minutes"))
+
+
+@dataclass(frozen=True)
+class EventLogAlarms:
+    """When the event log pages someone. Counts are per 5-minute period."""
+
+    router_iterator_age_ms: int = 5 * 60 * 1000  # a DynamoDB stream keeps 24 h
+    stream_failure_messages: int = 1  # stream records the router gave up on
+    snapshot_queue_oldest_seconds: int = 3600  # deferred builds grow this; an hour means a build is stuck
+    dead_letter_messages: int = 1  # a snapshot or payload message that exhausted its receives
+    oldest_pending_snapshot_seconds: int = 2 * 3600
+    snapshot_build_seconds: int = 1800  # one build across its hand-offs
+    errors_per_5min: int = 5  # failed invocations of the router, worker or finalizer
+    pending_check_minutes: int = 5  # how often the scheduled check looks at the pending table
+    stuck_after_seconds: int = 1800  # a pending row unchanged this long with no live lease is stuck
+
+    def validate(self) -> None:
+        if not 60_000 <= self.router_iterator_age_ms < 24 * 3600 * 1000:
+            raise ConfigError("monitoring.event_log.router_iterator_age_ms must be 1 min..24 h (the stream's retention)")
+        if not 1 <= self.pending_check_minutes <= 60:
+            raise ConfigError("monitoring.event_log.pending_check_minutes must be 1..60")
+        if self.oldest_pending_snapshot_seconds < self.pending_check_minutes * 60:
+            raise ConfigError("monitoring.event_log.oldest_pending_snapshot_seconds must be at least one check interval")
+        _positive("monitoring.event_log", self)
+
+
+@dataclass(frozen=True)
+class TaxiEtlAlarms:
+    """When the taxi saga pages someone. Counts are per 5-minute period."""
+
+    # Flagged executions end in a Fail state, so this counts rejected rows' executions too.
+    failed_executions_per_5min: int = 20
+    flagged_validation_per_5min: int = 20  # bad input: the clients' data
+    flagged_transformation_per_5min: int = 5  # valid rows that cannot be converted
+    flagged_store_per_5min: int = 1  # the store failed after its retries: ours to fix
+    authorizer_denials_per_5min: int = 50
+    api_4xx_per_5min: int = 100
+    api_5xx_per_5min: int = 1
+    execution_p99_ms: int = 120_000  # a clean run takes seconds; retries with backoff take minutes
+
+    def validate(self) -> None:
+        _positive("monitoring.taxi_etl", self)
+
+
+def _positive(prefix: str, thresholds: object, exclude: tuple[str, ...] = ()) -> None:
+    for name, value in vars(thresholds).items():
+        if name not in exclude and value < 1:
+            raise ConfigError(f"{prefix}.{name} must be at least 1")
+
+
+@dataclass(frozen=True)
+class MonitoringConfig:
+    """Alarm thresholds per pipeline, and who hears the alarms."""
+
+    # Subscribed to the alarm topic when set (the address confirms by mail). Leave it empty to
+    # subscribe a pager or chat integration to the AlarmTopicArn output instead.
+    alarm_email: str | None = None
+    runner_stats: RunnerStatsAlarms = field(default_factory=RunnerStatsAlarms)
+    event_log: EventLogAlarms = field(default_factory=EventLogAlarms)
+    taxi_etl: TaxiEtlAlarms = field(default_factory=TaxiEtlAlarms)
+
+    def validate(self) -> None:
+        if self.alarm_email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", self.alarm_email):
+            raise ConfigError(f"monitoring.alarm_email {self.alarm_email!r} is not an e-mail address")
+        self.runner_stats.validate()
+        self.event_log.validate()
+        self.taxi_etl.validate()
 
 
 @dataclass(frozen=True)
@@ -257,11 +330,15 @@ class EnvConfig:
     runner_stats: RunnerStatsConfig = field(default_factory=RunnerStatsConfig)
     event_log: EventLogConfig = field(default_factory=EventLogConfig)
     taxi_etl: TaxiEtlConfig = field(default_factory=TaxiEtlConfig)
-    alarms: AlarmThresholds = field(default_factory=AlarmThresholds)
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
 
     @property
     def removal_policy(self) -> RemovalPolicy:
         return RemovalPolicy.RETAIN if self.retain_data else RemovalPolicy.DESTROY
+
+    def stack_name(self, pipeline: str) -> str:
+        """`Onceflow-<env>-<pipeline>`: every stack of the app is named here."""
+        return f"{self.stack_prefix}-{pipeline}"
 
     @property
     def tags(self) -> dict[str, str]:
@@ -277,9 +354,13 @@ class EnvConfig:
         self.runner_stats.validate()
         self.event_log.validate()
         self.taxi_etl.validate()
-        self.alarms.validate()
-        if self.alarms.iterator_age_ms >= self.runner_stats.max_record_age_seconds * 1000:
-            raise ConfigError("alarms.iterator_age_ms must fire before records reach max_record_age_seconds")
+        self.monitoring.validate()
+        if self.monitoring.runner_stats.iterator_age_ms >= self.runner_stats.max_record_age_seconds * 1000:
+            raise ConfigError("monitoring.runner_stats.iterator_age_ms must fire before records reach max_record_age_seconds")
+        if self.monitoring.event_log.router_iterator_age_ms >= self.event_log.router_max_record_age_seconds * 1000:
+            raise ConfigError("monitoring.event_log.router_iterator_age_ms must fire before records reach router_max_record_age_seconds")
+        if self.monitoring.event_log.stuck_after_seconds <= self.event_log.lease_seconds:
+            raise ConfigError("monitoring.event_log.stuck_after_seconds must exceed event_log.lease_seconds (a live build renews it)")
         return self
 
 
@@ -323,7 +404,10 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             api_burst_limit=1000,
         ),
         taxi_etl=TaxiEtlConfig(batch_max_lines=200, api_rate_limit=200, api_burst_limit=400),
-        alarms=AlarmThresholds(iterator_age_ms=5 * 60 * 1000),
+        monitoring=MonitoringConfig(
+            runner_stats=RunnerStatsAlarms(iterator_age_ms=5 * 60 * 1000),
+            event_log=EventLogAlarms(stuck_after_seconds=3600),
+        ),
     ),
 }
 

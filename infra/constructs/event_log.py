@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from aws_cdk import Duration
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -33,6 +35,11 @@ API_HANDLER = "runtime.event_log.api_handler.handler"
 ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
 WORKER_HANDLER = "runtime.event_log.worker_handler.handler"
 FINALIZER_HANDLER = "runtime.event_log.finalizer_handler.handler"
+PENDING_CHECK_HANDLER = "runtime.event_log.pending_check_handler.handler"
+WORKER_SERVICE = "event-log-snapshots"
+PENDING_CHECK_SERVICE = "event-log-pending-check"
+# The worker's per-message outcomes, as metric name suffixes (runtime.event_log.snapshots.Outcome).
+SNAPSHOT_OUTCOMES = ("Built", "AlreadyBuilt", "Duplicate", "Deferred", "HandedOff", "Superseded")
 SEGMENT_INDEX = "SegmentEvents"  # runtime.event_log.store.SEGMENT_INDEX
 # The entries with a side effect (runtime.event_log.models.SIDE_EFFECT_KINDS).
 SIDE_EFFECT_KINDS = ("Snapshot", "LargePayload")
@@ -76,6 +83,8 @@ class EventLog(Construct):
     router_function: lambda_.Function
     worker_function: lambda_.Function
     finalizer_function: lambda_.Function
+    pending_check_function: lambda_.Function
+    pending_check_schedule: events.Rule
     router_event_source: sources.DynamoEventSource
     http_api: apigw.HttpApi
     api_stage: apigw.HttpStage
@@ -138,6 +147,7 @@ class EventLog(Construct):
         self._add_router(config, settings)
         self._add_worker(config, settings)
         self._add_finalizer(config, settings)
+        self._add_pending_check(config)
 
     # --- functions ------------------------------------------------------------------------------
 
@@ -242,7 +252,7 @@ class EventLog(Construct):
             "SnapshotWorker",
             FunctionSpec(
                 handler=WORKER_HANDLER,
-                service="event-log-snapshots",
+                service=WORKER_SERVICE,
                 description="Builds snapshots in log order with claims, checkpoints and hand-offs",
                 memory_mb=settings.worker_memory_mb,
                 timeout_seconds=settings.worker_timeout_seconds,
@@ -309,6 +319,35 @@ class EventLog(Construct):
             iam.PolicyStatement(actions=["s3:DeleteObjectTagging"], resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")])
         )
         self.finalizer_function.add_event_source(sources.SqsEventSource(self.payload_queue, batch_size=10, report_batch_item_failures=True))
+
+    def _add_pending_check(self, config: EnvConfig) -> None:
+        thresholds = config.monitoring.event_log
+        created = create_function(
+            self,
+            "PendingCheck",
+            FunctionSpec(
+                handler=PENDING_CHECK_HANDLER,
+                service=PENDING_CHECK_SERVICE,
+                description="Publishes the oldest pending snapshot's age and counts stuck builds",
+                timeout_seconds=60,
+                environment={
+                    "PENDING_TABLE": self.pending_table.table_name,
+                    "STUCK_AFTER_SECONDS": str(thresholds.stuck_after_seconds),
+                    "LEASE_SECONDS": str(config.event_log.lease_seconds),
+                },
+            ),
+            config,
+        )
+        self.pending_check_function = created.function
+        # Pending rows are few (one per snapshot being built): a scan reads them all.
+        self.pending_table.grant(self.pending_check_function, "dynamodb:Scan")
+        self.pending_check_schedule = events.Rule(
+            self,
+            "PendingCheckSchedule",
+            description="Runs the stuck-pending-snapshot check",
+            schedule=events.Schedule.rate(Duration.minutes(thresholds.pending_check_minutes)),
+            targets=[targets.LambdaFunction(self.pending_check_function, retry_attempts=0)],
+        )
 
     # --- resources ------------------------------------------------------------------------------
 

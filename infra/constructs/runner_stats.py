@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aws_cdk import Duration
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_lambda as lambda_
@@ -19,7 +18,7 @@ from constructs import Construct
 
 from infra.config import EnvConfig
 from infra.constructs.resources import durable_table, encrypted_queue
-from infra.lambda_factory import METRICS_NAMESPACE, FunctionSpec, create_function
+from infra.lambda_factory import FunctionSpec, create_function
 
 HANDLER = "runtime.runner_stats.handler.handler"
 SERVICE = "runner-stats"
@@ -51,9 +50,6 @@ class RunnerStatsPipeline(Construct):
     failure_queue: sqs.Queue
     function: lambda_.Function
     event_source: sources.KinesisEventSource
-    iterator_age_alarm: cloudwatch.Alarm
-    on_failure_alarm: cloudwatch.Alarm
-    rejected_alarm: cloudwatch.Alarm
 
     def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsPipelineProps) -> None:
         if not isinstance(props, RunnerStatsPipelineProps):
@@ -145,46 +141,3 @@ class RunnerStatsPipeline(Construct):
             on_failure=sources.SqsDlq(self.failure_queue),
         )
         self.function.add_event_source(self.event_source)
-        self._add_alarms(config)
-
-    def _add_alarms(self, config: EnvConfig) -> None:
-        thresholds = config.alarms
-        self.iterator_age_alarm = self._alarm(
-            "IteratorAgeAlarm",
-            "Records wait in the stream; the consumer is behind or stuck on a failing key.",
-            self.function.metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1)),
-            thresholds.iterator_age_ms,
-            evaluation_periods=5,
-        )
-        self.on_failure_alarm = self._alarm(
-            "OnFailureAlarm",
-            "Records exhausted their retries or age and were sent to the on-failure queue.",
-            self.failure_queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5), statistic="Maximum"),
-            thresholds.on_failure_messages,
-        )
-        self.rejected_alarm = self._alarm(
-            "RejectedAlarm",
-            "Devices send records the handler rejects (kept in the rejects table with the reason).",
-            cloudwatch.Metric(
-                namespace=METRICS_NAMESPACE,
-                metric_name="RejectedRecords",
-                dimensions_map={"service": SERVICE},
-                statistic="Sum",
-                period=Duration.minutes(5),
-            ),
-            thresholds.rejected_per_5min,
-        )
-
-    def _alarm(
-        self, construct_id: str, description: str, metric: cloudwatch.IMetric, threshold: int, *, evaluation_periods: int = 1
-    ) -> cloudwatch.Alarm:
-        return cloudwatch.Alarm(
-            self,
-            construct_id,
-            alarm_description=description,
-            metric=metric,
-            threshold=threshold,
-            evaluation_periods=evaluation_periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )

@@ -6,8 +6,8 @@ functions, each writing its own status table before it acts -> the final table. 
 rejected rows, or the phase's caught error, go to that phase's flag step, which sets the
 reason code in every status table the transaction touched.
 
-Usable from any stack: pass an existing secret holding the API key, or let the construct
-create one. Everything it creates is exposed as a typed attribute.
+Usable from any stack: pass an existing secret holding the API key and an existing trips
+table, or let the construct create them. Everything it creates is exposed as a typed attribute.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ HANDLERS = {
 FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
 API_HANDLER = "runtime.taxi_etl.api_handler.handler"
 AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
+FLAG_SERVICE = "taxi-etl-flag"
+AUTHORIZER_SERVICE = "taxi-etl-authorizer"
 ROUTES = ("/trips", "/trips/batch")  # one CSV line; a batch of lines
 # Lambda's own transient failures: always worth retrying with backoff.
 LAMBDA_SERVICE_ERRORS = [
@@ -65,17 +67,21 @@ class TaxiEtlSagaProps:
     api_key_secret: an existing Secrets Manager secret whose SecretString is the API key
         clients send in the Authorization header. By default the construct creates one with a
         generated 48-character key.
+    trips_table: an existing table for the stored trips (the seed's nycYellowTaxis), keyed by
+        a string partition key named StoreRequestId with no sort key. By default the construct
+        creates one (on-demand, encrypted, point-in-time recovery, retained in prod).
     """
 
     config: EnvConfig
     api_key_secret: secretsmanager.ISecret | None = None
+    trips_table: dynamodb.ITable | None = None
 
 
 class TaxiEtlSaga(Construct):
     validation_status_table: dynamodb.Table
     transformation_status_table: dynamodb.Table
     store_status_table: dynamodb.Table
-    final_table: dynamodb.Table
+    final_table: dynamodb.ITable
     api_key_secret: secretsmanager.ISecret
     validate_function: lambda_.Function
     transform_function: lambda_.Function
@@ -103,7 +109,7 @@ class TaxiEtlSaga(Construct):
         self.validation_status_table = durable_table(self, "ValidationStatusTable", config, key)
         self.transformation_status_table = durable_table(self, "TransformationStatusTable", config, key)
         self.store_status_table = durable_table(self, "StoreStatusTable", config, key)
-        self.final_table = durable_table(self, "TripsTable", config, key)  # the seed's nycYellowTaxis
+        self.final_table = props.trips_table or durable_table(self, "TripsTable", config, key)  # the seed's nycYellowTaxis
         self.api_key_secret = props.api_key_secret or secretsmanager.Secret(
             self,
             "ApiKeySecret",
@@ -163,7 +169,7 @@ class TaxiEtlSaga(Construct):
         flag_spec = self._phase_spec(
             settings,
             FLAG_HANDLER,
-            "taxi-etl-flag",
+            FLAG_SERVICE,
             "Taxi saga flag steps: sets a failed row's reason in every status table its transaction touched",
             {
                 "VALIDATION_STATUS_TABLE": self.validation_status_table.table_name,
@@ -296,7 +302,7 @@ class TaxiEtlSaga(Construct):
 
         authorizer_spec = FunctionSpec(
             handler=AUTHORIZER_HANDLER,
-            service="taxi-etl-authorizer",
+            service=AUTHORIZER_SERVICE,
             description="Taxi saga API authorizer: constant-time compare with the key in Secrets Manager",
             timeout_seconds=AUTHORIZER_TIMEOUT_SECONDS,
             environment={

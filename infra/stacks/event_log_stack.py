@@ -4,23 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import CfnOutput
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.compliance import acknowledge_event_log
 from infra.config import EnvConfig
 from infra.constructs.event_log import EventLog, EventLogProps
+from infra.constructs.monitoring import EventLogMonitoring, EventLogMonitoringProps
+from infra.stacks.base import OnceflowStack
 
 
-class EventLogStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+class EventLogStack(OnceflowStack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: EnvConfig, alarm_topic: sns.ITopic | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(
-            scope, construct_id, description="onceflow event log: API -> DynamoDB log -> stream -> SQS -> snapshot worker", **kwargs
+            scope,
+            construct_id,
+            config=config,
+            description="onceflow event log: API -> DynamoDB log -> stream -> SQS -> snapshot worker",
+            **kwargs,
         )
-        for key, value in config.tags.items():
-            Tags.of(self).add(key, value)
         self.event_log = EventLog(self, "EventLog", EventLogProps(config=config))
         acknowledge_event_log(self.event_log)
+        self.monitoring = EventLogMonitoring(
+            self,
+            "Monitoring",
+            EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
+        )
+        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, "ApiUrl", value=self.event_log.http_api.api_endpoint)
         CfnOutput(self, "LogTableName", value=self.event_log.log_table.table_name)
         CfnOutput(self, "BucketName", value=self.event_log.bucket.bucket_name)

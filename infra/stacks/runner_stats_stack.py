@@ -4,20 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import CfnOutput
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.compliance import acknowledge_runner_stats
 from infra.config import EnvConfig
+from infra.constructs.monitoring import RunnerStatsMonitoring, RunnerStatsMonitoringProps
 from infra.constructs.runner_stats import RunnerStatsPipeline, RunnerStatsPipelineProps
+from infra.stacks.base import OnceflowStack
 
 
-class RunnerStatsStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, description="onceflow runner stats: Kinesis -> Lambda -> DynamoDB", **kwargs)
-        for key, value in config.tags.items():
-            Tags.of(self).add(key, value)
+class RunnerStatsStack(OnceflowStack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: EnvConfig, alarm_topic: sns.ITopic | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, config=config, description="onceflow runner stats: Kinesis -> Lambda -> DynamoDB", **kwargs)
         self.pipeline = RunnerStatsPipeline(self, "RunnerStats", RunnerStatsPipelineProps(config=config))
         acknowledge_runner_stats(self.pipeline)
+        self.monitoring = RunnerStatsMonitoring(
+            self,
+            "Monitoring",
+            RunnerStatsMonitoringProps(pipeline=self.pipeline, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
+        )
         CfnOutput(self, "StreamName", value=self.pipeline.stream.stream_name)
         CfnOutput(self, "RunStatsTableName", value=self.pipeline.run_stats_table.table_name)
+        # What the operator tools read (python -m ops.runner_stats_reprocess --stack <name>).
+        CfnOutput(self, "TendencyTableName", value=self.pipeline.tendency_table.table_name)
+        CfnOutput(self, "MessagesTableName", value=self.pipeline.messages_table.table_name)
+        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)

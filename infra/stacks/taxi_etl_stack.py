@@ -4,23 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack, Tags
+from aws_cdk import CfnOutput
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.compliance import acknowledge_taxi_etl
 from infra.config import EnvConfig
+from infra.constructs.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
 from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
+from infra.stacks.base import OnceflowStack
 
 
-class TaxiEtlStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+class TaxiEtlStack(OnceflowStack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: EnvConfig, alarm_topic: sns.ITopic | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(
-            scope, construct_id, description="onceflow taxi ETL saga: HTTP API -> Step Functions -> validate / transform / store", **kwargs
+            scope,
+            construct_id,
+            config=config,
+            description="onceflow taxi ETL saga: HTTP API -> Step Functions -> validate / transform / store",
+            **kwargs,
         )
-        for key, value in config.tags.items():
-            Tags.of(self).add(key, value)
         self.saga = TaxiEtlSaga(self, "TaxiEtl", TaxiEtlSagaProps(config=config))
         acknowledge_taxi_etl(self.saga)
+        self.monitoring = TaxiEtlMonitoring(
+            self, "Monitoring", TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic))
+        )
+        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, "ApiUrl", value=self.saga.http_api.api_endpoint)
         # The ARN, not the key: `aws secretsmanager get-secret-value --secret-id <arn>` reads it.
         CfnOutput(self, "ApiKeySecretArn", value=self.saga.api_key_secret.secret_arn)

@@ -14,7 +14,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.shared.observability import add_dimensioned_metric, instrumented, logger
 from runtime.taxi_etl.models import Phase, parse_flag_request
 from runtime.taxi_etl.phases import flag
 from runtime.taxi_etl.settings import FlagSettings
@@ -41,7 +41,11 @@ def tables() -> tuple[dict[Phase, StatusTable], DynamoFinalTable]:
 def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], final: FinalTable) -> dict[str, Any]:
     request = parse_flag_request(event)
     outcome = flag(request, status, final)
-    metrics.add_metric(name=f"RowsFlagged{request.phase.value.title()}", unit=MetricUnit.Count, value=outcome.flagged)
+    # Alarms watch executions per phase; the dashboard splits rows by phase and reason.
+    if outcome.flagged:
+        add_dimensioned_metric("ExecutionsFlagged", 1, phase=request.phase.value)
+    for detail, rows in outcome.by_detail:
+        add_dimensioned_metric("RowsFlagged", rows, phase=request.phase.value, reason=detail)
     logger.info(
         "rows flagged",
         extra={"phase": request.phase.value, "flagged": outcome.flagged, "caught": request.error.name if request.error else None},

@@ -7,6 +7,7 @@ stays flagged: it is rejected again with the same reason, never processed a seco
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -82,6 +83,7 @@ class FlagOutcome:
     error: str  # the name the execution fails with, e.g. ValidationFailed
     cause: str
     flagged: int
+    by_detail: tuple[tuple[str, int], ...] = ()  # (rule or "error:<Name>", rows), by detail: the metric's reason
 
     def to_json(self) -> dict[str, object]:
         return {"error": self.error, "cause": self.cause, "flagged": self.flagged}
@@ -107,7 +109,8 @@ def flag(request: FlagRequest, tables: Mapping[Phase, StatusTable], final: Final
             tables[phase].flag(verdict.store_request_id, verdict.tuple, verdict.reason, verdict.detail, verdict.message)
     reasons = sorted({f"{int(verdict.reason)} {verdict.detail}" for verdict in verdicts})
     cause = f"{len(verdicts)} row(s) flagged in {', '.join(phase.value for phase in touched)} status: {'; '.join(reasons)[:900]}"
-    return FlagOutcome(error=request.phase.failure_name, cause=cause, flagged=len(verdicts))
+    by_detail = tuple(sorted(Counter(verdict.detail for verdict in verdicts).items()))
+    return FlagOutcome(error=request.phase.failure_name, cause=cause, flagged=len(verdicts), by_detail=by_detail)
 
 
 def _is_stored(stored: Mapping[str, Mapping[str, object]], verdict: Verdict) -> bool:

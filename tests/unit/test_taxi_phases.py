@@ -411,7 +411,10 @@ def test_the_transformation_saga_flags_only_its_rejected_row() -> None:
     assert tables.validation.rows["c-gap"].raw_tuple == IN_THE_GAP
     assert tables.transformation.rows["c-gap"].raw_tuple == validated(IN_THE_GAP)
     assert outcome == FlagOutcome(
-        "TransformationFailed", f"1 row(s) flagged in validation, transformation status: 2 {Rule.NONEXISTENT_LOCAL_TIME}", 1
+        "TransformationFailed",
+        f"1 row(s) flagged in validation, transformation status: 2 {Rule.NONEXISTENT_LOCAL_TIME}",
+        1,
+        ((str(Rule.NONEXISTENT_LOCAL_TIME), 1),),
     )
 
 
@@ -437,7 +440,10 @@ def test_a_caught_error_flags_every_row_with_the_error_name_and_the_phase_code(p
     # And the outcome names the failure and counts both rows
     touched_names = ", ".join(touched.value for touched in phase.touched)
     assert outcome == FlagOutcome(
-        phase.failure_name, f"2 row(s) flagged in {touched_names} status: {int(phase.reason)} error:Lambda.Unknown", 2
+        phase.failure_name,
+        f"2 row(s) flagged in {touched_names} status: {int(phase.reason)} error:Lambda.Unknown",
+        2,
+        (("error:Lambda.Unknown", 2),),
     )
 
 
@@ -465,7 +471,12 @@ def test_a_failed_store_skips_the_rows_whose_item_is_already_there() -> None:
     assert tables.reasons("c-a") == dict.fromkeys(Phase, Reason.OK)
     assert tables.reasons("c-b") == tables.reasons("c-c") == dict.fromkeys(Phase, Reason.STORE)
     assert tables.store.rows["c-b"].detail == "error:StoreConflict"
-    assert outcome == FlagOutcome("StoreFailed", "2 row(s) flagged in validation, transformation, store status: 3 error:StoreConflict", 2)
+    assert outcome == FlagOutcome(
+        "StoreFailed",
+        "2 row(s) flagged in validation, transformation, store status: 3 error:StoreConflict",
+        2,
+        (("error:StoreConflict", 2),),
+    )
 
 
 def test_a_failed_store_flags_a_row_with_a_malformed_tuple_that_was_not_stored() -> None:

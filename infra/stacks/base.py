@@ -1,0 +1,28 @@
+"""What every stack of the app does the same way: the environment's tags and the alarm topic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Stack, Tags
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from infra.config import EnvConfig
+from infra.constructs.monitoring import AlarmTopic, AlarmTopicProps
+
+
+class OnceflowStack(Stack):
+    """A stack tagged with the environment's project, environment and owner tags."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, description: str, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, description=description, **kwargs)
+        self.config = config
+        for key, value in config.tags.items():
+            Tags.of(self).add(key, value)
+
+    def alarm_topic_or_own(self, alarm_topic: sns.ITopic | None) -> sns.ITopic:
+        """The shared topic when the app passes one; otherwise (a stack deployed alone) its own."""
+        if alarm_topic is not None:
+            return alarm_topic
+        return AlarmTopic(self, "Alarms", AlarmTopicProps(config=self.config)).topic
