@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import Acknowledgment, App, Stack, Validations
+from aws_cdk import Acknowledgment, App, Stack, Token, Validations
 from aws_cdk.aws_lambda import EventSourceMapping, IFunction
 from aws_cdk.aws_s3 import IBucket
 from aws_cdk.aws_secretsmanager import Secret
@@ -101,19 +101,35 @@ def acknowledge_event_log(event_log: EventLog) -> None:
         "pending-age alarm fires if runs stop reporting.",
     )
     if event_log.access_log_bucket is None:
-        return  # an imported bucket: its findings (and acknowledgements) belong to its owner
-    wildcards = {
-        (event_log.api_function, "payloads/"): "Presigned uploads and completion checks act on objects named "
-        "payloads/<log>/<hash of the request id>, created at run time; the prefix is as narrow as a static policy gets.",
-        (event_log.api_function, "snapshots/"): "Readers get presigned downloads of snapshot chunks whose keys are hashes "
-        "computed at build time; read-only and limited to the snapshots/ prefix.",
-        (event_log.worker_function, "snapshots/"): "The worker writes, reads and deletes chunk objects whose keys are hashes "
-        "computed at build time; limited to the snapshots/ prefix of this bucket.",
-        (event_log.finalizer_function, "payloads/"): "Removes the pending tag of payload objects named at run time; "
-        "s3:DeleteObjectTagging only, limited to the payloads/ prefix of this bucket.",
-    }
-    for (function, prefix), reason in wildcards.items():
-        acknowledge(_policy_of(function), _wildcard_finding(event_log.bucket, prefix), reason)
+        return  # an imported bucket: its owner acknowledges with acknowledge_imported_bucket
+    for (function, prefix), reason in _BUCKET_WILDCARD_REASONS.items():
+        acknowledge(_policy_of(getattr(event_log, function)), _wildcard_finding(event_log.bucket, prefix), reason)
+
+
+_BUCKET_WILDCARD_REASONS = {
+    ("api_function", "payloads/"): "Presigned uploads and completion checks act on objects named "
+    "payloads/<log>/<hash of the request id>, created at run time; the prefix is as narrow as a static policy gets.",
+    ("api_function", "snapshots/"): "Readers get presigned downloads of snapshot chunks whose keys are hashes "
+    "computed at build time; read-only and limited to the snapshots/ prefix.",
+    ("worker_function", "snapshots/"): "The worker writes, reads and deletes chunk objects whose keys are hashes "
+    "computed at build time; limited to the snapshots/ prefix of this bucket.",
+    ("finalizer_function", "payloads/"): "Removes the pending tag of payload objects named at run time; "
+    "s3:DeleteObjectTagging only, limited to the payloads/ prefix of this bucket.",
+}
+
+
+def acknowledge_imported_bucket(event_log: EventLog, owner_note: str) -> None:
+    """For a stack that gave EventLog its own bucket (imported by name): acknowledge the object
+    wildcards under payloads/ and snapshots/ of that bucket, with why they are needed and the
+    owner's note on why the bucket may hold them (e.g. the prefixes are reserved for onceflow)."""
+    if event_log.access_log_bucket is not None:
+        raise ValueError("the EventLog created its bucket; acknowledge_event_log covers it")
+    bucket_name = event_log.bucket.bucket_name
+    if Token.is_unresolved(bucket_name):
+        raise ValueError("import the bucket by a literal name (s3.Bucket.from_bucket_name) to acknowledge it")
+    for (function, prefix), reason in _BUCKET_WILDCARD_REASONS.items():
+        finding = f"AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket_name}/{prefix}*]"
+        acknowledge(_policy_of(getattr(event_log, function)), finding, f"{reason} {owner_note}")
 
 
 def _logical_id(construct: IConstruct) -> str:

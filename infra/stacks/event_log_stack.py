@@ -30,7 +30,7 @@ class EventLogStack(OnceflowStack):
         acknowledge_event_log(self.event_log)
         self.monitoring = EventLogMonitoring(
             self,
-            "Monitoring",
+            "EventLogMonitoring",
             EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)

@@ -24,7 +24,7 @@ class RunnerStatsStack(OnceflowStack):
         acknowledge_runner_stats(self.pipeline)
         self.monitoring = RunnerStatsMonitoring(
             self,
-            "Monitoring",
+            "RunnerStatsMonitoring",
             RunnerStatsMonitoringProps(pipeline=self.pipeline, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
         CfnOutput(self, "StreamName", value=self.pipeline.stream.stream_name)

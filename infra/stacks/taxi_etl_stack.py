@@ -29,7 +29,9 @@ class TaxiEtlStack(OnceflowStack):
         self.saga = TaxiEtlSaga(self, "TaxiEtl", TaxiEtlSagaProps(config=config))
         acknowledge_taxi_etl(self.saga)
         self.monitoring = TaxiEtlMonitoring(
-            self, "Monitoring", TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic))
+            self,
+            "TaxiEtlMonitoring",
+            TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
         CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, "ApiUrl", value=self.saga.http_api.api_endpoint)

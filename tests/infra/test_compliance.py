@@ -26,7 +26,7 @@ PLUGINS = {"AwsSolutions", "Serverless"}
 # How CDK (2.275) records `Validations.of(scope).acknowledge(...)` on the construct.
 ACKNOWLEDGED_RULES_METADATA = "aws:cdk:acknowledged-rules"
 # The stacks build_app creates per environment: "<stack_prefix>-<suffix>".
-STACK_SUFFIXES = ("RunnerStats", "EventLog", "TaxiEtl")
+STACK_SUFFIXES = ("Alarms", "RunnerStats", "EventLog", "TaxiEtl")
 # The complete inventory: (stack suffix, construct path inside the stack, rule) -> the one
 # CloudFormation resource type the acknowledged construct wraps. A new acknowledgement must be
 # added here, in review.
@@ -45,6 +45,9 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
     ("EventLog", "EventLog/RouterHandler/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
     ("EventLog", "EventLog/SnapshotWorker/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
     ("EventLog", "EventLog/PayloadFinalizer/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    ("EventLog", "EventLog/PendingCheck/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function",
+    # EventLog: the pending check's schedule carries no data; a failed delivery is replaced by the next run
+    ("EventLog", "EventLog/PendingCheckSchedule/Resource", "Serverless::Serverless-EventBusDLQ"): "AWS::Events::Rule",
     # EventLog: the X-Ray statement of every role (the Lambda factory's acknowledgement)
     ("EventLog", "EventLog/ApiHandlerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
     ("EventLog", "EventLog/RouterHandlerRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
@@ -54,6 +57,7 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
         "EventLog/PayloadFinalizerRole/DefaultPolicy/Resource",
         "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
     ): "AWS::IAM::Policy",
+    ("EventLog", "EventLog/PendingCheckRole/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
     # EventLog: object wildcards under one prefix of the construct's own bucket, each on one role
     (
         "EventLog",

@@ -541,7 +541,7 @@ def test_pipeline_requires_its_props_type(tmp_path: Path) -> None:
 
 def test_alarms_use_the_configured_thresholds(template: Template, config: EnvConfig) -> None:
     # Given the environment's alarm thresholds
-    thresholds = config.alarms
+    thresholds = config.monitoring.runner_stats
     # Then the iterator-age alarm watches the handler's IteratorAge maximum at that threshold
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",

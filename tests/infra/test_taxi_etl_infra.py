@@ -910,10 +910,22 @@ def test_no_function_reaches_another_pipelines_resources(env_templates: dict[str
         assert "Fn::ImportValue" not in json.dumps(res)
         ids = set(references(res))
         assert ids and all(i.startswith("AWS::") or i in template_json["Resources"] for i in ids), res
-    # and no stack exports or imports anything, and no other stack names one of the saga's resources
+    # and the only export is the alarm topic's ARN, which other stacks import only as alarm actions
+    alarms_stack = config.stack_name("Alarms")
+    exports = {
+        output["Export"]["Name"]
+        for other in env_templates.values()
+        for output in other.get("Outputs", {}).values()
+        if "Export" in output
+    }
+    assert len(exports) == 1 and exports.pop().startswith(f"{alarms_stack}:ExportsOutputRefAlarmTopic")
     for other_name, other in env_templates.items():
-        assert "Fn::ImportValue" not in json.dumps(other), other_name
-        assert not [o for o in other.get("Outputs", {}).values() if "Export" in o], other_name
+        for logical_id, body in other["Resources"].items():
+            if "Fn::ImportValue" in json.dumps(body):
+                assert body["Type"] == "AWS::CloudWatch::Alarm", f"{other_name}/{logical_id} imports from another stack"
+                imports = [action for name in ("AlarmActions", "OKActions") for action in body["Properties"][name]]
+                assert all(set(action) == {"Fn::ImportValue"} for action in imports), logical_id
+    # and no other stack names one of the saga's resources
     for other_name, other in others.items():
         text = json.dumps(other)
         assert not [lid for lid in template_json["Resources"] if f'"{lid}"' in text], other_name
@@ -1079,8 +1091,10 @@ def test_outputs_name_the_api_the_secret_the_state_machine_and_every_table(templ
     outputs = template_json["Outputs"]
     # When we read their values
     values = {name: output["Value"] for name, output in outputs.items()}
-    # Then they are exactly the API's URL, the secret's ARN (not its value), the state machine and the four tables
+    # Then they are exactly the API's URL, the secret's ARN (not its value), the state machine, the four tables and the dashboard
+    (dashboard,) = resources_of_type(template_json, "AWS::CloudWatch::Dashboard")
     assert values == {
+        "DashboardName": ref(dashboard),
         "ApiUrl": {"Fn::GetAtt": [HTTP_API, "ApiEndpoint"]},
         "ApiKeySecretArn": ref(SECRET),
         "StateMachineArn": ref(STATE_MACHINE),

@@ -1,0 +1,151 @@
+"""The constructs in someone else's stack: all three pipelines and their monitoring, composed with
+resources the user already has (a stream, a bucket, a secret, a trips table, an alarm topic),
+synthesized with the project's cdk-nag checks on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kinesis as kinesis
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
+
+from devtools.template_resources import cdk_context
+from infra.compliance import acknowledge_event_log, acknowledge_imported_bucket, acknowledge_runner_stats, acknowledge_taxi_etl
+from infra.config import load_config
+from infra.constructs.event_log import EventLog, EventLogProps
+from infra.constructs.monitoring import (
+    EventLogMonitoring,
+    EventLogMonitoringProps,
+    RunnerStatsMonitoring,
+    RunnerStatsMonitoringProps,
+    TaxiEtlMonitoring,
+    TaxiEtlMonitoringProps,
+)
+from infra.constructs.runner_stats import RunnerStatsPipeline, RunnerStatsPipelineProps
+from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
+
+STREAM_ARN = "arn:aws:kinesis:eu-west-1:111122223333:stream/team-devices"
+BUCKET_NAME = "team-event-log-data"
+SECRET_NAME = "team/taxi-api-key"
+TRIPS_TABLE = "nycYellowTaxis"
+TOPIC_ARN = "arn:aws:sns:eu-west-1:111122223333:team-pager"
+VALIDATION_FAILED = r"ValidationFailed|Validation failed"
+
+
+class TeamStack(Stack):
+    """What a user writes: their own resources, imported, and the three constructs composed."""
+
+    def __init__(self, app: App, *, acknowledge_bucket: bool = True) -> None:
+        super().__init__(app, "TeamStack")
+        config = load_config("dev")
+        topic = sns.Topic.from_topic_arn(self, "Pager", TOPIC_ARN)
+        stream = kinesis.Stream.from_stream_arn(self, "Devices", STREAM_ARN)
+        bucket = s3.Bucket.from_bucket_name(self, "Data", BUCKET_NAME)
+        secret = secretsmanager.Secret.from_secret_name_v2(self, "ApiKey", SECRET_NAME)
+        trips = dynamodb.Table.from_table_name(self, "Trips", TRIPS_TABLE)
+
+        self.runner_stats = RunnerStatsPipeline(self, "Runs", RunnerStatsPipelineProps(config=config, stream=stream))
+        acknowledge_runner_stats(self.runner_stats)
+        RunnerStatsMonitoring(self, "RunsMonitoring", RunnerStatsMonitoringProps(pipeline=self.runner_stats, config=config, alarm_topic=topic))
+
+        self.event_log = EventLog(self, "Sheets", EventLogProps(config=config, bucket=bucket))
+        acknowledge_event_log(self.event_log)
+        if acknowledge_bucket:
+            acknowledge_imported_bucket(self.event_log, "team-event-log-data is ours; its payloads/ and snapshots/ prefixes are for onceflow.")
+        EventLogMonitoring(self, "SheetsMonitoring", EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=topic))
+
+        self.saga = TaxiEtlSaga(self, "Taxis", TaxiEtlSagaProps(config=config, api_key_secret=secret, trips_table=trips))
+        acknowledge_taxi_etl(self.saga)
+        TaxiEtlMonitoring(self, "TaxisMonitoring", TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=topic))
+
+
+def team_app(outdir: Path) -> App:
+    from infra.compliance import add_compliance_checks
+
+    app = App(context=cdk_context("dev"), outdir=str(outdir))
+    add_compliance_checks(app)
+    return app
+
+
+@pytest.fixture(scope="module")
+def team_template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    outdir = tmp_path_factory.mktemp("team")
+    app = team_app(outdir)
+    TeamStack(app)
+    # synth raises on any unacknowledged cdk-nag finding
+    assembly = app.synth()
+    return dict(assembly.get_stack_by_name("TeamStack").template)
+
+
+def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
+    return {name: body for name, body in template["Resources"].items() if body["Type"] == resource_type}
+
+
+def mentions(value: Any, text: str) -> bool:
+    return text in json.dumps(value)
+
+
+def test_the_foreign_stack_synthesizes_with_cdk_nag_and_creates_none_of_the_imported_resources(team_template: dict[str, Any]) -> None:
+    # Given the team's stack, synthesized with cdk-nag (the fixture: synth raised nothing)
+    # Then the constructs created no stream, no bucket, no secret and no topic of their own
+    for resource_type in ("AWS::Kinesis::Stream", "AWS::S3::Bucket", "AWS::SecretsManager::Secret", "AWS::SNS::Topic"):
+        assert resources(team_template, resource_type) == {}, resource_type
+    # and the only tables are the pipelines' own, without a trips table (4 runner stats + 2 event log + 3 status)
+    assert len(resources(team_template, "AWS::DynamoDB::Table")) == 9
+
+
+def test_the_imported_resources_are_the_ones_used(team_template: dict[str, Any]) -> None:
+    # Given the team's stack
+    mappings = resources(team_template, "AWS::Lambda::EventSourceMapping")
+    # Then the runner-stats function consumes the team's stream
+    assert any(mapping["Properties"]["EventSourceArn"] == STREAM_ARN for mapping in mappings.values())
+    # and the event-log functions point at the team's bucket, the store step at the team's trips table
+    functions = resources(team_template, "AWS::Lambda::Function")
+    environments = [function["Properties"]["Environment"]["Variables"] for function in functions.values()]
+    assert sum(variables.get("BUCKET") == BUCKET_NAME for variables in environments) == 3
+    assert sum(variables.get("FINAL_TABLE") == TRIPS_TABLE for variables in environments) == 2
+    # and the authorizer may read the team's secret
+    policies = resources(team_template, "AWS::IAM::Policy")
+    assert any(mentions(policy, f"secret:{SECRET_NAME}") for policy in policies.values())
+
+
+def test_every_alarm_notifies_the_teams_topic(team_template: dict[str, Any]) -> None:
+    # Given the team's stack
+    alarms = resources(team_template, "AWS::CloudWatch::Alarm")
+    # Then there are alarms for all three pipelines, and every one notifies the team's topic on ALARM and OK
+    assert len(alarms) == 7 + 8 + 8
+    for name, alarm in alarms.items():
+        assert alarm["Properties"]["AlarmActions"] == [TOPIC_ARN], name
+        assert alarm["Properties"]["OKActions"] == [TOPIC_ARN], name
+    # and each pipeline has its dashboard
+    assert len(resources(team_template, "AWS::CloudWatch::Dashboard")) == 3
+
+
+def test_without_the_bucket_acknowledgements_the_imported_bucket_fails_cdk_nag(tmp_path: Path) -> None:
+    # Given the same stack, but the user skipped acknowledging the wildcards on their own bucket
+    app = team_app(tmp_path)
+    TeamStack(app, acknowledge_bucket=False)
+    # When it is synthesized
+    # Then cdk-nag refuses it (the object wildcards under payloads/ and snapshots/ of an imported bucket are the user's call)
+    with pytest.raises(RuntimeError, match=VALIDATION_FAILED):
+        app.synth()
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    open_findings = {
+        (violation["ruleName"], construct["constructPath"])
+        for plugin in report["pluginReports"]
+        for violation in plugin["violations"]
+        for construct in violation["violatingConstructs"]
+    }
+    assert {rule for rule, _ in open_findings} == {
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{BUCKET_NAME}/{prefix}*]" for prefix in ("payloads/", "snapshots/")
+    }
+    assert {path for _, path in open_findings} == {
+        f"TeamStack/Sheets/{role}Role/DefaultPolicy/Resource" for role in ("ApiHandler", "SnapshotWorker", "PayloadFinalizer")
+    }
