@@ -56,6 +56,8 @@ deploy: install
 
 destroy: install
 	@test "$(ENV)" != prod || { echo "refusing to destroy prod: its data is retained by design"; exit 1; }
+	# CloudFormation deletes only empty buckets; dev's versioned bucket is emptied first.
+	$(PY) -m ops.empty_buckets --env $(ENV)
 	npx cdk destroy -c env=$(ENV) --all --force --no-notices
 
 clean:

@@ -338,6 +338,8 @@ class EnvConfig:
 
     def stack_name(self, pipeline: str) -> str:
         """`Onceflow-<env>-<pipeline>`: every stack of the app is named here."""
+        if pipeline not in PIPELINE_STACKS:
+            raise ConfigError(f"no stack {pipeline!r}; the app's stacks are {', '.join(PIPELINE_STACKS)}")
         return f"{self.stack_prefix}-{pipeline}"
 
     @property
@@ -363,6 +365,9 @@ class EnvConfig:
             raise ConfigError("monitoring.event_log.stuck_after_seconds must exceed event_log.lease_seconds (a live build renews it)")
         return self
 
+
+# The app's stacks of one environment, "<stack_prefix>-<name>", in deployment order.
+PIPELINE_STACKS = ("Alarms", "RunnerStats", "EventLog", "TaxiEtl")
 
 ENVIRONMENTS: dict[str, EnvConfig] = {
     "dev": EnvConfig(

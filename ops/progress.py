@@ -8,12 +8,12 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(self, total: int, label: str, *, stream: TextIO = sys.stderr, force: bool = False, width: int = 30) -> None:
+    def __init__(self, total: int, label: str, *, stream: TextIO | None = None, force: bool = False, width: int = 30) -> None:
         self.total = max(total, 1)
         self.label = label
         self.done = 0
-        self._stream = stream
-        self._show = force or stream.isatty()
+        self._stream = stream or sys.stderr  # looked up now, so a redirected stderr is honoured
+        self._show = force or self._stream.isatty()
         self._width = width
         self._last = 0.0
 
