@@ -102,8 +102,8 @@ def acknowledge_event_log(event_log: EventLog) -> None:
     )
     if event_log.access_log_bucket is None:
         return  # an imported bucket: its owner acknowledges with acknowledge_imported_bucket
-    for (function, prefix), reason in _BUCKET_WILDCARD_REASONS.items():
-        acknowledge(_policy_of(getattr(event_log, function)), _wildcard_finding(event_log.bucket, prefix), reason)
+    for (attribute, prefix), reason in _BUCKET_WILDCARD_REASONS.items():
+        acknowledge(_policy_of(getattr(event_log, attribute)), _wildcard_finding(event_log.bucket, prefix), reason)
 
 
 _BUCKET_WILDCARD_REASONS = {
@@ -127,9 +127,9 @@ def acknowledge_imported_bucket(event_log: EventLog, owner_note: str) -> None:
     bucket_name = event_log.bucket.bucket_name
     if Token.is_unresolved(bucket_name):
         raise ValueError("import the bucket by a literal name (s3.Bucket.from_bucket_name) to acknowledge it")
-    for (function, prefix), reason in _BUCKET_WILDCARD_REASONS.items():
+    for (attribute, prefix), reason in _BUCKET_WILDCARD_REASONS.items():
         finding = f"AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket_name}/{prefix}*]"
-        acknowledge(_policy_of(getattr(event_log, function)), finding, f"{reason} {owner_note}")
+        acknowledge(_policy_of(getattr(event_log, attribute)), finding, f"{reason} {owner_note}")
 
 
 def _logical_id(construct: IConstruct) -> str:

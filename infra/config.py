@@ -107,6 +107,9 @@ class EventLogConfig:
     snapshot_max_receives: int = 24  # deferrals and hand-offs count too; then the DLQ
     finalizer_max_receives: int = 5
     finalizer_timeout_seconds: int = 30
+    # The scheduled check re-sends the build message of a stuck row whose holder died (same
+    # deterministic request id; the worker drops repeats). Off: the runbook has the operator do it.
+    resend_stuck_snapshots: bool = False
 
     @property
     def snapshot_visibility_seconds(self) -> int:
@@ -116,6 +119,12 @@ class EventLogConfig:
     @property
     def finalizer_visibility_seconds(self) -> int:
         return 6 * self.finalizer_timeout_seconds
+
+    @property
+    def stuck_after_seconds(self) -> int:
+        """A pending row untouched this long, with no live lease, is stuck: a dead worker's message
+        comes back after the visibility timeout, and a successor may take over once the lease ends."""
+        return self.snapshot_visibility_seconds + self.lease_seconds
 
     @property
     def longest_deferral_seconds(self) -> int:
@@ -263,7 +272,6 @@ class EventLogAlarms:
     snapshot_build_seconds: int = 1800  # one build across its hand-offs
     errors_per_5min: int = 5  # failed invocations of the router, worker or finalizer
     pending_check_minutes: int = 5  # how often the scheduled check looks at the pending table
-    stuck_after_seconds: int = 1800  # a pending row unchanged this long with no live lease is stuck
 
     def validate(self) -> None:
         if not 60_000 <= self.router_iterator_age_ms < 24 * 3600 * 1000:
@@ -361,8 +369,8 @@ class EnvConfig:
             raise ConfigError("monitoring.runner_stats.iterator_age_ms must fire before records reach max_record_age_seconds")
         if self.monitoring.event_log.router_iterator_age_ms >= self.event_log.router_max_record_age_seconds * 1000:
             raise ConfigError("monitoring.event_log.router_iterator_age_ms must fire before records reach router_max_record_age_seconds")
-        if self.monitoring.event_log.stuck_after_seconds <= self.event_log.lease_seconds:
-            raise ConfigError("monitoring.event_log.stuck_after_seconds must exceed event_log.lease_seconds (a live build renews it)")
+        if self.monitoring.event_log.oldest_pending_snapshot_seconds <= self.event_log.stuck_after_seconds:
+            raise ConfigError("monitoring.event_log.oldest_pending_snapshot_seconds must exceed event_log.stuck_after_seconds")
         return self
 
 
@@ -411,7 +419,7 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
         taxi_etl=TaxiEtlConfig(batch_max_lines=200, api_rate_limit=200, api_burst_limit=400),
         monitoring=MonitoringConfig(
             runner_stats=RunnerStatsAlarms(iterator_age_ms=5 * 60 * 1000),
-            event_log=EventLogAlarms(stuck_after_seconds=3600),
+            event_log=EventLogAlarms(oldest_pending_snapshot_seconds=3 * 3600),
         ),
     ),
 }

@@ -321,7 +321,15 @@ class EventLog(Construct):
         self.finalizer_function.add_event_source(sources.SqsEventSource(self.payload_queue, batch_size=10, report_batch_item_failures=True))
 
     def _add_pending_check(self, config: EnvConfig) -> None:
-        thresholds = config.monitoring.event_log
+        settings = config.event_log
+        environment = {
+            "PENDING_TABLE": self.pending_table.table_name,
+            "STUCK_AFTER_SECONDS": str(settings.stuck_after_seconds),
+            "LEASE_SECONDS": str(settings.lease_seconds),
+            "RESEND_DEAD_HOLDERS": "true" if settings.resend_stuck_snapshots else "false",
+        }
+        if settings.resend_stuck_snapshots:
+            environment["SNAPSHOT_QUEUE_URL"] = self.snapshot_queue.queue_url
         created = create_function(
             self,
             "PendingCheck",
@@ -330,22 +338,20 @@ class EventLog(Construct):
                 service=PENDING_CHECK_SERVICE,
                 description="Publishes the oldest pending snapshot's age and counts stuck builds",
                 timeout_seconds=60,
-                environment={
-                    "PENDING_TABLE": self.pending_table.table_name,
-                    "STUCK_AFTER_SECONDS": str(thresholds.stuck_after_seconds),
-                    "LEASE_SECONDS": str(config.event_log.lease_seconds),
-                },
+                environment=environment,
             ),
             config,
         )
         self.pending_check_function = created.function
         # Pending rows are few (one per snapshot being built): a scan reads them all.
         self.pending_table.grant(self.pending_check_function, "dynamodb:Scan")
+        if settings.resend_stuck_snapshots:
+            self.snapshot_queue.grant_send_messages(self.pending_check_function)
         self.pending_check_schedule = events.Rule(
             self,
             "PendingCheckSchedule",
             description="Runs the stuck-pending-snapshot check",
-            schedule=events.Schedule.rate(Duration.minutes(thresholds.pending_check_minutes)),
+            schedule=events.Schedule.rate(Duration.minutes(config.monitoring.event_log.pending_check_minutes)),
             targets=[targets.LambdaFunction(self.pending_check_function, retry_attempts=0)],
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runtime.event_log.pending_check import StuckRules
 from runtime.event_log.service import LogOptions
 from runtime.event_log.side_effects import RouterQueues
 from runtime.event_log.snapshots import WorkerOptions
@@ -31,8 +32,22 @@ ENV_LEASE_SECONDS = "LEASE_SECONDS"
 ENV_HANDOFF_MARGIN_MS = "HANDOFF_MARGIN_MS"
 ENV_BACKOFF_BASE_SECONDS = "BACKOFF_BASE_SECONDS"
 ENV_BACKOFF_CAP_SECONDS = "BACKOFF_CAP_SECONDS"
+ENV_STUCK_AFTER_SECONDS = "STUCK_AFTER_SECONDS"
+ENV_RESEND_DEAD_HOLDERS = "RESEND_DEAD_HOLDERS"
 
 SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
+# Longer than the dev queue's visibility timeout (6 x 300 s) plus the lease: by then a dead
+# worker's message came back and a successor claimed the row, unless the message is gone.
+DEFAULT_STUCK_AFTER_SECONDS = 3600
+
+
+def bool_setting(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in {"true", "false"}:
+        raise SettingsError(f"environment variable {name} must be true or false, got {env[name]!r}")
+    return raw == "true"
 
 
 def pending_tag(env: Mapping[str, str]) -> str:
@@ -120,3 +135,28 @@ class FinalizerSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> FinalizerSettings:
         return cls(bucket=require_str(env, ENV_BUCKET), queue_url=require_str(env, ENV_PAYLOAD_QUEUE_URL))
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCheckSettings:
+    """The scheduled stuck-pending check. `resend_queue_url` is set only when RESEND_DEAD_HOLDERS
+    is true (off by default): then stuck rows whose holder died get their build message again."""
+
+    pending_table: str
+    rules: StuckRules
+    resend_queue_url: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> PendingCheckSettings:
+        lease = int_setting(env, ENV_LEASE_SECONDS, int(WorkerOptions(queue_url="").lease_seconds))
+        stuck_after = int_setting(env, ENV_STUCK_AFTER_SECONDS, max(DEFAULT_STUCK_AFTER_SECONDS, lease))
+        if stuck_after < lease:
+            raise SettingsError(
+                f"{ENV_STUCK_AFTER_SECONDS} must be at least {ENV_LEASE_SECONDS} ({lease}): a claim cannot be taken over earlier"
+            )
+        resend = bool_setting(env, ENV_RESEND_DEAD_HOLDERS, False)
+        return cls(
+            pending_table=require_str(env, ENV_PENDING_TABLE),
+            rules=StuckRules(lease_seconds=lease, stuck_after_seconds=stuck_after),
+            resend_queue_url=require_str(env, ENV_SNAPSHOT_QUEUE_URL) if resend else None,
+        )

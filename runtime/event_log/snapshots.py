@@ -25,7 +25,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -70,6 +70,9 @@ class BuildProgress:
 
     chunks_written: int = 0
     events_read: int = 0
+    # Per build finished in this handling: completion time minus the pending row's Created
+    # (its first claim), so the whole build across deferrals, hand-offs and takeovers.
+    build_seconds: list[float] = field(default_factory=list)
 
 
 class SnapshotWorker:
@@ -189,8 +192,17 @@ class SnapshotWorker:
         self._objects.put(key, json.dumps(document, indent=1).encode("utf-8"))
         self._log.set_root(marker, key, iso_utc(self._clock()))
         self._finish(marker, document, key, pending.increment)
+        seconds = max(0.0, self._clock() - pending.created)
+        self.progress.build_seconds.append(seconds)
         logger.info(
-            "snapshot built", extra={"log_id": marker.log_id, "snapshot": marker.number, "chunks": state.chunks, "cells": state.cells}
+            "snapshot built",
+            extra={
+                "log_id": marker.log_id,
+                "snapshot": marker.number,
+                "chunks": state.chunks,
+                "cells": state.cells,
+                "build_seconds": seconds,
+            },
         )
         return Outcome.BUILT
 

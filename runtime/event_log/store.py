@@ -507,8 +507,19 @@ class DynamoPendingStore(_Dynamo):
         item = response.get("Item")
         return pending_from_item(from_attributes(item)) if item else None
 
-    def scan(self) -> Iterator[PendingSnapshot]:
-        """Every pending snapshot of every log (operator tools)."""
-        for page in self.client.get_paginator("scan").paginate(TableName=self._table, ConsistentRead=True):
+    def scan(self, *, consistent_read: bool = True, page_size: int | None = None) -> Iterator[PendingSnapshot]:
+        """Every pending snapshot of every log, page by page (operator tools, the stuck check).
+
+        The table holds one item per snapshot being built, so a scan is small. The scheduled
+        check reads eventually consistent (half the read units): a row a second out of date
+        does not change a verdict measured in minutes. `page_size` caps items per request."""
+        request: dict[str, Any] = {"TableName": self._table, "ConsistentRead": consistent_read}
+        if page_size is not None:
+            request["PaginationConfig"] = {"PageSize": page_size}
+        for page in self.client.get_paginator("scan").paginate(**request):
             for raw in page.get("Items", []):
                 yield pending_from_item(from_attributes(raw))
+
+    def approximate_count(self) -> int:
+        """DynamoDB's item count (refreshed about every six hours): a progress bar's total."""
+        return int(self.client.describe_table(TableName=self._table)["Table"].get("ItemCount", 0))

@@ -52,6 +52,8 @@ def handle_snapshot_event(
 
     failures = process_batch(list(event.get("Records", [])), SideEffect.BUILD_SNAPSHOT, messages, queue_url, build)
     metrics.add_metric(name="SnapshotChunksWritten", unit=MetricUnit.Count, value=snapshot_worker.progress.chunks_written)
+    for seconds in snapshot_worker.progress.build_seconds:
+        metrics.add_metric(name="SnapshotBuildSeconds", unit=MetricUnit.Seconds, value=round(seconds, 3))
     return {"batchItemFailures": failures}
 
 

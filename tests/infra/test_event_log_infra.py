@@ -21,7 +21,7 @@ from aws_cdk.assertions import Match, Template
 from devtools.template_resources import resources_of_type
 from infra.config import ConfigError, EnvConfig, load_config
 from infra.constructs.event_log import EventLog, EventLogProps
-from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
+from runtime.event_log.settings import ApiSettings, FinalizerSettings, PendingCheckSettings, RouterSettings, WorkerSettings
 from tests.infra.template_queries import (
     Grants,
     RecordingEnvironment,
@@ -48,9 +48,22 @@ API = "runtime.event_log.api_handler.handler"
 ROUTER = "runtime.event_log.router_handler.handler"
 WORKER = "runtime.event_log.worker_handler.handler"
 FINALIZER = "runtime.event_log.finalizer_handler.handler"
-HANDLERS = (API, ROUTER, WORKER, FINALIZER)
-SERVICE_NAMES = {API: "event-log-api", ROUTER: "event-log-router", WORKER: "event-log-snapshots", FINALIZER: "event-log-payloads"}
-SETTINGS_CLASSES: dict[str, Any] = {API: ApiSettings, ROUTER: RouterSettings, WORKER: WorkerSettings, FINALIZER: FinalizerSettings}
+PENDING_CHECK = "runtime.event_log.pending_check_handler.handler"
+HANDLERS = (API, ROUTER, WORKER, FINALIZER, PENDING_CHECK)
+SERVICE_NAMES = {
+    API: "event-log-api",
+    ROUTER: "event-log-router",
+    WORKER: "event-log-snapshots",
+    FINALIZER: "event-log-payloads",
+    PENDING_CHECK: "event-log-pending-check",
+}
+SETTINGS_CLASSES: dict[str, Any] = {
+    API: ApiSettings,
+    ROUTER: RouterSettings,
+    WORKER: WorkerSettings,
+    FINALIZER: FinalizerSettings,
+    PENDING_CHECK: PendingCheckSettings,
+}
 
 # Exactly the variables each handler's settings class reads (runtime/event_log/settings.py).
 ENVIRONMENT_NAMES = {
@@ -78,6 +91,8 @@ ENVIRONMENT_NAMES = {
         "BACKOFF_CAP_SECONDS",
     },
     FINALIZER: {"BUCKET", "PAYLOAD_QUEUE_URL"},
+    # SNAPSHOT_QUEUE_URL only when config.event_log.resend_stuck_snapshots is on (off in both environments)
+    PENDING_CHECK: {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_DEAD_HOLDERS"},
 }
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 
@@ -180,6 +195,9 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             ),
             (key(arn(BUCKET)), key({"StringLike": {"s3:prefix": ["snapshots/*"]}})): {"s3:ListBucket"},
         }
+    if handler == PENDING_CHECK:
+        # reads the pending rows only; it re-sends nothing unless resend_stuck_snapshots is on
+        return unconditional(own_logs, (arn(PENDING_TABLE), {"dynamodb:Scan"}))
     assert handler == FINALIZER
     return unconditional(
         own_logs,
@@ -521,7 +539,7 @@ def test_bucket_expires_abandoned_uploads_and_old_versions(template_json: dict[s
 
 
 def test_every_role_is_lambdas_own_without_managed_or_embedded_policies(template_json: dict[str, Any]) -> None:
-    # Given the four functions, each with its own role
+    # Given the five functions, each with its own role
     roles = {role_of(template_json, handler) for handler in HANDLERS}
     assert len(roles) == len(HANDLERS)
     # When we look at the stack's roles and policies
@@ -576,7 +594,7 @@ def test_no_function_touches_another_functions_resources(template_json: dict[str
     # Given every stateful resource and the functions allowed to use it (written out)
     owners = {
         LOG_TABLE: {API, ROUTER, WORKER},  # the router only through the table's stream
-        PENDING_TABLE: {WORKER},
+        PENDING_TABLE: {WORKER, PENDING_CHECK},
         BUCKET: {API, WORKER, FINALIZER},
         ACCESS_LOG_BUCKET: set(),
         SNAPSHOT_QUEUE: {ROUTER, WORKER},
@@ -617,7 +635,9 @@ def test_settings_class_reads_exactly_the_expected_names(handler: str) -> None:
     values = {name: "x" for names in ENVIRONMENT_NAMES.values() for name in names}
     numbers = {"SNAPSHOT_EVERY", "MAX_VALUE_BYTES", "MAX_BODY_BYTES", "PAYLOAD_MAX_BYTES", "URL_EXPIRY_SECONDS", "READ_PAGE_LIMIT"}
     numbers |= {"CHUNK_BYTES", "LEASE_SECONDS", "HANDOFF_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_CAP_SECONDS"}
+    numbers |= {"STUCK_AFTER_SECONDS"}
     values |= {name: "1000" for name in numbers} | {"MAX_BODY_BYTES": "16384", "PENDING_TAG": "onceflow-pending=true"}
+    values |= {"RESEND_DEAD_HOLDERS": "false"}
     environment = RecordingEnvironment(values)
     # When the handler's settings class reads it
     SETTINGS_CLASSES[handler].from_env(environment)
@@ -698,22 +718,30 @@ def test_every_route_exists_and_requires_iam_authorization(template: Template, t
         assert integration["Properties"]["IntegrationUri"] == arn(api_id)
 
 
-def test_only_this_api_may_invoke_the_api_function(template_json: dict[str, Any]) -> None:
-    # Given the Lambda permissions and the one HTTP API
+def test_only_this_api_may_invoke_the_api_function_and_only_the_schedule_the_check(
+    template_json: dict[str, Any], config: EnvConfig
+) -> None:
+    # Given the Lambda permissions, the one HTTP API and the one schedule
     (http_api_id,) = resources_of_type(template_json, "AWS::ApiGatewayV2::Api")
+    ((rule_id, rule),) = resources_of_type(template_json, "AWS::Events::Rule").items()
     api_id, _ = function(template_json, API)
+    check_id, _ = function(template_json, PENDING_CHECK)
     permissions = resources_of_type(template_json, "AWS::Lambda::Permission")
-    assert permissions
     # When we read who may invoke what
+    by_principal: dict[str, list[dict[str, Any]]] = {}
     for permission in permissions.values():
-        props = permission["Properties"]
-        # Then API Gateway may invoke only the API function, and only from this API
-        assert (props["Principal"], props["FunctionName"], props["Action"]) == (
-            "apigateway.amazonaws.com",
-            arn(api_id),
-            "lambda:InvokeFunction",
-        )
+        by_principal.setdefault(permission["Properties"]["Principal"], []).append(permission["Properties"])
+    # Then API Gateway may invoke only the API function, and only from this API
+    assert set(by_principal) == {"apigateway.amazonaws.com", "events.amazonaws.com"}
+    for props in by_principal["apigateway.amazonaws.com"]:
+        assert (props["FunctionName"], props["Action"]) == (arn(api_id), "lambda:InvokeFunction")
         assert ref(http_api_id) in props["SourceArn"]["Fn::Join"][1]
+    # and EventBridge only the pending check, only from its rule, which runs at the configured rate
+    ((events,),) = [by_principal["events.amazonaws.com"]]
+    assert (events["FunctionName"], events["Action"], events["SourceArn"]) == (arn(check_id), "lambda:InvokeFunction", arn(rule_id))
+    minutes = config.monitoring.event_log.pending_check_minutes
+    assert rule["Properties"]["ScheduleExpression"] == f"rate({minutes} minute{'s' if minutes > 1 else ''})"
+    assert [target["Arn"] for target in rule["Properties"]["Targets"]] == [arn(check_id)]
 
 
 def test_default_stage_throttles_and_writes_json_access_logs(template: Template, template_json: dict[str, Any], config: EnvConfig) -> None:
@@ -788,7 +816,7 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
 
 
 def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(template_json: dict[str, Any], config: EnvConfig) -> None:
-    # Given the four functions
+    # Given the five functions
     assert len(resources_of_type(template_json, "AWS::Lambda::Function")) == len(HANDLERS)
     settings = config.event_log
     # When we read their timeouts, memory and log groups
@@ -804,7 +832,8 @@ def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(templ
     assert sizes[ROUTER][0] == settings.router_timeout_seconds
     assert sizes[WORKER] == (settings.worker_timeout_seconds, settings.worker_memory_mb)
     assert sizes[FINALIZER][0] == settings.finalizer_timeout_seconds
-    # and no two functions share a log group; the fifth log group is the API's access log
+    assert sizes[PENDING_CHECK][0] == 60
+    # and no two functions share a log group; the sixth log group is the API's access log
     log_groups = {log_group_of(template_json, handler) for handler in HANDLERS}
     assert len(log_groups) == len(HANDLERS)
     assert set(resources_of_type(template_json, "AWS::Logs::LogGroup")) == log_groups | {API_ACCESS_LOGS}

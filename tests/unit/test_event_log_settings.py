@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.event_log.pending_check import StuckRules
 from runtime.event_log.service import LogOptions
 from runtime.event_log.settings import (
     SQS_MAX_VISIBILITY_SECONDS,
     ApiSettings,
     FinalizerSettings,
+    PendingCheckSettings,
     RouterSettings,
     WorkerSettings,
 )
@@ -27,6 +29,7 @@ ROUTER_ENV = {"SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE, "PAYLOAD_QUEUE_URL": PAYLOAD
 WORKER_ENV = {"LOG_TABLE": "onceflow-dev-log", "PENDING_TABLE": "onceflow-dev-pending", "BUCKET": "onceflow-dev-logs-bucket"}
 WORKER_ENV |= {"SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE}
 FINALIZER_ENV = {"BUCKET": "onceflow-dev-logs-bucket", "PAYLOAD_QUEUE_URL": PAYLOAD_QUEUE}
+CHECK_ENV = {"PENDING_TABLE": "onceflow-dev-pending"}
 
 
 def without(env: dict[str, str], name: str) -> dict[str, str]:
@@ -265,6 +268,74 @@ def test_finalizer_settings_require_their_variables(name: str) -> None:
         FinalizerSettings.from_env(without(FINALIZER_ENV, name))
 
 
+# --- PendingCheckSettings ----------------------------------------------------------------------
+
+
+def test_pending_check_settings_with_only_the_table_use_the_defaults() -> None:
+    # Given the check's one required variable
+    # When its settings are read
+    settings = PendingCheckSettings.from_env(CHECK_ENV)
+    # Then the lease is the worker's default, the threshold an hour, and nothing is re-sent
+    assert settings == PendingCheckSettings(
+        pending_table="onceflow-dev-pending", rules=StuckRules(lease_seconds=600, stuck_after_seconds=3600), resend_queue_url=None
+    )
+
+
+def test_pending_check_settings_read_every_variable() -> None:
+    # Given every variable the check reads, re-sending switched on
+    env = CHECK_ENV | {
+        "LEASE_SECONDS": "1200",
+        "STUCK_AFTER_SECONDS": "6600",
+        "RESEND_DEAD_HOLDERS": " TRUE ",
+        "SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE,
+    }
+    # When the settings are read
+    settings = PendingCheckSettings.from_env(env)
+    # Then each lands in its field
+    assert settings.rules == StuckRules(lease_seconds=1200, stuck_after_seconds=6600)
+    assert settings.resend_queue_url == SNAPSHOT_QUEUE
+
+
+def test_a_lease_longer_than_the_default_threshold_raises_the_default() -> None:
+    # Given a lease over an hour and no threshold
+    # When the settings are read
+    rules = PendingCheckSettings.from_env(CHECK_ENV | {"LEASE_SECONDS": "5000"}).rules
+    # Then the threshold is the lease (never below it)
+    assert rules == StuckRules(lease_seconds=5000, stuck_after_seconds=5000)
+
+
+def test_the_queue_is_only_read_when_re_sending_is_on() -> None:
+    # Given re-sending off (explicitly, or by default) and a queue URL present or not
+    for env in (CHECK_ENV, CHECK_ENV | {"RESEND_DEAD_HOLDERS": "false", "SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE}):
+        # When the settings are read
+        # Then no queue is kept
+        assert PendingCheckSettings.from_env(env).resend_queue_url is None
+    # Given re-sending on without a queue
+    # Then SettingsError names the queue variable
+    with pytest.raises(SettingsError, match="environment variable SNAPSHOT_QUEUE_URL is required"):
+        PendingCheckSettings.from_env(CHECK_ENV | {"RESEND_DEAD_HOLDERS": "true"})
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "environment variable PENDING_TABLE is required"),
+        ({"STUCK_AFTER_SECONDS": "599"}, r"STUCK_AFTER_SECONDS must be at least LEASE_SECONDS \(600\)"),
+        ({"LEASE_SECONDS": "1200", "STUCK_AFTER_SECONDS": "900"}, r"STUCK_AFTER_SECONDS must be at least LEASE_SECONDS \(1200\)"),
+        ({"STUCK_AFTER_SECONDS": "1h"}, "environment variable STUCK_AFTER_SECONDS must be an integer, got '1h'"),
+        ({"LEASE_SECONDS": "0"}, "environment variable LEASE_SECONDS must be >= 1, got 0"),
+        ({"RESEND_DEAD_HOLDERS": "yes"}, "environment variable RESEND_DEAD_HOLDERS must be true or false, got 'yes'"),
+    ],
+    ids=["no-table", "threshold-below-default-lease", "threshold-below-lease", "not-an-integer", "no-lease", "not-a-boolean"],
+)
+def test_pending_check_settings_are_validated(env: dict[str, str], message: str) -> None:
+    # Given a missing table, a threshold shorter than the lease, or a malformed value
+    # When the settings are read
+    # Then SettingsError says which variable and why
+    with pytest.raises(SettingsError, match=message):
+        PendingCheckSettings.from_env((CHECK_ENV if "PENDING_TABLE" not in message else {}) | env)
+
+
 def test_settings_do_not_read_unrelated_variables() -> None:
     # Given environments full of other handlers' variables with invalid values
     noise = {"CHUNK_BYTES": "1", "BACKOFF_CAP_SECONDS": "999999", "MAX_VALUE_BYTES": "x", "PENDING_TAG": "bad"}
@@ -272,3 +343,4 @@ def test_settings_do_not_read_unrelated_variables() -> None:
     # Then they succeed: each handler validates only what it reads
     assert RouterSettings.from_env(ROUTER_ENV | noise).queues.snapshots == SNAPSHOT_QUEUE
     assert FinalizerSettings.from_env(FINALIZER_ENV | noise).bucket == "onceflow-dev-logs-bucket"
+    assert PendingCheckSettings.from_env(CHECK_ENV | noise).pending_table == "onceflow-dev-pending"

@@ -1,0 +1,96 @@
+"""Lambda entry point of the scheduled stuck-pending check (EventBridge schedule). Thin: scan, check, publish.
+
+Publishes `OldestPendingSnapshotAgeSeconds` (0 when nothing is pending, so the metric is always
+there), `PendingSnapshots` and `StuckPendingSnapshots`, and logs every stuck row. It changes
+nothing unless RESEND_DEAD_HOLDERS is true; the runbook is `python -m ops.event_log_pending`,
+then `python -m ops.event_log_reprocess`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.event_log.models import PendingSnapshot
+from runtime.event_log.objects import MessageQueue, SqsQueue
+from runtime.event_log.pending_check import PendingReport, PendingStatus, check, format_duration, recovery_messages
+from runtime.event_log.settings import PendingCheckSettings
+from runtime.event_log.store import DynamoPendingStore
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+
+MAX_LOGGED = 100  # stuck rows logged one by one per run; the count is always exact
+
+
+class PendingScan(Protocol):
+    def scan(self, *, consistent_read: bool = True, page_size: int | None = None) -> Iterator[PendingSnapshot]: ...
+
+
+@functools.cache
+def settings() -> PendingCheckSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return PendingCheckSettings.from_env(os.environ)
+
+
+@functools.cache
+def store() -> DynamoPendingStore:
+    return DynamoPendingStore(settings().pending_table)
+
+
+@functools.cache
+def queue() -> SqsQueue:
+    return SqsQueue()
+
+
+def clock() -> float:
+    return time.time()
+
+
+def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: float, messages: MessageQueue | None) -> PendingReport:
+    report = check(pending.scan(consistent_read=False), now, config.rules)
+    metrics.add_metric(name="OldestPendingSnapshotAgeSeconds", unit=MetricUnit.Seconds, value=round(report.oldest_age_seconds, 3))
+    metrics.add_metric(name="PendingSnapshots", unit=MetricUnit.Count, value=len(report.views))
+    metrics.add_metric(name="StuckPendingSnapshots", unit=MetricUnit.Count, value=len(report.stuck))
+    for view in report.stuck[:MAX_LOGGED]:
+        logger.warning(
+            "stuck pending snapshot",
+            extra={
+                "log_id": view.log_id,
+                "seq": str(view.seq),
+                "age_seconds": round(view.age_seconds),
+                "age": format_duration(view.age_seconds),
+                "idle_seconds": round(view.idle_seconds),
+                "holder": view.holder,
+                "lease_expired": view.lease_expired,
+                "retries": view.pending.retries,
+                "recover": f"python -m ops.event_log_reprocess --stack <EventLog stack> --log-id {view.log_id} --from-position {view.cut}",
+            },
+        )
+    if config.resend_queue_url and messages is not None:
+        resend = recovery_messages(report)
+        failed = messages.send(config.resend_queue_url, resend) if resend else []
+        metrics.add_metric(name="StuckSnapshotsResent", unit=MetricUnit.Count, value=len(resend) - len(failed))
+        if failed:
+            raise RuntimeError(f"SQS refused {len(failed)} of {len(resend)} build messages; the next run sends them again")
+    logger.info(
+        "pending snapshots checked",
+        extra={
+            "pending": len(report.views),
+            "building": report.count(PendingStatus.BUILDING),
+            "waiting": report.count(PendingStatus.WAITING),
+            "stuck": len(report.stuck),
+            "oldest_age_seconds": round(report.oldest_age_seconds),
+        },
+    )
+    return report
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    config = settings()
+    report = run_pending_check(store(), config, clock(), queue() if config.resend_queue_url else None)
+    return {"pending": len(report.views), "stuck": len(report.stuck), "oldest_age_seconds": round(report.oldest_age_seconds, 3)}
