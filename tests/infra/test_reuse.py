@@ -53,12 +53,16 @@ class TeamStack(Stack):
 
         self.runner_stats = RunnerStatsPipeline(self, "Runs", RunnerStatsPipelineProps(config=config, stream=stream))
         acknowledge_runner_stats(self.runner_stats)
-        RunnerStatsMonitoring(self, "RunsMonitoring", RunnerStatsMonitoringProps(pipeline=self.runner_stats, config=config, alarm_topic=topic))
+        RunnerStatsMonitoring(
+            self, "RunsMonitoring", RunnerStatsMonitoringProps(pipeline=self.runner_stats, config=config, alarm_topic=topic)
+        )
 
         self.event_log = EventLog(self, "Sheets", EventLogProps(config=config, bucket=bucket))
         acknowledge_event_log(self.event_log)
         if acknowledge_bucket:
-            acknowledge_imported_bucket(self.event_log, "team-event-log-data is ours; its payloads/ and snapshots/ prefixes are for onceflow.")
+            acknowledge_imported_bucket(
+                self.event_log, "team-event-log-data is ours; its payloads/ and snapshots/ prefixes are for onceflow."
+            )
         EventLogMonitoring(self, "SheetsMonitoring", EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=topic))
 
         self.saga = TaxiEtlSaga(self, "Taxis", TaxiEtlSagaProps(config=config, api_key_secret=secret, trips_table=trips))
