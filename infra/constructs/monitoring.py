@@ -72,6 +72,8 @@ class AlarmTopic(Construct):
             )
         )
         self.topic = sns.Topic(self, "Topic", display_name=f"onceflow {config.name} alarms", master_key=self.key, enforce_ssl=True)
+        # Kept in prod: pagers subscribed to its ARN outside CloudFormation must not lose it.
+        self.topic.apply_removal_policy(config.removal_policy)
         # enforce_ssl gives the topic a policy, which replaces SNS's default one: allow CloudWatch explicitly.
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(

@@ -16,7 +16,8 @@ class OnceflowStack(Stack):
     """A stack tagged with the environment's project, environment and owner tags."""
 
     def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, description: str, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, description=description, **kwargs)
+        # Stack-level tags (cdk.json's explicitStackTags) and the same tags on every resource.
+        super().__init__(scope, construct_id, description=description, tags=config.tags, **kwargs)
         self.config = config
         for key, value in config.tags.items():
             Tags.of(self).add(key, value)
