@@ -158,8 +158,8 @@ class TaxiEtlSaga(Construct):
                 environment["FINAL_TABLE"] = self.final_table.table_name
             spec = self._phase_spec(settings, HANDLERS[phase], f"taxi-etl-{phase.lower()}", descriptions[phase], environment)
             functions[phase] = create_function(self, f"{phase}Function", spec, config).function
-            # The status row: a conditional put (it never clears a flag).
-            table.grant(functions[phase], "dynamodb:PutItem")
+            # The status row: a conditional update (it never clears a flag, keeps a redrive's generation).
+            table.grant(functions[phase], "dynamodb:UpdateItem")
         self.validate_function = functions["Validation"]
         self.transform_function = functions["Transformation"]
         self.store_function = functions["Store"]

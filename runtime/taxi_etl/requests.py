@@ -23,6 +23,7 @@ from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.trips import line_columns
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
 COLUMN_COUNTS = (18, 19, 20)
 HEADER_FIRST_CELLS = ("vendorid", "vendor_id")
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
@@ -81,6 +82,17 @@ def parse_idempotency_key(header: str | None) -> str | None:
 
 def content_id(line: str) -> str:
     return f"c-{deterministic_id('taxi-row', line)}"
+
+
+def redrive_submission(store_request_id: str, line: str, generation: int) -> Submission:
+    """Generation `generation` (2 for the first redrive) of a row's transaction: the row alone, under
+    a name that depends only on (id, generation), so every retry of the same redrive names the same
+    execution: `r<generation>-<id>`, or `rh<generation>-<hash of the id>` when that is longer than
+    Step Functions allows. No name the API gives starts with `r`."""
+    name = f"r{generation}-{store_request_id}"
+    if len(name) > EXECUTION_NAME_MAX_CHARS:
+        name = f"rh{generation}-{deterministic_id('taxi-redrive', store_request_id)}"
+    return Submission(name, (Row(store_request_id, line),), (store_request_id,))
 
 
 def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submission:

@@ -6,18 +6,25 @@ phase or has passed it; a phase's code once flagged), and for flagged rows Statu
 from runtime.taxi_etl.trips.Rule, or `error:<name>`) and StatusMessage.
 
 The final table holds the typed item of every row that passed all three phases, written once.
+
+A redrive (ops/taxi_redrive.py) keeps its bookkeeping on the validation status row, the one row
+every transaction of an id has and the one that holds the raw line: Generation (which transaction
+of the id the status rows describe: absent for the API's, 2 for the first redrive, ...),
+RedrivePending (set when a redrive clears the flag, removed once its execution is started) and
+RedrivenFlag / RedrivenAt (the flag the latest redrive cleared, and when). The phases write a
+status row with UpdateItem, so these attributes survive the redrive's own execution.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from runtime.shared.dynamo import default_client, from_attributes, is_conditional_check_failed, to_attributes
+from runtime.shared.dynamo import cancellation_codes, default_client, from_attributes, is_conditional_check_failed, to_attributes
 from runtime.taxi_etl.trips import Reason
 
 if TYPE_CHECKING:
@@ -28,6 +35,11 @@ RAW_TUPLE = "RawTuple"
 STATUS_REASON = "StatusReason"
 STATUS_DETAIL = "StatusDetail"
 STATUS_MESSAGE = "StatusMessage"
+GENERATION = "Generation"
+REDRIVE_PENDING = "RedrivePending"
+REDRIVEN_FLAG = "RedrivenFlag"
+REDRIVEN_AT = "RedrivenAt"
+FIRST_GENERATION = 1  # the API's transaction; a status row without Generation describes it
 BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem limit
 UNPROCESSED_ATTEMPTS = 5
 
@@ -39,6 +51,38 @@ class Flagged:
     reason: Reason
     detail: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRow:
+    """A status row as stored; None for an attribute the row does not have."""
+
+    store_request_id: str
+    raw_tuple: str | None
+    reason: int
+    detail: str | None = None
+    message: str | None = None
+    generation: int = FIRST_GENERATION
+    pending: bool = False  # a redrive cleared the flag and may not have started its execution yet
+
+    @property
+    def flagged(self) -> bool:
+        return self.reason != Reason.OK
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> StatusRow:
+        def text(name: str) -> str | None:
+            return None if item.get(name) is None else str(item[name])
+
+        return cls(
+            store_request_id=str(item[KEY]),
+            raw_tuple=text(RAW_TUPLE),
+            reason=int(item.get(STATUS_REASON, 0)),
+            detail=text(STATUS_DETAIL),
+            message=text(STATUS_MESSAGE),
+            generation=int(item.get(GENERATION, FIRST_GENERATION)),
+            pending=bool(item.get(REDRIVE_PENDING, False)),
+        )
 
 
 class StatusTable(Protocol):
@@ -81,13 +125,15 @@ class DynamoStatusTable:
 
     def begin(self, store_request_id: str, raw_tuple: str) -> Flagged | None:
         try:
-            # A retried phase rewrites its own "in progress" row; a flag is never cleared.
-            self.client.put_item(
+            # A retried phase rewrites its own "in progress" row; a flag is never cleared. An update,
+            # not a put, so that a redrive's bookkeeping on the row (Generation, ...) survives.
+            self.client.update_item(
                 TableName=self._table,
-                Item=to_attributes({KEY: store_request_id, RAW_TUPLE: raw_tuple, STATUS_REASON: int(Reason.OK)}),
+                Key=to_attributes({KEY: store_request_id}),
+                UpdateExpression="SET #raw = :raw, #reason = :ok",
                 ConditionExpression="attribute_not_exists(#key) OR #reason = :ok",
-                ExpressionAttributeNames={"#key": KEY, "#reason": STATUS_REASON},
-                ExpressionAttributeValues={":ok": {"N": str(int(Reason.OK))}},
+                ExpressionAttributeNames={"#key": KEY, "#reason": STATUS_REASON, "#raw": RAW_TUPLE},
+                ExpressionAttributeValues=to_attributes({":raw": raw_tuple, ":ok": int(Reason.OK)}),
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as err:
@@ -117,6 +163,149 @@ class DynamoStatusTable:
                 }
             ),
         )
+
+    # --- for the operator's redrive (ops/taxi_redrive.py); the phases never call these ----------
+
+    @property
+    def table_name(self) -> str:
+        return self._table
+
+    def approximate_count(self) -> int:
+        """DynamoDB's item count (refreshed about every six hours): a progress bar's total."""
+        return int(self.client.describe_table(TableName=self._table)["Table"].get("ItemCount", 0))
+
+    def scan_flagged(self, *, with_pending: bool = False, on_page: Callable[[int], None] | None = None) -> Iterator[StatusRow]:
+        """Every flagged row (with `with_pending`, also every row a redrive left pending); `on_page`
+        gets each page's scanned count, for a progress bar."""
+        names = {"#reason": STATUS_REASON}
+        condition = "#reason <> :ok"
+        if with_pending:
+            names["#pending"] = REDRIVE_PENDING
+            condition += " OR attribute_exists(#pending)"
+        pages = self.client.get_paginator("scan").paginate(
+            TableName=self._table,
+            ConsistentRead=True,
+            FilterExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=to_attributes({":ok": int(Reason.OK)}),
+        )
+        for page in pages:
+            if on_page is not None:
+                on_page(int(page.get("ScannedCount", 0)))
+            for attributes in page.get("Items", []):
+                yield StatusRow.from_item(from_attributes(attributes))
+
+    def read_rows(self, store_request_ids: Iterable[str]) -> dict[str, StatusRow]:
+        """The rows of these ids that exist, read consistently."""
+        items = _batch_get(self.client, self._table, store_request_ids)
+        return {key: StatusRow.from_item(item) for key, item in items.items()}
+
+    def claim_redrive(self, seen: StatusRow, later: Sequence[tuple[DynamoStatusTable, StatusRow | None]], *, at: str) -> int | None:
+        """Open the next generation of `seen`'s id, atomically, and only if no row changed since it was
+        read: this (validation) row gets reason 0, Generation + 1 and RedrivePending, and the rows in
+        the `later` phases' tables are deleted (the redrive's execution writes them again). Returns the
+        new generation, or None when a row changed since it was read (another run claimed it, or an
+        execution wrote it): then nothing was written."""
+        generation = seen.generation + 1
+        condition, names, values = _unchanged(seen, "a")
+        condition += " AND attribute_not_exists(#pending) AND "
+        if seen.generation == FIRST_GENERATION:
+            condition += "attribute_not_exists(#generation)"
+        else:
+            condition += "#generation = :a_generation"
+            values[":a_generation"] = seen.generation
+        names |= {
+            "#detail": STATUS_DETAIL,
+            "#message": STATUS_MESSAGE,
+            "#generation": GENERATION,
+            "#pending": REDRIVE_PENDING,
+            "#flag": REDRIVEN_FLAG,
+            "#at": REDRIVEN_AT,
+        }
+        values |= {":ok": int(Reason.OK), ":generation": generation, ":pending": True, ":at": at}
+        values[":flag"] = f"{seen.reason} {seen.detail or ''}: {seen.message or ''}"[:600]
+        update = {
+            "TableName": self._table,
+            "Key": to_attributes({KEY: seen.store_request_id}),
+            "UpdateExpression": "SET #reason = :ok, #generation = :generation, #pending = :pending, #flag = :flag, #at = :at"
+            " REMOVE #detail, #message",
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": to_attributes(values),
+        }
+        items: list[dict[str, Any]] = [{"Update": update}]
+        for table, row in later:
+            condition, names, values = _unchanged(row, "r")
+            delete: dict[str, Any] = {
+                "TableName": table.table_name,
+                "Key": to_attributes({KEY: seen.store_request_id}),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+            }
+            if values:
+                delete["ExpressionAttributeValues"] = to_attributes(values)
+            items.append({"Delete": delete})
+        try:
+            self.client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as err:
+            codes = cancellation_codes(err)
+            if codes and set(codes) <= {"None", "ConditionalCheckFailed", "TransactionConflict"}:
+                return None
+            raise
+        return generation
+
+    def end_pending(self, store_request_id: str, generation: int) -> None:
+        """The generation's execution is started: the row is no longer pending (a no-op when it is not)."""
+        try:
+            self.client.update_item(
+                TableName=self._table,
+                Key=to_attributes({KEY: store_request_id}),
+                UpdateExpression="REMOVE #pending",
+                ConditionExpression="#generation = :generation",
+                ExpressionAttributeNames={"#pending": REDRIVE_PENDING, "#generation": GENERATION},
+                ExpressionAttributeValues=to_attributes({":generation": generation}),
+            )
+        except ClientError as err:
+            if not is_conditional_check_failed(err):  # else a later generation owns the row: not ours to touch
+                raise
+
+
+def _unchanged(row: StatusRow | None, prefix: str) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """A condition that holds only while the row's flag is as it was read (or the row absent, for None)."""
+    if row is None:
+        return "attribute_not_exists(#key)", {"#key": KEY}, {}
+    parts = [f"#reason = :{prefix}_reason"]
+    names = {"#reason": STATUS_REASON}
+    values: dict[str, Any] = {f":{prefix}_reason": row.reason}
+    for name, attribute, value in (("detail", STATUS_DETAIL, row.detail), ("message", STATUS_MESSAGE, row.message)):
+        names[f"#{name}"] = attribute
+        if value is None:
+            parts.append(f"attribute_not_exists(#{name})")
+        else:
+            parts.append(f"#{name} = :{prefix}_{name}")
+            values[f":{prefix}_{name}"] = value
+    return " AND ".join(parts), names, values
+
+
+def _batch_get(client: DynamoDBClient, table: str, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The items of these ids that exist, read consistently, 100 keys a call."""
+    wanted = sorted(set(store_request_ids))
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(wanted), BATCH_GET_LIMIT):
+        keys: list[dict[str, Any]] = [to_attributes({KEY: key}) for key in wanted[start : start + BATCH_GET_LIMIT]]
+        for _attempt in range(UNPROCESSED_ATTEMPTS):
+            if not keys:
+                break
+            response = client.batch_get_item(RequestItems={table: {"Keys": keys, "ConsistentRead": True}})
+            for attributes in response.get("Responses", {}).get(table, []):
+                item = from_attributes(attributes)
+                found[str(item[KEY])] = item
+            unprocessed = response.get("UnprocessedKeys") or {}
+            keys = list(unprocessed[table]["Keys"]) if table in unprocessed else []
+        if keys:
+            # The SDK already retried the throttled call; the task fails and the workflow retries it.
+            raise StoreUnavailable(f"{len(keys)} keys stayed unprocessed by BatchGetItem")
+    return found
 
 
 class DynamoFinalTable:
@@ -149,20 +338,4 @@ class DynamoFinalTable:
         return PutOutcome.STORED
 
     def stored_items(self, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        wanted = sorted(set(store_request_ids))
-        found: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(wanted), BATCH_GET_LIMIT):
-            keys: list[dict[str, Any]] = [to_attributes({KEY: key}) for key in wanted[start : start + BATCH_GET_LIMIT]]
-            for _attempt in range(UNPROCESSED_ATTEMPTS):
-                if not keys:
-                    break
-                response = self.client.batch_get_item(RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}})
-                for attributes in response.get("Responses", {}).get(self._table, []):
-                    item = from_attributes(attributes)
-                    found[str(item[KEY])] = item
-                unprocessed = response.get("UnprocessedKeys") or {}
-                keys = list(unprocessed[self._table]["Keys"]) if self._table in unprocessed else []
-            if keys:
-                # The SDK already retried the throttled call; the task fails and the workflow retries it.
-                raise StoreUnavailable(f"{len(keys)} keys stayed unprocessed by BatchGetItem")
-        return found
+        return _batch_get(self.client, self._table, store_request_ids)

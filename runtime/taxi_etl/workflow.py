@@ -54,6 +54,17 @@ class StepFunctionsWorkflow:
         self._deduplicates = deduplicates
         self._client = client
 
+    @classmethod
+    def for_state_machine(cls, state_machine_arn: str, client: SFNClient | None = None) -> StepFunctionsWorkflow:
+        """The adapter for a deployed state machine, asking it its type: only Standard deduplicates."""
+        client = client or default_client()
+        kind = client.describe_state_machine(stateMachineArn=state_machine_arn)["type"]
+        return cls(state_machine_arn, deduplicates=kind == "STANDARD", client=client)
+
+    @property
+    def deduplicates(self) -> bool:
+        return self._deduplicates
+
     @property
     def client(self) -> SFNClient:
         if self._client is None:

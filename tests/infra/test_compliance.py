@@ -208,8 +208,8 @@ def test_dev_and_prod_synthesize_with_the_checks_on(dev_templates: dict[str, Any
     # Then it produced each environment's stacks, and only those
     assert set(dev_templates) == {f"{load_config('dev').stack_prefix}-{suffix}" for suffix in STACK_SUFFIXES}
     assert set(prod_templates) == {f"{load_config('prod').stack_prefix}-{suffix}" for suffix in STACK_SUFFIXES}
-    assert set(dev_templates) == {"Onceflow-dev-RunnerStats", "Onceflow-dev-EventLog", "Onceflow-dev-TaxiEtl"}
-    assert set(prod_templates) == {"Onceflow-prod-RunnerStats", "Onceflow-prod-EventLog", "Onceflow-prod-TaxiEtl"}
+    assert set(dev_templates) == {"Onceflow-dev-Alarms", "Onceflow-dev-RunnerStats", "Onceflow-dev-EventLog", "Onceflow-dev-TaxiEtl"}
+    assert set(prod_templates) == {"Onceflow-prod-Alarms", "Onceflow-prod-RunnerStats", "Onceflow-prod-EventLog", "Onceflow-prod-TaxiEtl"}
 
 
 def test_validation_report_has_no_unacknowledged_findings(synthesized: tuple[str, Path]) -> None:

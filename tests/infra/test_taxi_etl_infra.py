@@ -186,13 +186,13 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
     """What each function may do, written out per resource (X-Ray's "*" is checked on its own)."""
     own_logs = (arn(log_group_of(template_json, handler)), LOG_ACTIONS)
     if handler == VALIDATE:
-        # its status row: a conditional put, on its own status table only
-        return unconditional(own_logs, (arn(VALIDATION_TABLE), {"dynamodb:PutItem"}))
+        # its status row: a conditional update, on its own status table only
+        return unconditional(own_logs, (arn(VALIDATION_TABLE), {"dynamodb:UpdateItem"}))
     if handler == TRANSFORM:
-        return unconditional(own_logs, (arn(TRANSFORMATION_TABLE), {"dynamodb:PutItem"}))
+        return unconditional(own_logs, (arn(TRANSFORMATION_TABLE), {"dynamodb:UpdateItem"}))
     if handler == STORE:
-        # its status row, and the typed item in the final (trips) table, both conditional puts
-        return unconditional(own_logs, (arn(STORE_TABLE), {"dynamodb:PutItem"}), (arn(TRIPS_TABLE), {"dynamodb:PutItem"}))
+        # its status row (a conditional update) and the typed item in the final (trips) table (a conditional put)
+        return unconditional(own_logs, (arn(STORE_TABLE), {"dynamodb:UpdateItem"}), (arn(TRIPS_TABLE), {"dynamodb:PutItem"}))
     if handler == FLAG:
         # sets the reason in every status table; only reads the final table (a stored row is not flagged)
         return unconditional(
@@ -913,10 +913,7 @@ def test_no_function_reaches_another_pipelines_resources(env_templates: dict[str
     # and the only export is the alarm topic's ARN, which other stacks import only as alarm actions
     alarms_stack = config.stack_name("Alarms")
     exports = {
-        output["Export"]["Name"]
-        for other in env_templates.values()
-        for output in other.get("Outputs", {}).values()
-        if "Export" in output
+        output["Export"]["Name"] for other in env_templates.values() for output in other.get("Outputs", {}).values() if "Export" in output
     }
     assert len(exports) == 1 and exports.pop().startswith(f"{alarms_stack}:ExportsOutputRefAlarmTopic")
     for other_name, other in env_templates.items():
