@@ -88,3 +88,29 @@ def test_a_record_with_no_side_effect_is_reported_not_dropped(log_world: EventLo
     report = StreamRouter(RefusingQueue(""), log_world.router.queues).route([broken])
     # Then it is reported (retried, then kept by the mapping's on-failure destination), never silently dropped
     assert report.batch_item_failures() == [{"itemIdentifier": "900"}]
+
+
+def test_the_deployed_handler_routes_with_its_synthesized_settings_and_publishes_its_count(
+    log_world: EventLogWorld, monkeypatch: Any, capsys: Any
+) -> None:
+    # Given the Lambda entry point with the synthesized function's environment, and two Snapshot records
+    from devtools.lambda_context import FakeLambdaContext
+    from runtime.event_log import router_handler
+
+    for name, value in log_world.cloud.function_environment("runtime.event_log.router_handler.handler").items():
+        monkeypatch.setenv(name, value)
+    router_handler.settings.cache_clear()
+    router_handler.router.cache_clear()
+    log_world.append_edits(LOG, sheet_edits(seed=33, count=45))
+    records = log_world.stream.poll()
+    try:
+        # When Lambda invokes it with the filtered batch
+        answer = router_handler.handler(dynamodb_stream_event(records), FakeLambdaContext())
+    finally:
+        router_handler.settings.cache_clear()
+        router_handler.router.cache_clear()
+    # Then nothing is reported failed, both messages are queued, and the count is published
+    assert answer == {"batchItemFailures": []}
+    assert len(queued(log_world, log_world.worker.options.queue_url)) == 2
+    emf = [line for line in capsys.readouterr().out.splitlines() if '"SideEffectsSent"' in line]
+    assert len(emf) == 1 and '"SideEffectsSent":[2.0]' in emf[0].replace(" ", "")
