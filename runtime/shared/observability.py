@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 logger = Logger()
 tracer = Tracer()
@@ -38,6 +39,8 @@ def add_dimensioned_metric(name: str, value: float, **dimensions: str) -> None:
     `metrics` puts one dimension set on everything it flushes; a metric that alarms and
     dashboards split by other dimensions is emitted as its own EMF record instead.
     """
+    if is_metrics_disabled():  # `metrics` honours POWERTOOLS_METRICS_DISABLED; single_metric prints regardless
+        return
     with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=metrics.namespace) as metric:
         for dimension, dimension_value in dimensions.items():
             metric.add_dimension(name=dimension, value=dimension_value)

@@ -90,3 +90,15 @@ def test_nothing_flagged_publishes_nothing(capsys: pytest.CaptureFixture[str]) -
     # Then no row is flagged and no flag metric is published
     assert outcome["flagged"] == 0
     assert published(emf_records(capsys.readouterr().out)) == {}
+
+
+def test_disabled_metrics_print_nothing(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given metrics switched off the Powertools way (the demo does this)
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    tables = Tables()
+    state = {"rejected": [rejected("c-1", GOOD, "dropoff_not_after_pickup")]}
+    # When the flag step flags a row
+    outcome = handle_flag({"phase": "validation", "state": state}, tables.ports(), tables.final)
+    # Then the row is flagged, and no EMF record is written
+    assert outcome["flagged"] == 1
+    assert emf_records(capsys.readouterr().out) == []
