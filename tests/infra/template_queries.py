@@ -42,6 +42,18 @@ def function(template_json: dict[str, Any], handler: str) -> tuple[str, dict[str
     return logical_id, template_json["Resources"][logical_id]
 
 
+def variables_of(template_json: dict[str, Any], handler: str) -> dict[str, Any]:
+    """The function's environment variables as synthesized (values may be Ref / Fn::GetAtt)."""
+    return dict(function(template_json, handler)[1]["Properties"]["Environment"]["Variables"])
+
+
+def resolved_environment(template_json: dict[str, Any], handler: str) -> dict[str, str]:
+    """The function's environment with every Ref / Fn::GetAtt replaced by a dummy string."""
+    return {
+        name: value if isinstance(value, str) else f"dummy-{name.lower()}" for name, value in variables_of(template_json, handler).items()
+    }
+
+
 def log_group_of(template_json: dict[str, Any], handler: str) -> str:
     _, fn = function(template_json, handler)
     return str(fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"])

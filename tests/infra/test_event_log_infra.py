@@ -31,6 +31,7 @@ from tests.infra.template_queries import (
     key,
     log_group_of,
     ref,
+    resolved_environment,
     resource,
     role_of,
     unconditional,
@@ -215,13 +216,6 @@ def mapping_of(template_json: dict[str, Any], handler: str) -> dict[str, Any]:
     ]
     assert len(mappings) == 1, f"expected one event source mapping for {handler}, found {len(mappings)}"
     return dict(mappings[0])
-
-
-def resolved_environment(template_json: dict[str, Any], handler: str) -> dict[str, str]:
-    """The function's environment with every Ref / Fn::GetAtt replaced by a dummy string."""
-    _, fn = function(template_json, handler)
-    variables = fn["Properties"]["Environment"]["Variables"]
-    return {name: value if isinstance(value, str) else f"dummy-{name.lower()}" for name, value in variables.items()}
 
 
 # --- 1. the router's stream event source mapping ----------------------------------------------

@@ -39,8 +39,10 @@ from tests.infra.template_queries import (
     key,
     log_group_of,
     ref,
+    resolved_environment,
     role_of,
     unconditional,
+    variables_of,
 )
 
 PIPELINES = ("RunnerStats", "EventLog", "TaxiEtl")
@@ -843,9 +845,7 @@ def test_a_pending_check_that_re_sends_may_also_send_to_the_snapshot_queue(varia
 
 def resolved_check_environment(template_json: dict[str, Any]) -> tuple[dict[str, Any], RecordingEnvironment]:
     """The check's variables as synthesized, and as a recording environment with Refs replaced by dummy strings."""
-    _, check = function(template_json, PENDING_CHECK)
-    variables: dict[str, Any] = check["Properties"]["Environment"]["Variables"]
-    return variables, RecordingEnvironment({n: v if isinstance(v, str) else f"dummy-{n.lower()}" for n, v in variables.items()})
+    return variables_of(template_json, PENDING_CHECK), RecordingEnvironment(resolved_environment(template_json, PENDING_CHECK))
 
 
 def test_pending_check_environment_is_exactly_what_its_settings_read(event_log_json: dict[str, Any], config: EnvConfig) -> None:

@@ -37,9 +37,11 @@ from tests.infra.template_queries import (
     key,
     log_group_of,
     ref,
+    resolved_environment,
     resource,
     role_of,
     unconditional,
+    variables_of,
 )
 
 # What the brief fixes per environment (independent of infra/config.py on purpose).
@@ -154,10 +156,6 @@ def executions_of(state_machine_id: str) -> dict[str, Any]:
     }
 
 
-def variables_of(template_json: dict[str, Any], handler: str) -> dict[str, Any]:
-    return dict(function(template_json, handler)[1]["Properties"]["Environment"]["Variables"])
-
-
 def policy_statements(template_json: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
     """The statements of the one inline policy attached to the role."""
     policies = [p for p in resources_of_type(template_json, "AWS::IAM::Policy").values() if ref(role_id) in p["Properties"]["Roles"]]
@@ -211,13 +209,6 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
         )
     assert handler == AUTHORIZER
     return unconditional(own_logs, (ref(SECRET), {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}))
-
-
-def resolved_environment(template_json: dict[str, Any], handler: str) -> dict[str, str]:
-    """The function's environment with every Ref / Fn::GetAtt replaced by a dummy string."""
-    return {
-        name: value if isinstance(value, str) else f"dummy-{name.lower()}" for name, value in variables_of(template_json, handler).items()
-    }
 
 
 def references(value: Any) -> Iterator[str]:
