@@ -1,7 +1,11 @@
-"""Fault injection for the embedded cloud: crash the 'process' at a chosen write boundary.
+"""Fault injection for the embedded cloud.
 
-A crash is a BaseException, so no `except Exception` in the code under test can swallow it,
-just as nothing survives a Lambda runtime that dies.
+- `WriteBoundaryCrasher`: the 'process' dies before or after a chosen write. A crash is a
+  BaseException, so no `except Exception` in the code under test can swallow it, just as
+  nothing survives a Lambda runtime that dies.
+- `LostResponse`: a write is applied, its response is lost, and botocore's own retry sends it
+  again (what a timeout, a connection reset or a 5xx after the write landed looks like to the SDK).
+- `ThrottledWrites`: a write fails with a throttling error, before or after it landed.
 """
 
 from __future__ import annotations
@@ -70,6 +74,64 @@ class WriteBoundaryCrasher:
         if model.name in WRITE_OPERATIONS and self.at == self.writes and self.when == "after" and not self.crashed:
             self.crashed = True
             raise SimulatedCrash(f"crash after write {self.writes} ({model.name})")
+
+
+@dataclass
+class LostResponse:
+    """Write number `at` (1-based, counted like WriteBoundaryCrasher) is applied, its response is
+    lost, and botocore retries it: the same serialized request goes out a second time through the
+    client's own retry loop, and the caller gets only the second answer.
+
+    The fault is a `needs-retry` handler that asks for one retry after the real call answered 2xx,
+    so the retry is botocore's (same request, same idempotency token where the API has one).
+    `at=None` only counts. `second_answer` is what the retry got: "ok" or the error code, e.g.
+    ConditionalCheckFailedException when the write's condition meets its own first success.
+    """
+
+    at: int | None = None
+    writes: int = 0
+    retried: bool = False
+    second_answer: str | None = None
+    operations: list[str] = field(default_factory=list)
+
+    def attach(self, *clients: Any) -> LostResponse:
+        for client in clients:
+            service = _service(client)
+            client.meta.events.register(f"before-call.{service}.*", self._count)
+            # First, so that botocore's own retry handler (which answers None for a 2xx) does not decide.
+            client.meta.events.register_first(f"needs-retry.{service}.*", self._lose_response)
+            client.meta.events.register(f"after-call.{service}.*", self._answered)
+        return self
+
+    def detach(self, *clients: Any) -> None:
+        for client in clients:
+            service = _service(client)
+            client.meta.events.unregister(f"before-call.{service}.*", self._count)
+            client.meta.events.unregister(f"needs-retry.{service}.*", self._lose_response)
+            client.meta.events.unregister(f"after-call.{service}.*", self._answered)
+
+    @property
+    def chosen(self) -> str:
+        """The operation that lost its response, as 'Operation:target'."""
+        return self.operations[self.at - 1] if self.at and len(self.operations) >= self.at else ""
+
+    def _count(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name in WRITE_OPERATIONS:
+            self.writes += 1
+            self.operations.append(f"{model.name}:{_target(model.name, params)}")
+
+    def _lose_response(self, response: Any, operation: Any, attempts: int, **_: Any) -> int | None:
+        if operation.name not in WRITE_OPERATIONS or self.retried or self.at != self.writes or attempts != 1 or response is None:
+            return None
+        http_response = response[0]
+        if not 200 <= http_response.status_code < 300:
+            return None  # the write was refused: there is no success to lose
+        self.retried = True
+        return 0  # retry at once
+
+    def _answered(self, model: Any, parsed: dict[str, Any], **_: Any) -> None:
+        if self.retried and self.second_answer is None and model.name in WRITE_OPERATIONS and self.at == self.writes:
+            self.second_answer = str(parsed.get("Error", {}).get("Code", "")) or "ok"
 
 
 def _service(client: Any) -> str:
