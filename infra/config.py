@@ -107,9 +107,9 @@ class EventLogConfig:
     snapshot_max_receives: int = 24  # deferrals and hand-offs count too; then the DLQ
     finalizer_max_receives: int = 5
     finalizer_timeout_seconds: int = 30
-    # The scheduled check re-sends the build message of a stuck row whose holder died (same
-    # deterministic request id; the worker drops repeats). Off: the runbook has the operator do it.
-    resend_stuck_snapshots: bool = False
+    # The scheduled check re-sends the build message of every stuck row (same deterministic
+    # request id; the worker drops repeats). Off only for an operator who recovers by hand.
+    resend_stuck_snapshots: bool = True
 
     @property
     def snapshot_visibility_seconds(self) -> int:
@@ -269,6 +269,7 @@ class EventLogAlarms:
     snapshot_queue_oldest_seconds: int = 3600  # deferred builds grow this; an hour means a build is stuck
     dead_letter_messages: int = 1  # a snapshot or payload message that exhausted its receives
     oldest_pending_snapshot_seconds: int = 2 * 3600
+    stuck_snapshots_resent: int = 1  # any automatic recovery: a build message was lost or dead-lettered
     snapshot_build_seconds: int = 1800  # one build across its hand-offs
     errors_per_5min: int = 5  # failed invocations of the router, worker or finalizer
     pending_check_minutes: int = 5  # how often the scheduled check looks at the pending table

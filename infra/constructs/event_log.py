@@ -326,7 +326,7 @@ class EventLog(Construct):
             "PENDING_TABLE": self.pending_table.table_name,
             "STUCK_AFTER_SECONDS": str(settings.stuck_after_seconds),
             "LEASE_SECONDS": str(settings.lease_seconds),
-            "RESEND_DEAD_HOLDERS": "true" if settings.resend_stuck_snapshots else "false",
+            "RESEND_STUCK_SNAPSHOTS": "true" if settings.resend_stuck_snapshots else "false",
         }
         if settings.resend_stuck_snapshots:
             environment["SNAPSHOT_QUEUE_URL"] = self.snapshot_queue.queue_url

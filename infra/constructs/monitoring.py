@@ -284,6 +284,19 @@ class EventLogMonitoring(_PipelineMonitoring):
             missing=cloudwatch.TreatMissingData.BREACHING,
         )
         self._alarm(
+            "StuckSnapshotsResent",
+            "The pending check re-sent the build message of a stuck snapshot: its message was lost or dead-lettered;"
+            " the build is being recovered automatically, find out why it stalled.",
+            cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name="StuckSnapshotsResent",
+                dimensions_map={"service": PENDING_CHECK_SERVICE},
+                statistic="Sum",
+                period=check_period,
+            ),
+            thresholds.stuck_snapshots_resent,
+        )
+        self._alarm(
             "SnapshotBuildDuration",
             "A snapshot took long to build, across its hand-offs.",
             cloudwatch.Metric(

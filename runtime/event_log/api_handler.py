@@ -1,7 +1,7 @@
 """Lambda entry point of the event-log HTTP API (IAM-authorized). Thin: parse, call, map.
 
 POST /logs/{log_id}/entries            append one cell event at a position (idempotent per request_id)
-POST /logs/{log_id}/payloads           a presigned upload URL for a large value (object starts tagged pending)
+POST /logs/{log_id}/payloads           a presigned upload URL for a large value (object starts tagged pending; create-only)
 POST /logs/{log_id}/payloads/complete  the log entry that makes an uploaded value part of the log
 GET  /logs/{log_id}/snapshot           the latest built snapshot and the entries after it
 """
@@ -14,7 +14,6 @@ import functools
 import json
 import os
 from dataclasses import asdict
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
@@ -23,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from runtime.event_log.objects import S3Objects
 from runtime.event_log.parsing import (
     InvalidRequest,
+    parse_after,
     parse_append,
     parse_cell,
     parse_json_object,
@@ -30,7 +30,7 @@ from runtime.event_log.parsing import (
     parse_position,
     parse_request_id,
 )
-from runtime.event_log.service import AppendConflict, EventLogService, PayloadNotUploaded, RequestMismatch
+from runtime.event_log.service import AppendConflict, EventLogService, PayloadAlreadyUploaded, PayloadNotUploaded, RequestMismatch
 from runtime.event_log.settings import ApiSettings
 from runtime.event_log.store import DynamoLogStore
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
@@ -75,6 +75,7 @@ REFUSALS: dict[type[Exception], tuple[int, str | None]] = {
     InvalidRequest: (400, "InvalidRequests"),
     AppendConflict: (409, "AppendConflicts"),
     PayloadNotUploaded: (409, None),
+    PayloadAlreadyUploaded: (409, None),
     RequestMismatch: (422, None),
 }
 
@@ -120,11 +121,7 @@ def complete_payload(log_id: str) -> Response[str]:
 
 @app.get("/logs/<log_id>/snapshot")
 def latest_snapshot(log_id: str) -> Response[str]:
-    after_text = app.current_event.get_query_string_value("after")
-    try:
-        after = Decimal(after_text) if after_text else None
-    except InvalidOperation as err:
-        raise InvalidRequest("after must be a seq from a previous page's next_after") from err
+    after = parse_after(app.current_event.get_query_string_value("after"))
     page = service().read_latest(parse_log_id(log_id), objects(), settings().read_page_limit, after)
     if page is None:
         return json_response(404, {"error": f"log {log_id} has no entries"})

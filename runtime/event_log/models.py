@@ -172,6 +172,9 @@ class PendingSnapshot:
     increment: int
     active: str | None
     state: BuildState = field(default_factory=BuildState)
+    # When the message of a deferred or handed-off build is due back on the queue (epoch
+    # seconds); None once a worker claims it. The stuck check waits for it before counting idle time.
+    due: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,10 +93,12 @@ class S3Objects:
                 yield entry["Key"]
 
     def upload_url(self, key: str, tagging: str, expires_seconds: int) -> str:
-        # The tag is a signed header: an upload without it is refused, so every uploaded
-        # object starts out tagged and the lifecycle rule expires it unless it is completed.
+        # Both headers are signed, so an upload without them is refused. The tag: every uploaded
+        # object starts out tagged, and the lifecycle rule expires it unless it is completed.
+        # If-None-Match: the PUT only creates; once the object exists (uploaded, then completed),
+        # no PUT, however late, replaces its bytes or tags it pending again.
         return self.client.generate_presigned_url(
-            "put_object", Params={"Bucket": self._bucket, "Key": key, "Tagging": tagging}, ExpiresIn=expires_seconds
+            "put_object", Params={"Bucket": self._bucket, "Key": key, "Tagging": tagging, "IfNoneMatch": "*"}, ExpiresIn=expires_seconds
         )
 
     def download_url(self, key: str, expires_seconds: int) -> str:

@@ -25,6 +25,9 @@ from runtime.shared.consistency import deterministic_id
 
 LOG_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
+# A log seq as text: an event's position, or a Snapshot entry's cut + 0.5. Matching the text first
+# keeps NaN, Infinity, 1E+400 and 40-digit numbers away from Decimal arithmetic and DynamoDB.
+SEQ_TEXT = re.compile(rf"[0-9]{{1,{len(str(MAX_POSITION))}}}(?:\.[05])?")
 # What a client may append directly; LargePayload entries are written by the complete call.
 CLIENT_KINDS = {EntryKind.SET_CELL.value: EntryKind.SET_CELL, EntryKind.CLEAR_CELL.value: EntryKind.CLEAR_CELL}
 
@@ -112,6 +115,27 @@ def parse_append(log_id: str, document: Mapping[str, Any], *, max_value_bytes: i
     )
 
 
+def parse_seq(value: Any) -> Decimal | None:
+    """A log seq from text or a JSON number, from 0 to MAX_POSITION in steps of 0.5; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    text = str(value)
+    if not SEQ_TEXT.fullmatch(text):
+        return None
+    seq = Decimal(text)
+    return seq if seq <= MAX_POSITION else None
+
+
+def parse_after(value: str | None) -> Decimal | None:
+    """The `after` query parameter of a read: a seq from a previous page's next_after, or absent."""
+    if value is None or value == "":
+        return None
+    seq = parse_seq(value)
+    if seq is None:
+        raise InvalidRequest(f"after must be a seq from a previous page's next_after: a number from 0 to {MAX_POSITION}, such as 40.5")
+    return seq
+
+
 # --- stream records and SQS messages ----------------------------------------------------------
 
 
@@ -160,12 +184,14 @@ def parse_message(body: str, attributes: Mapping[str, Any], expected: SideEffect
     log_id = document.get("log_id")
     if not isinstance(log_id, str) or not LOG_ID.fullmatch(log_id):
         raise PoisonMessage(f"message log_id {log_id!r} is not a log id")
-    try:
-        seq = Decimal(str(document["seq"]))
-    except (KeyError, InvalidOperation) as err:
-        raise PoisonMessage("message seq is missing or not a number") from err
-    if not seq.is_finite() or seq <= 0:
-        raise PoisonMessage(f"message seq {seq} is not a log position")
+    if "seq" not in document:
+        raise PoisonMessage("message seq is missing")
+    seq = parse_seq(document["seq"])
+    if seq is None or seq == 0:
+        raise PoisonMessage(f"message seq {str(document['seq'])[:60]!r} is not a log position (1 to {MAX_POSITION})")
+    # Snapshot entries sit at half positions, events (large payloads among them) at whole ones.
+    if (seq % 1 == HALF) != (expected == SideEffect.BUILD_SNAPSHOT):
+        raise PoisonMessage(f"message seq {seq} is not the position of a {expected.value} entry")
     payload_key = document.get("payload_key")
     if expected == SideEffect.FINALIZE_PAYLOAD and not (isinstance(payload_key, str) and payload_key.startswith(f"payloads/{log_id}/")):
         raise PoisonMessage(f"message payload_key {payload_key!r} is not a payload of log {log_id}")

@@ -2,19 +2,20 @@
 
 A pending row exists from a snapshot's first claim until its build finishes. Its `Active`
 attribute names the holder of the claim and `Modified` is renewed at every claim, checkpoint,
-deferral and hand-off. So, at `now`:
+deferral and hand-off; a deferral or hand-off also records `Due`, when its message comes back.
+So, at `now`:
 - building: a live lease (Active set, Modified within the lease): a worker is on it;
-- waiting: no live lease, but not idle for longer than `stuck_after_seconds`: its message is
-  between deliveries (deferred with backoff, handed off, or its holder died and the message has
-  not come back after the visibility timeout yet);
-- stuck: no live lease and idle (not modified) for longer than `stuck_after_seconds`. Nothing is
-  working on it, and its message is late or gone (a duplicate's delete removed the only message
-  of a worker that died; a message moved to the DLQ). The operator recovers it with
-  `python -m ops.event_log_reprocess`.
+- waiting: no live lease, but quiet (since Modified, or since Due when that is later) for no
+  longer than `stuck_after_seconds`: its message is between deliveries (deferred with backoff,
+  handed off, or its holder died and the message has not come back after the visibility timeout);
+- stuck: no live lease and quiet for longer than `stuck_after_seconds`. Nothing is working on it,
+  and its message is overdue by more than a visibility timeout plus a lease: it is gone (a
+  duplicate's delete removed the only message of a worker that died; the message went to the DLQ).
 
-A holder whose lease expired is dead (the lease is longer than the worker's timeout). A stuck row
-held by a dead holder is the case nothing else recovers for the newest snapshot; re-sending the
-router's message for it (same deterministic request id) is safe, see `recovery_messages`.
+A holder whose lease expired is dead (the lease is longer than the worker's timeout). Every stuck
+row gets the router's build message again (same deterministic request id), see
+`recovery_messages`; the operator's tools are `python -m ops.event_log_pending` and
+`python -m ops.event_log_reprocess`.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class PendingView:
     pending: PendingSnapshot
     status: PendingStatus
     age_seconds: float  # since the first claim (Created)
-    idle_seconds: float  # since the last claim, checkpoint, deferral or hand-off (Modified)
+    idle_seconds: float  # since the last claim, checkpoint, deferral or hand-off (Modified), or since Due when later
     lease_expired: bool  # claimed, and the holder's lease ran out: the holder is dead
 
     @property
@@ -105,7 +106,7 @@ class PendingReport:
 
 
 def classify(pending: PendingSnapshot, now: float, rules: StuckRules) -> PendingView:
-    idle = max(0.0, now - pending.modified)
+    idle = max(0.0, now - max(pending.modified, pending.due or 0.0))
     # The claim's own condition: a lease is expired when Modified < now - lease.
     expired = pending.active is not None and pending.modified < now - rules.lease_seconds
     if pending.active is not None and not expired:
@@ -123,19 +124,19 @@ def check(rows: Iterable[PendingSnapshot], now: float, rules: StuckRules) -> Pen
 
 
 def recovery_messages(report: PendingReport, max_claims: int = MAX_CLAIMS_TO_RESEND) -> list[SideEffectMessage]:
-    """The router's build message again, for every stuck row whose holder died (its only message
-    may be gone). Safe and idempotent: the request id is the router's own, and every path of the
-    worker drops or finishes repeats (a live claim makes it a duplicate, a root makes it
-    "already built", otherwise the claim takes the dead lease over and resumes from the
-    checkpoint). Once a successor claims, the row is no longer stuck, so a later check does not
-    send again; a build that keeps dying stops being re-sent after `max_claims` claims.
-    Rows without a claim (deferred or handed off) are left alone: their message exists until the
-    DLQ takes it, and re-sending those would bypass the DLQ's bound."""
+    """The router's build message again, for every stuck row: its holder died with no message
+    left, or it has no holder and its message is overdue (lost, or in the DLQ). Safe and
+    idempotent: the request id is the router's own, and every path of the worker drops or
+    finishes repeats (a live claim makes it a duplicate, a root makes it "already built",
+    otherwise the claim takes over and resumes from the checkpoint; claims stay conditional).
+    Once a worker claims it, the row is no longer stuck, so a later check does not send again.
+    A build that keeps failing is re-sent only while it has been claimed fewer than `max_claims`
+    times; after that it stays stuck, for the operator."""
     effect = SideEffect.BUILD_SNAPSHOT
     return [
         SideEffectMessage(effect, view.log_id, view.seq, side_effect_request_id(effect, view.log_id, view.seq))
         for view in report.stuck
-        if view.dead_holder and view.pending.increment < max_claims
+        if view.pending.increment < max_claims
     ]
 
 

@@ -1,9 +1,9 @@
 """Lambda entry point of the scheduled stuck-pending check (EventBridge schedule). Thin: scan, check, publish.
 
 Publishes `OldestPendingSnapshotAgeSeconds` (0 when nothing is pending, so the metric is always
-there), `PendingSnapshots` and `StuckPendingSnapshots`, and logs every stuck row. It changes
-nothing unless RESEND_DEAD_HOLDERS is true; the runbook is `python -m ops.event_log_pending`,
-then `python -m ops.event_log_reprocess`.
+there), `PendingSnapshots` and `StuckPendingSnapshots`, logs every stuck row, and re-sends the
+build message of every stuck row (`StuckSnapshotsResent`, alarmed) unless RESEND_STUCK_SNAPSHOTS
+is false. The runbook is `python -m ops.event_log_pending`, then `python -m ops.event_log_reprocess`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log.models import PendingSnapshot
+from runtime.event_log.models import PendingSnapshot, SideEffectMessage
 from runtime.event_log.objects import MessageQueue, SqsQueue
 from runtime.event_log.pending_check import PendingReport, PendingStatus, check, format_duration, recovery_messages
 from runtime.event_log.settings import PendingCheckSettings
@@ -70,12 +70,14 @@ def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: f
                 "recover": f"python -m ops.event_log_reprocess --stack <EventLog stack> --log-id {view.log_id} --from-position {view.cut}",
             },
         )
+    resend: list[SideEffectMessage] = []
+    failed: list[str] = []
     if config.resend_queue_url and messages is not None:
         resend = recovery_messages(report)
         failed = messages.send(config.resend_queue_url, resend) if resend else []
-        metrics.add_metric(name="StuckSnapshotsResent", unit=MetricUnit.Count, value=len(resend) - len(failed))
-        if failed:
-            raise RuntimeError(f"SQS refused {len(failed)} of {len(resend)} build messages; the next run sends them again")
+    metrics.add_metric(name="StuckSnapshotsResent", unit=MetricUnit.Count, value=len(resend) - len(failed))
+    if failed:
+        raise RuntimeError(f"SQS refused {len(failed)} of {len(resend)} build messages; the next run sends them again")
     logger.info(
         "pending snapshots checked",
         extra={

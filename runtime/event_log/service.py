@@ -41,6 +41,11 @@ class PayloadNotUploaded(Exception):
     """Complete was called before the object was uploaded, or after it expired (HTTP 409)."""
 
 
+class PayloadAlreadyUploaded(Exception):
+    """An upload URL was asked for a request id whose payload is already uploaded (HTTP 409):
+    a payload never changes once uploaded, so the log never names bytes that changed."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogOptions:
     snapshot_every: int = 1000
@@ -133,14 +138,25 @@ class EventLogService:
     # --- large payloads -------------------------------------------------------------------------
 
     def create_upload(self, log_id: str, request_id: str) -> dict[str, Any]:
+        """A presigned PUT for the request's payload key, unless that payload is already uploaded.
+
+        The URL only creates the object (If-None-Match: *), so a URL handed out earlier cannot
+        replace it either, not even within its expiry."""
         key = payload_key(log_id, request_id)
-        return {
-            "object_key": key,
-            "upload_url": self._objects.upload_url(key, self._options.pending_tag, self._options.url_expiry_seconds),
-            "method": "PUT",
-            "headers": {"x-amz-tagging": self._options.pending_tag},
-            "expires_in": self._options.url_expiry_seconds,
-        }
+        try:
+            size = self._objects.size(key)
+        except ObjectMissing:
+            return {
+                "object_key": key,
+                "upload_url": self._objects.upload_url(key, self._options.pending_tag, self._options.url_expiry_seconds),
+                "method": "PUT",
+                "headers": {"x-amz-tagging": self._options.pending_tag, "If-None-Match": "*"},
+                "expires_in": self._options.url_expiry_seconds,
+            }
+        raise PayloadAlreadyUploaded(
+            f"the payload of request_id {request_id} is already uploaded ({size} bytes) and never changes:"
+            f" complete it with POST /logs/{log_id}/payloads/complete, or upload other bytes under a new request_id"
+        )
 
     def complete_upload(self, log_id: str, request_id: str, position: int, cell: str) -> AppendResult:
         """The linchpin write: the log entry that makes the uploaded object part of the log."""

@@ -33,7 +33,7 @@ ENV_HANDOFF_MARGIN_MS = "HANDOFF_MARGIN_MS"
 ENV_BACKOFF_BASE_SECONDS = "BACKOFF_BASE_SECONDS"
 ENV_BACKOFF_CAP_SECONDS = "BACKOFF_CAP_SECONDS"
 ENV_STUCK_AFTER_SECONDS = "STUCK_AFTER_SECONDS"
-ENV_RESEND_DEAD_HOLDERS = "RESEND_DEAD_HOLDERS"
+ENV_RESEND_STUCK_SNAPSHOTS = "RESEND_STUCK_SNAPSHOTS"
 
 SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
 # Longer than the dev queue's visibility timeout (6 x 300 s) plus the lease: by then a dead
@@ -139,8 +139,8 @@ class FinalizerSettings:
 
 @dataclass(frozen=True, slots=True)
 class PendingCheckSettings:
-    """The scheduled stuck-pending check. `resend_queue_url` is set only when RESEND_DEAD_HOLDERS
-    is true (off by default): then stuck rows whose holder died get their build message again."""
+    """The scheduled stuck-pending check. With RESEND_STUCK_SNAPSHOTS true (the default), every
+    stuck row gets its build message again on `resend_queue_url`; false leaves recovery to the operator."""
 
     pending_table: str
     rules: StuckRules
@@ -154,7 +154,7 @@ class PendingCheckSettings:
             raise SettingsError(
                 f"{ENV_STUCK_AFTER_SECONDS} must be at least {ENV_LEASE_SECONDS} ({lease}): a claim cannot be taken over earlier"
             )
-        resend = bool_setting(env, ENV_RESEND_DEAD_HOLDERS, False)
+        resend = bool_setting(env, ENV_RESEND_STUCK_SNAPSHOTS, True)
         return cls(
             pending_table=require_str(env, ENV_PENDING_TABLE),
             rules=StuckRules(lease_seconds=lease, stuck_after_seconds=stuck_after),

@@ -237,11 +237,12 @@ class SnapshotWorker:
         self._pending.delete(marker.log_id, marker.seq, increment)
 
     def _defer(self, pending: PendingSnapshot, marker: SnapshotMarker, receipt_handle: str) -> Outcome:
-        if not self._pending.defer(pending, self._clock()):
-            return Outcome.SUPERSEDED
         delay = full_jitter_backoff(
             pending.retries, base_seconds=self._options.backoff_base_seconds, cap_seconds=self._options.backoff_cap_seconds, rng=self._rng
         )
+        now = self._clock()
+        if not self._pending.defer(pending, now, now + delay):
+            return Outcome.SUPERSEDED
         self._make_visible(marker, receipt_handle, delay)
         logger.info(
             "snapshot deferred", extra={"log_id": marker.log_id, "snapshot": marker.number, "retries": pending.retries + 1, "delay": delay}

@@ -11,6 +11,7 @@ Retries, Active, Increment and State of a snapshot being built.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -30,9 +31,11 @@ from runtime.event_log.models import (
 )
 from runtime.shared.dynamo import (
     cancellation_codes,
+    cancelled_item,
     default_client,
     from_attributes,
     is_conditional_check_failed,
+    item_when_condition_failed,
     to_attributes,
 )
 
@@ -45,6 +48,7 @@ SEGMENT_INDEX = "SegmentEvents"
 SEGMENT_INDEX_PARTITION = "segment_key"
 SEGMENT_INDEX_SORT = "cell_order"
 _PAGE_LIMIT = 500  # items per segment-index page: bounds what a build holds at once
+WRITE_TOKEN = "write_token"  # on log entries: the ClientRequestToken of the transaction that wrote it
 
 
 class EntryExists(Exception):
@@ -71,7 +75,12 @@ SEED_NAMES = {
     "#retries": "Retries",
     "#increment": "Increment",
     "#state": "State",
+    "#due": "Due",
 }
+
+
+def _written_by(item: dict[str, Any] | None, token: str) -> bool:
+    return item is not None and item.get(WRITE_TOKEN) == token
 
 
 def segment_key(log_id: str, segment: int) -> str:
@@ -98,7 +107,7 @@ class LogStore(Protocol):
 class PendingStore(Protocol):
     def claim(self, log_id: str, seq: Decimal, token: str, now: float, lease_seconds: float) -> PendingSnapshot | None: ...
     def checkpoint(self, pending: PendingSnapshot, state: BuildState, now: float) -> bool: ...
-    def defer(self, pending: PendingSnapshot, now: float) -> bool: ...
+    def defer(self, pending: PendingSnapshot, now: float, due: float) -> bool: ...
     def release(self, pending: PendingSnapshot, now: float) -> bool: ...
     def delete(self, log_id: str, seq: Decimal, increment: int | None = None) -> bool: ...
     def get(self, log_id: str, seq: Decimal) -> PendingSnapshot | None: ...
@@ -199,6 +208,7 @@ def pending_from_item(item: dict[str, Any]) -> PendingSnapshot:
         increment=int(item["Increment"]),
         active=item.get("Active"),
         state=state_from_item(item.get("State")),
+        due=float(item["Due"]) if "Due" in item else None,
     )
 
 
@@ -232,11 +242,17 @@ class DynamoLogStore(_Dynamo):
         return head_from_item(log_id, from_attributes(item) if item else None)
 
     def append(self, entry: LogEntry, head: Head, created_at: str) -> None:
-        """Put the entry (its position must be free) and advance the head, in one transaction."""
+        """Put the entry (its position must be free) and advance the head, in one transaction.
+
+        The transaction's ClientRequestToken is also written on the entry: DynamoDB answers a
+        retry of the same call with success within ten minutes, and where it does not (a retry
+        that arrives later, an emulator), the entry carrying our token is our own success."""
+        token = uuid.uuid4().hex
         put = {
             "TableName": self._table,
-            "Item": to_attributes(entry_to_item(entry, created_at)),
+            "Item": to_attributes({**entry_to_item(entry, created_at), WRITE_TOKEN: token}),
             "ConditionExpression": "attribute_not_exists(seq)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if head.exists:
             head_update: dict[str, Any] = {
@@ -259,12 +275,16 @@ class DynamoLogStore(_Dynamo):
             **head_update,
         }
         try:
-            self.client.transact_write_items(TransactItems=[{"Put": cast("PutTypeDef", put)}, {"Update": cast("UpdateTypeDef", update)}])
+            self.client.transact_write_items(
+                TransactItems=[{"Put": cast("PutTypeDef", put)}, {"Update": cast("UpdateTypeDef", update)}], ClientRequestToken=token
+            )
         except ClientError as err:
             codes = cancellation_codes(err)
             if not codes:
                 raise
             if codes[0] == "ConditionalCheckFailed":
+                if _written_by(cancelled_item(err, 0), token):
+                    return
                 raise EntryExists(f"position {entry.position} of log {entry.log_id} is taken") from err
             if codes[1] == "ConditionalCheckFailed":
                 raise HeadMoved(f"the head of log {entry.log_id} moved") from err
@@ -278,7 +298,9 @@ class DynamoLogStore(_Dynamo):
         return entry_from_item(from_attributes(item)) if item else None
 
     def append_marker(self, marker: SnapshotMarker, head: Head, created_at: str) -> bool:
-        """Append the Snapshot entry closing the open segment; False if the head moved meanwhile."""
+        """Append the Snapshot entry closing the open segment; False if the head moved meanwhile.
+        The write token works as in `append`."""
+        token = uuid.uuid4().hex
         item = {
             "log_id": marker.log_id,
             "seq": marker.seq,
@@ -287,11 +309,20 @@ class DynamoLogStore(_Dynamo):
             "cut": marker.cut,
             "previous_cut": marker.previous_cut,
             "created_at": created_at,
+            WRITE_TOKEN: token,
         }
         try:
             self.client.transact_write_items(
+                ClientRequestToken=token,
                 TransactItems=[
-                    {"Put": {"TableName": self._table, "Item": to_attributes(item), "ConditionExpression": "attribute_not_exists(seq)"}},
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": to_attributes(item),
+                            "ConditionExpression": "attribute_not_exists(seq)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
                     {
                         "Update": {
                             "TableName": self._table,
@@ -304,12 +335,12 @@ class DynamoLogStore(_Dynamo):
                             ),
                         }
                     },
-                ]
+                ],
             )
         except ClientError as err:
-            if cancellation_codes(err):
-                return False  # another append or Snapshot entry got there first
-            raise
+            if not cancellation_codes(err):
+                raise
+            return _written_by(cancelled_item(err, 0), token)  # else another append or Snapshot entry got there first
         return True
 
     def created_at(self, log_id: str, position: int) -> str | None:
@@ -427,14 +458,19 @@ class DynamoPendingStore(_Dynamo):
         return to_attributes({"log_id": log_id, "seq": seq})
 
     def claim(self, log_id: str, seq: Decimal, token: str, now: float, lease_seconds: float) -> PendingSnapshot | None:
-        """Set Active to `token` and bump Increment, if nobody holds a live lease; None if lost."""
+        """Set Active to `token` and bump Increment, if nobody holds a live lease; None if lost.
+
+        `token` is unique to this handling (the invocation's request id): a claim whose condition
+        fails against an item already holding it is this claim's own, applied by an attempt whose
+        response was lost and retried by the SDK."""
         try:
             response = self.client.update_item(
                 TableName=self._table,
                 Key=self._key(log_id, seq),
                 UpdateExpression=(
                     "SET #active = :token, #modified = :now, #created = if_not_exists(#created, :now), "
-                    "#retries = if_not_exists(#retries, :zero), #state = if_not_exists(#state, :initial) ADD #increment :one"
+                    "#retries = if_not_exists(#retries, :zero), #state = if_not_exists(#state, :initial) "
+                    "ADD #increment :one REMOVE #due"
                 ),
                 ConditionExpression="attribute_not_exists(#active) OR #modified < :expired",
                 ExpressionAttributeNames=SEED_NAMES,
@@ -449,15 +485,22 @@ class DynamoPendingStore(_Dynamo):
                     }
                 ),
                 ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as err:
-            if is_conditional_check_failed(err):
-                return None
-            raise
+            if not is_conditional_check_failed(err):
+                raise
+            held = item_when_condition_failed(err)
+            return pending_from_item(held) if held is not None and held.get("Active") == token else None
         return pending_from_item(from_attributes(response["Attributes"]))
 
-    def _held_update(self, pending: PendingSnapshot, expression: str, values: dict[str, Any]) -> bool:
-        """An update that only the current holder (same Increment and token) can make."""
+    def _held_update(self, pending: PendingSnapshot, expression: str, values: dict[str, Any], *, releases: bool = False) -> bool:
+        """An update that only the current holder (same Increment and token) can make.
+
+        A checkpoint sent twice passes its condition twice (the holder still holds the claim).
+        A release (defer, hand-off) sent twice fails it against itself: a row with our Increment
+        and no Active was released by the holder of that Increment, and that is this worker,
+        since every other update changes Increment or needs Active."""
         used = {name: attribute for name, attribute in SEED_NAMES.items() if name in expression} | {
             "#increment": "Increment",
             "#active": "Active",
@@ -470,23 +513,30 @@ class DynamoPendingStore(_Dynamo):
                 ConditionExpression="#increment = :increment AND #active = :token",
                 ExpressionAttributeNames=used,
                 ExpressionAttributeValues=to_attributes({**values, ":increment": pending.increment, ":token": pending.active}),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as err:
-            if is_conditional_check_failed(err):
-                return False
-            raise
+            if not is_conditional_check_failed(err):
+                raise
+            found = item_when_condition_failed(err)
+            return releases and found is not None and int(found["Increment"]) == pending.increment and "Active" not in found
         return True
 
     def checkpoint(self, pending: PendingSnapshot, state: BuildState, now: float) -> bool:
         return self._held_update(pending, "SET #state = :state, #modified = :now", {":state": state_to_item(state), ":now": timestamp(now)})
 
-    def defer(self, pending: PendingSnapshot, now: float) -> bool:
+    def defer(self, pending: PendingSnapshot, now: float, due: float) -> bool:
+        """Release the claim and count a retry; the message comes back at `due`."""
         return self._held_update(
-            pending, "SET #modified = :now, #retries = #retries + :one REMOVE #active", {":now": timestamp(now), ":one": 1}
+            pending,
+            "SET #modified = :now, #due = :due, #retries = #retries + :one REMOVE #active",
+            {":now": timestamp(now), ":due": timestamp(due), ":one": 1},
+            releases=True,
         )
 
     def release(self, pending: PendingSnapshot, now: float) -> bool:
-        return self._held_update(pending, "SET #modified = :now REMOVE #active", {":now": timestamp(now)})
+        """Release the claim (hand-off); the message comes back at once."""
+        return self._held_update(pending, "SET #modified = :now, #due = :now REMOVE #active", {":now": timestamp(now)}, releases=True)
 
     def delete(self, log_id: str, seq: Decimal, increment: int | None = None) -> bool:
         request: dict[str, Any] = {"TableName": self._table, "Key": self._key(log_id, seq)}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from devtools.event_log_world import Clients, EventLogWorld, embedded_event_log_cloud
-from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
+from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.lambda_context import ClockedLambdaContext
 from devtools.moto_patches import VirtualClock
 from devtools.runner_world import atomic_moto_dynamodb
@@ -346,26 +346,42 @@ class SweepRun:
     chunks_written: int
     chunks_in_roots: int
     problems: list[str]
-    crashed: bool
+    crashed: bool  # the fault happened (a crash, or a lost response retried by botocore)
     cells: dict[str, Any] = field(default_factory=dict)
+    outcomes: list[str] = field(default_factory=list)
+    second_answer: str | None = None  # with when="lost": what botocore's retry got
+
+
+class RecordingWorker(SnapshotWorker):
+    """The worker, keeping the outcome of each message it handled."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outcomes: list[Outcome] = []
+
+    def handle(self, *args: Any, **kwargs: Any) -> Outcome:
+        outcome = super().handle(*args, **kwargs)
+        self.outcomes.append(outcome)
+        return outcome
 
 
 def sweep_run(at: int | None, when: str) -> SweepRun:
-    """The scenario: two snapshots delivered in reverse order (so deferrals happen too); the
-    worker's process dies at one write boundary; everything is redelivered until done."""
+    """The scenario: two snapshots delivered in reverse order (so deferrals happen too); at one
+    write, the worker's process dies (when "before" or "after") or the write's response is lost
+    and botocore sends it again ("lost"); everything is redelivered until done."""
     clock = VirtualClock()
     with fresh_world(clock) as world:
         filled(world, events=SWEEP_EVENTS)
         for message in reversed(receive_all(world)):  # snapshot 3's message first
             world.clients.sqs.send_message(QueueUrl=world.worker.options.queue_url, MessageBody=message["Body"])
             world.clients.sqs.delete_message(QueueUrl=world.worker.options.queue_url, ReceiptHandle=message["ReceiptHandle"])
-        crasher = WriteBoundaryCrasher(at=at, when=when)
+        fault: WriteBoundaryCrasher | LostResponse = LostResponse(at=at) if when == "lost" else WriteBoundaryCrasher(at=at, when=when)
         clients = Clients.new()  # clients hold no state a crash could lose; sharing them saves time
-        crasher.attach(clients.dynamodb, clients.s3, clients.sqs)
-        workers: list[SnapshotWorker] = []
+        fault.attach(clients.dynamodb, clients.s3, clients.sqs)
+        workers: list[RecordingWorker] = []
 
         def invoke(event: dict[str, Any]) -> dict[str, Any]:
-            workers.append(world.snapshot_worker(clients))
+            workers.append(world.snapshot_worker(clients, kind=RecordingWorker))
             return world.invoke_worker(event, worker=workers[-1])
 
         world.drain([world.snapshot_source(invoke)])
@@ -375,12 +391,14 @@ def sweep_run(at: int | None, when: str) -> SweepRun:
                 _, stored, _ = world.snapshot_cells(item["root"])
                 cells[str(item["snapshot"])] = [(cell.cell, cell.value) for cell in stored]
         return SweepRun(
-            writes=crasher.operations,
+            writes=fault.operations,
             chunks_written=sum(worker.progress.chunks_written for worker in workers),
             chunks_in_roots=chunks_in_roots(world),
-            problems=world.verify(LOG),
-            crashed=crasher.crashed,
+            problems=world.verify(LOG) + [f"{len(world.dead_letters())} messages in the DLQ"] * bool(world.dead_letters()),
+            crashed=fault.retried if isinstance(fault, LostResponse) else fault.crashed,
             cells=cells,
+            outcomes=[outcome.value for worker in workers for outcome in worker.outcomes],
+            second_answer=fault.second_answer if isinstance(fault, LostResponse) else None,
         )
 
 
@@ -405,6 +423,70 @@ def test_a_crash_at_every_write_boundary_of_the_worker_is_repaired_by_redelivery
             if run.chunks_written - run.chunks_in_roots > 1:
                 failures.append(f"{when} write {at}: {run.chunks_written - run.chunks_in_roots} chunks redone")
     assert failures == []
+
+
+def test_a_lost_response_at_every_write_of_the_worker_is_recognised_as_its_own() -> None:
+    # Given one clean pass of the scenario, and the writes the worker made in it
+    clean = sweep_run(None, "lost")
+    assert clean.problems == []
+    failures = []
+    conditional_failed_against_itself = set()
+    # When each write is applied, its response lost, and botocore's retry sends it again
+    for at in range(1, len(clean.writes) + 1):
+        run = sweep_run(at, "lost")
+        operation = clean.writes[at - 1]
+        # Then the worker recognises its own write: the same snapshots as the clean pass,
+        # nothing pending or dead-lettered, no extra deliveries or chunks, and the same outcomes
+        if not run.crashed:
+            failures.append(f"write {at} ({operation}): no response was lost")
+        if run.problems or run.cells != clean.cells:
+            failures.append(f"write {at} ({operation}): {run.problems or 'snapshots differ from the clean pass'}")
+        if run.outcomes != clean.outcomes or run.chunks_written != clean.chunks_written:
+            failures.append(f"write {at} ({operation}): outcomes {run.outcomes}, {run.chunks_written} chunks; clean {clean.outcomes}")
+        if run.second_answer == "ConditionalCheckFailedException":
+            conditional_failed_against_itself.add(operation.split(":")[0])
+    assert failures == []
+    # and the sweep did meet writes whose retry failed its condition against the first attempt
+    # (the claim, the defer, the pointer), which the worker recognised
+    assert "UpdateItem" in conditional_failed_against_itself
+
+
+def hand_off_with(clock: VirtualClock, fault: LostResponse) -> tuple[Outcome, EventLogWorld, Any]:
+    """Snapshot 1 handled by a worker whose chunks take 100 s each in a 300 s function, so it
+    hands off after three chunks; `fault` is on the worker's DynamoDB client."""
+    world = EventLogWorld.create(templates_for("dev")[EVENT_LOG_STACK], clock, overrides=SMALL_LOG)
+    filled(world, events=20)
+    [message] = receive_all(world)
+    clients = Clients.new()
+    fault.attach(clients.dynamodb)
+    worker = world.snapshot_worker(clients, options=replace(world.worker.options, chunk_bytes=TINY_CHUNK))
+    worker._objects = HookedObjects(world.worker.bucket, client=clients.s3, after_chunk=lambda _: world.clock.advance(100))
+    context = ClockedLambdaContext(clock=world.clock, timeout_seconds=world.function_timeout("runtime.event_log.worker_handler.handler"))
+    outcome = handle(world, message, worker, remaining_ms=context.get_remaining_time_in_millis)
+    return outcome, world, pending_state(world, parse(message).seq)
+
+
+def test_a_lost_response_on_the_hand_off_release_is_recognised_and_the_build_resumes() -> None:
+    # Given the writes of a handling that hands off: the claim, three checkpoints, the release
+    clock = VirtualClock()
+    with embedded_event_log_cloud(clock):
+        counter = LostResponse()
+        assert hand_off_with(clock, counter)[0] == Outcome.HANDED_OFF
+    release = len(counter.operations)
+    assert counter.operations[release - 1].startswith("UpdateItem:EventLogPendingSnapshots")
+    clock = VirtualClock()
+    with embedded_event_log_cloud(clock):
+        # When the release is applied, its response lost, and botocore's retry sends it again
+        lost = LostResponse(at=release)
+        outcome, world, pending = hand_off_with(clock, lost)
+        # Then the retry failed its condition against the release itself, and the worker knew it
+        # as its own: handed off (message kept), not superseded (message deleted)
+        assert (lost.retried, lost.second_answer) == (True, "ConditionalCheckFailedException")
+        assert outcome == Outcome.HANDED_OFF
+        assert (pending.active, pending.state.chunks, pending.due) == (None, 3, world.clock())
+        # and the next deliveries resume from the checkpoint and build it
+        world.drain()
+        assert world.verify(LOG) == []
 
 
 # --- the segment index lagging, strays, stuck predecessors ----------------------------------------

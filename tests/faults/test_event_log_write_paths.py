@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
-from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
+from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.moto_patches import VirtualClock
 from devtools.sheet_workload import sheet_edits
 from devtools.table_stream import dynamodb_stream_event
@@ -43,11 +44,12 @@ def log_state(world: EventLogWorld) -> list[tuple[Any, ...]]:
     return [*entries, ("head", head.next_position, head.snapshots, head.last_cut)]
 
 
-def append_all(world: EventLogWorld, crasher: WriteBoundaryCrasher | None) -> None:
-    """A client appending EDITS, retrying a request whose process died (same request)."""
+def append_all(world: EventLogWorld, fault: WriteBoundaryCrasher | LostResponse | None) -> list[bool]:
+    """A client appending EDITS, retrying a request whose process died (same request); returns
+    each request's `duplicate` flag as the client saw it."""
     clients = Clients.new()
-    if crasher:
-        crasher.attach(clients.dynamodb)
+    if fault:
+        fault.attach(clients.dynamodb)
     service = EventLogService(
         world.log_store(clients.dynamodb),
         S3Objects(world.api.bucket, client=clients.s3),
@@ -55,11 +57,13 @@ def append_all(world: EventLogWorld, crasher: WriteBoundaryCrasher | None) -> No
         clock=world.clock,
         sleep=lambda _: None,
     )
+    duplicates = []
     for edit in EDITS:
         try:
-            service.append(edit_request(LOG, edit))
+            duplicates.append(service.append(edit_request(LOG, edit)).duplicate)
         except SimulatedCrash:
-            service.append(edit_request(LOG, edit))  # the client's retry, in a new process
+            duplicates.append(service.append(edit_request(LOG, edit)).duplicate)  # the client's retry, in a new process
+    return duplicates
 
 
 def test_a_crash_at_every_write_of_the_append_path_is_repaired_by_the_clients_retry() -> None:
@@ -80,6 +84,46 @@ def test_a_crash_at_every_write_of_the_append_path_is_repaired_by_the_clients_re
                 if not crasher.crashed or log_state(world) != clean:
                     failures.append(f"{when} write {at} ({counter.operations[at - 1]})")
     assert failures == []
+
+
+def test_a_lost_response_at_every_write_of_the_append_path_is_recognised_as_the_appenders_own() -> None:
+    # Given one clean pass of 25 appends and its writes (each append's transaction, and the Snapshot entry's)
+    with fresh_world() as world:
+        counter = LostResponse()
+        append_all(world, counter)
+        clean = log_state(world)
+    failures = []
+    # When each transaction is applied, its response lost, and botocore's retry sends it again
+    for at in range(1, len(counter.operations) + 1):
+        with fresh_world() as world:
+            lost = LostResponse(at=at)
+            duplicates = append_all(world, lost)
+            # Then the retry was cancelled against the first attempt (moto, like DynamoDB after the
+            # token's ten minutes, does not deduplicate it), and the appender still knew its own
+            # entry: the log of the clean pass, and no request answered as a duplicate
+            if (lost.retried, lost.second_answer) != (True, "TransactionCanceledException"):
+                failures.append(f"write {at}: the retry answered {lost.second_answer}")
+            if log_state(world) != clean or any(duplicates):
+                failures.append(f"write {at} ({counter.operations[at - 1]}): duplicates {duplicates}")
+            if world.entries(LOG) and not all(item.get("write_token") for item in world.entries(LOG)):
+                failures.append(f"write {at}: an entry has no write token")
+    assert failures == []
+
+
+def test_a_lost_snapshot_entry_response_is_the_appenders_own_and_the_entry_is_written_once(caplog: pytest.LogCaptureFixture) -> None:
+    with fresh_world() as world:
+        # Given a log one event short of its first Snapshot entry
+        world.append_edits(LOG, EDITS[:19])
+        clients = Clients.new()
+        lost = LostResponse(at=2).attach(clients.dynamodb)  # write 1: the 20th event; write 2: the Snapshot entry
+        # When the 20th event is appended and the Snapshot entry's transaction loses its response
+        caplog.set_level("INFO")
+        assert world.append_edits(LOG, EDITS[19:20], clients.dynamodb)[0].duplicate is False
+        # Then the retry was cancelled against the first attempt, yet the appender knew the entry as
+        # its own (it logs it appended), and the entry is in the log once
+        assert (lost.chosen.split(":")[0], lost.retried, lost.second_answer) == ("TransactWriteItems", True, "TransactionCanceledException")
+        assert [record.message for record in caplog.records].count("snapshot entry appended") == 1
+        assert [item["seq"] for item in world.entries(LOG) if item["kind"] == "Snapshot"] == [Decimal("20.5")]
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -130,3 +174,54 @@ def test_a_finalizer_crash_before_or_after_untagging_is_repaired_by_redelivery(w
         assert crasher.crashed and source.stats.delivered == 2
         assert world.clients.s3.get_object_tagging(Bucket=world.worker.bucket, Key=key)["TagSet"] == []
         assert world.verify(LOG) == [], when
+
+
+def test_a_lost_response_on_the_routers_send_gives_duplicate_messages_that_build_once() -> None:
+    with fresh_world() as world:
+        # Given the stream records of one Snapshot entry and one large payload
+        key = payload_key(LOG, "upload-req-0043")
+        world.clients.s3.put_object(Bucket=world.worker.bucket, Key=key, Body=b"big", Tagging=world.api.options.pending_tag)
+        world.append_edits(LOG, EDITS[:20])
+        world.service().append(
+            AppendRequest(LOG, "upload-req-0043", 21, CellEvent(EntryKind.LARGE_PAYLOAD, "A1", payload=PayloadRef(key, 3)))
+        )
+        records = world.stream.poll()
+        clients = Clients.new()
+        lost = [LostResponse(at=1).attach(clients.sqs), LostResponse(at=2).attach(clients.sqs)]
+        # When each of the router's two sends (snapshot queue, payload queue) loses its response and is sent again
+        report = StreamRouter(SqsQueue(client=clients.sqs), world.router.queues).route(dynamodb_stream_event(records)["Records"])
+        # Then SQS holds each message twice, the router reports nothing failed, and the duplicates change nothing
+        assert [fault.second_answer for fault in lost] == ["ok", "ok"] and report.failures == []
+        assert world.depth(world.worker.options.queue_url) == 2 and world.depth(world.finalizer.queue_url) == 2
+        world.drain()
+        assert world.verify(LOG) == []
+        assert world.clients.s3.get_object_tagging(Bucket=world.worker.bucket, Key=key)["TagSet"] == []
+
+
+def test_a_lost_response_on_the_finalizers_untagging_is_a_harmless_repeat() -> None:
+    with fresh_world() as world:
+        # Given a completed large payload, routed to the payload queue
+        key = payload_key(LOG, "upload-req-0044")
+        world.clients.s3.put_object(Bucket=world.worker.bucket, Key=key, Body=b"big", Tagging=world.api.options.pending_tag)
+        world.service().append(
+            AppendRequest(LOG, "upload-req-0044", 1, CellEvent(EntryKind.LARGE_PAYLOAD, "A1", payload=PayloadRef(key, 3)))
+        )
+        world.route()
+        lost = LostResponse(at=1)
+
+        def invoke(event: dict[str, Any]) -> dict[str, Any]:
+            clients = Clients.new()
+            lost.attach(clients.s3)
+            return handle_payload_event(
+                event, S3Objects(world.finalizer.bucket, client=clients.s3), SqsQueue(client=clients.sqs), world.finalizer.queue_url
+            )
+
+        source = world.payload_source()
+        source.invoke = invoke
+        # When the untagging is applied, its response lost, and botocore sends it again
+        world.drain([source])
+        # Then the repeat succeeds, the message is handled once, and the object is untagged
+        assert (lost.retried, lost.second_answer) == (True, "ok")
+        assert source.stats.delivered == 1
+        assert world.clients.s3.get_object_tagging(Bucket=world.worker.bucket, Key=key)["TagSet"] == []
+        assert world.verify(LOG) == []

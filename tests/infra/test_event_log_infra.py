@@ -92,8 +92,8 @@ ENVIRONMENT_NAMES = {
         "BACKOFF_CAP_SECONDS",
     },
     FINALIZER: {"BUCKET", "PAYLOAD_QUEUE_URL"},
-    # SNAPSHOT_QUEUE_URL only when config.event_log.resend_stuck_snapshots is on (off in both environments)
-    PENDING_CHECK: {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_DEAD_HOLDERS"},
+    # SNAPSHOT_QUEUE_URL only when config.event_log.resend_stuck_snapshots is on (on in both environments)
+    PENDING_CHECK: {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_STUCK_SNAPSHOTS", "SNAPSHOT_QUEUE_URL"},
 }
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 
@@ -197,8 +197,8 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             (key(arn(BUCKET)), key({"StringLike": {"s3:prefix": ["snapshots/*"]}})): {"s3:ListBucket"},
         }
     if handler == PENDING_CHECK:
-        # reads the pending rows only; it re-sends nothing unless resend_stuck_snapshots is on
-        return unconditional(own_logs, (arn(PENDING_TABLE), {"dynamodb:Scan"}))
+        # reads the pending rows, and re-sends the build message of stuck ones (resend_stuck_snapshots)
+        return unconditional(own_logs, (arn(PENDING_TABLE), {"dynamodb:Scan"}), (arn(SNAPSHOT_QUEUE), SQS_SEND))
     assert handler == FINALIZER
     return unconditional(
         own_logs,
@@ -591,7 +591,7 @@ def test_no_function_touches_another_functions_resources(template_json: dict[str
         PENDING_TABLE: {WORKER, PENDING_CHECK},
         BUCKET: {API, WORKER, FINALIZER},
         ACCESS_LOG_BUCKET: set(),
-        SNAPSHOT_QUEUE: {ROUTER, WORKER},
+        SNAPSHOT_QUEUE: {ROUTER, WORKER, PENDING_CHECK},
         PAYLOAD_QUEUE: {ROUTER, FINALIZER},
         STREAM_FAILURE_QUEUE: {ROUTER},
         SNAPSHOT_DLQ: set(),
@@ -631,7 +631,7 @@ def test_settings_class_reads_exactly_the_expected_names(handler: str) -> None:
     numbers |= {"CHUNK_BYTES", "LEASE_SECONDS", "HANDOFF_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_CAP_SECONDS"}
     numbers |= {"STUCK_AFTER_SECONDS"}
     values |= {name: "1000" for name in numbers} | {"MAX_BODY_BYTES": "16384", "PENDING_TAG": "onceflow-pending=true"}
-    values |= {"RESEND_DEAD_HOLDERS": "false"}
+    values |= {"RESEND_STUCK_SNAPSHOTS": "true"}
     environment = RecordingEnvironment(values)
     # When the handler's settings class reads it
     SETTINGS_CLASSES[handler].from_env(environment)

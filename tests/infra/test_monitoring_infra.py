@@ -73,6 +73,7 @@ ALARM_NAMES = {
         "SnapshotDeadLetters",
         "PayloadDeadLetters",
         "OldestPendingSnapshot",
+        "StuckSnapshotsResent",
         "SnapshotBuildDuration",
         "FunctionErrors",
     },
@@ -104,6 +105,7 @@ THRESHOLDS = {
     "SnapshotDeadLetters": ("event_log", "dead_letter_messages"),
     "PayloadDeadLetters": ("event_log", "dead_letter_messages"),
     "OldestPendingSnapshot": ("event_log", "oldest_pending_snapshot_seconds"),
+    "StuckSnapshotsResent": ("event_log", "stuck_snapshots_resent"),
     "SnapshotBuildDuration": ("event_log", "snapshot_build_seconds"),
     "FunctionErrors": ("event_log", "errors_per_5min"),
     "FailedExecutions": ("taxi_etl", "failed_executions_per_5min"),
@@ -139,8 +141,8 @@ PAYLOAD_DLQ = "EventLogPayloadDeadLetterQueueA4620FE4"
 STREAM_FAILURE_QUEUE = "EventLogStreamFailureQueue2D32FEEA"
 
 # The pending check's own variables (runtime/event_log/settings.py, PendingCheckSettings); the
-# snapshot queue's URL only when config.event_log.resend_stuck_snapshots is on.
-PENDING_CHECK_ENV_NAMES = {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_DEAD_HOLDERS"}
+# snapshot queue's URL only when config.event_log.resend_stuck_snapshots is on (the default).
+PENDING_CHECK_ENV_NAMES = {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_STUCK_SNAPSHOTS"}
 PENDING_CHECK_RESEND_ENV_NAMES = {"SNAPSHOT_QUEUE_URL"}
 SQS_SEND = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
@@ -165,6 +167,7 @@ VARIANT_MONITORING = MonitoringConfig(
         snapshot_queue_oldest_seconds=7200,
         dead_letter_messages=3,
         oldest_pending_snapshot_seconds=3 * 3600,
+        stuck_snapshots_resent=2,
         snapshot_build_seconds=2400,
         errors_per_5min=7,
         pending_check_minutes=10,
@@ -180,10 +183,10 @@ VARIANT_MONITORING = MonitoringConfig(
         execution_p99_ms=180_000,
     ),
 )
-# ... and the pending check re-sends stuck builds.
+# ... and the pending check's re-sending of stuck builds is switched off.
 VARIANT_CONFIG = dataclasses.replace(
     load_config("dev"),
-    event_log=dataclasses.replace(load_config("dev").event_log, resend_stuck_snapshots=True),
+    event_log=dataclasses.replace(load_config("dev").event_log, resend_stuck_snapshots=False),
     monitoring=VARIANT_MONITORING,
 )
 
@@ -309,6 +312,7 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
             "OldestPendingSnapshot": own_metric(
                 "OldestPendingSnapshotAgeSeconds", "Maximum", period=check_period, service="event-log-pending-check"
             ),
+            "StuckSnapshotsResent": own_metric("StuckSnapshotsResent", "Sum", period=check_period, service="event-log-pending-check"),
             "SnapshotBuildDuration": own_metric("SnapshotBuildSeconds", "Maximum", service="event-log-snapshots"),
             "FunctionErrors": {
                 "Metrics": [
@@ -811,32 +815,32 @@ def test_pending_check_runs_on_the_configured_schedule(event_log_json: dict[str,
     ]
 
 
-def test_pending_check_may_only_scan_the_pending_table(event_log_json: dict[str, Any], config: EnvConfig) -> None:
-    # Given the check's role, in an environment that does not re-send stuck builds
-    assert config.event_log.resend_stuck_snapshots is False
+def test_pending_check_may_scan_the_pending_table_and_send_to_the_snapshot_queue(event_log_json: dict[str, Any], config: EnvConfig) -> None:
+    # Given the check's role, in an environment that re-sends stuck builds (the default)
+    assert config.event_log.resend_stuck_snapshots is True
     # When we collect what it is allowed on each resource
     grants = pending_check_grants(event_log_json)
-    # Then it may scan the pending table (its table ARN only: no index, no other table), write its
-    # own log group and send traces; nothing else
+    # Then it may scan the pending table (its table ARN only: no index, no other table), send to
+    # the snapshot queue, write its own log group and send traces; nothing else
     assert grants == {
         **unconditional(
             (arn(PENDING_TABLE), {"dynamodb:Scan"}),
+            (arn(SNAPSHOT_QUEUE), SQS_SEND),
             (arn(log_group_of(event_log_json, PENDING_CHECK)), LOG_ACTIONS),
         ),
         (key("*"), None): XRAY_ACTIONS,
     }
 
 
-def test_a_pending_check_that_re_sends_may_also_send_to_the_snapshot_queue(variant_templates: dict[str, dict[str, Any]]) -> None:
-    # Given the variant, whose pending check re-sends stuck builds
+def test_a_pending_check_that_does_not_re_send_may_only_scan(variant_templates: dict[str, dict[str, Any]]) -> None:
+    # Given the variant, whose pending check has re-sending switched off
     event_log_json = variant_templates[VARIANT_CONFIG.stack_name("EventLog")]
     # When we collect the check's grants
     grants = pending_check_grants(event_log_json)
-    # Then it may also send to the snapshot queue, and to nothing else besides the scan
+    # Then it may scan the pending table and nothing else (no queue)
     assert grants == {
         **unconditional(
             (arn(PENDING_TABLE), {"dynamodb:Scan"}),
-            (arn(SNAPSHOT_QUEUE), SQS_SEND),
             (arn(log_group_of(event_log_json, PENDING_CHECK)), LOG_ACTIONS),
         ),
         (key("*"), None): XRAY_ACTIONS,
@@ -854,28 +858,28 @@ def test_pending_check_environment_is_exactly_what_its_settings_read(event_log_j
     # When PendingCheckSettings reads it, as the handler does at cold start
     settings = PendingCheckSettings.from_env(resolved)
     # Then the factory's Powertools names are set, the rest are exactly the names the settings class
-    # reads, and they carry the config's values: re-sending off, so no queue
+    # reads, and they carry the config's values: re-sending on, to the snapshot queue
     assert variables["POWERTOOLS_SERVICE_NAME"] == "event-log-pending-check"
-    assert set(variables) - FACTORY_ENV_NAMES == PENDING_CHECK_ENV_NAMES == resolved.read
+    assert set(variables) - FACTORY_ENV_NAMES == PENDING_CHECK_ENV_NAMES | PENDING_CHECK_RESEND_ENV_NAMES == resolved.read
     assert variables["PENDING_TABLE"] == ref(PENDING_TABLE)
-    assert variables["RESEND_DEAD_HOLDERS"] == "false"
+    assert variables["RESEND_STUCK_SNAPSHOTS"] == "true"
+    assert variables["SNAPSHOT_QUEUE_URL"] == ref(SNAPSHOT_QUEUE)
     assert settings.pending_table == "dummy-pending_table"
     assert settings.rules == StuckRules(
         lease_seconds=config.event_log.lease_seconds, stuck_after_seconds=config.event_log.stuck_after_seconds
     )
-    assert settings.resend_queue_url is None
+    assert settings.resend_queue_url == "dummy-snapshot_queue_url"
 
 
-def test_a_re_sending_check_gets_the_snapshot_queue(variant_templates: dict[str, dict[str, Any]]) -> None:
-    # Given the variant's check, which re-sends stuck builds
+def test_a_check_with_re_sending_off_gets_no_queue(variant_templates: dict[str, dict[str, Any]]) -> None:
+    # Given the variant's check, which does not re-send stuck builds
     variables, resolved = resolved_check_environment(variant_templates[VARIANT_CONFIG.stack_name("EventLog")])
     # When PendingCheckSettings reads its environment
     settings = PendingCheckSettings.from_env(resolved)
-    # Then the switch is on, the snapshot queue's URL is set, and the settings read exactly those names
-    assert variables["RESEND_DEAD_HOLDERS"] == "true"
-    assert variables["SNAPSHOT_QUEUE_URL"] == ref(SNAPSHOT_QUEUE)
-    assert set(variables) - FACTORY_ENV_NAMES == PENDING_CHECK_ENV_NAMES | PENDING_CHECK_RESEND_ENV_NAMES == resolved.read
-    assert settings.resend_queue_url == "dummy-snapshot_queue_url"
+    # Then the switch is off, no queue URL is set, and the settings read exactly those names
+    assert variables["RESEND_STUCK_SNAPSHOTS"] == "false"
+    assert set(variables) - FACTORY_ENV_NAMES == PENDING_CHECK_ENV_NAMES == resolved.read
+    assert settings.resend_queue_url is None
 
 
 def test_pending_check_carries_the_shipped_values(event_log_json: dict[str, Any], env_name: str) -> None:

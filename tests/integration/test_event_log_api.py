@@ -11,7 +11,7 @@ import copy
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
@@ -137,7 +137,7 @@ def test_a_large_payload_is_uploaded_tagged_completed_and_then_untagged(api: Eve
     key = upload["object_key"]
     assert key.startswith(f"payloads/{LOG}/") and upload["method"] == "PUT"
     signed = parse_qs(urlparse(upload["upload_url"]).query)["X-Amz-SignedHeaders"][0].split(";")
-    assert "x-amz-tagging" in signed  # an upload without the pending tag is refused by S3
+    assert {"x-amz-tagging", "if-none-match"} <= set(signed)  # an upload without the tag, or one that replaces, is refused by S3
     # When the client uploads with the tag, and completes at position 1
     tag_name, tag_value = upload["headers"]["x-amz-tagging"].split("=")
     api.clients.s3.put_object(Bucket=api.api.bucket, Key=key, Body=b"x" * 70_000, Tagging=upload["headers"]["x-amz-tagging"])
@@ -200,3 +200,82 @@ def test_reading_an_unknown_log_is_404(api: EventLogWorld) -> None:
     status, body = call(request("GET", "/logs/nobody/snapshot"))
     # Then the reader is told it has no entries
     assert status == 404 and "no entries" in body["error"]
+
+
+@pytest.mark.parametrize(
+    "after",
+    ["NaN", "sNaN", "Infinity", "-Infinity", "1E+400", "1234567890123456789012345678901234567890", "-1", "20.25", "soon", "1e3"],
+)
+def test_reading_with_an_after_that_is_no_seq_is_a_400_naming_the_field(api: EventLogWorld, after: str) -> None:
+    # Given a log with entries
+    assert append(1)[0] == 201
+    # When a reader pages with an `after` that no page ever gave out
+    status, body = call(request("GET", f"/logs/{LOG}/snapshot", query=urlencode({"after": after})))
+    # Then it is told which parameter is wrong, not answered with a server error
+    assert status == 400
+    assert body["error"].startswith("after must be a seq")
+
+
+def test_reading_after_a_seq_gives_the_entries_after_it(api: EventLogWorld) -> None:
+    # Given 25 events (a Snapshot entry at 20.5, not built yet)
+    for edit in sheet_edits(seed=9, count=25):
+        assert append(edit.position, edit.cell, edit.value, edit.request_id)[0] == 201
+    # When a reader asks for what follows the Snapshot entry, and for what follows the start
+    status, page = call(request("GET", f"/logs/{LOG}/snapshot", query="after=20.5"))
+    from_start = call(request("GET", f"/logs/{LOG}/snapshot", query="after=0"))[1]
+    # Then it gets the five events after the cut, and every entry from the start
+    assert status == 200
+    assert [entry["position"] for entry in page["entries"]] == [21, 22, 23, 24, 25]
+    assert [entry["seq"] for entry in from_start["entries"]][19:22] == ["20", "20.5", "21"]
+
+
+def upload(url: str, headers: dict[str, str], body: bytes) -> int:
+    """The client's PUT to a presigned URL, with the headers the API told it to send."""
+    import requests
+
+    return int(requests.put(url, data=body, headers=headers, timeout=5).status_code)
+
+
+def test_a_committed_payload_cannot_be_replaced_or_tagged_pending_again(api: EventLogWorld) -> None:
+    # Given a payload uploaded through its presigned URL, completed at position 1 and finalized
+    body = {"request_id": "upload-req-0004"}
+    status, first = call(request("POST", f"/logs/{LOG}/payloads", body))
+    assert status == 200 and first["headers"]["If-None-Match"] == "*"
+    assert upload(first["upload_url"], first["headers"], b"the committed bytes") == 200
+    assert call(request("POST", f"/logs/{LOG}/payloads/complete", body | {"position": 1, "cell": "A1"}))[0] == 201
+    api.drain()
+    key = first["object_key"]
+
+    def stored() -> tuple[bytes, list[Any]]:
+        s3 = api.clients.s3
+        return s3.get_object(Bucket=api.api.bucket, Key=key)["Body"].read(), s3.get_object_tagging(Bucket=api.api.bucket, Key=key)["TagSet"]
+
+    assert stored() == (b"the committed bytes", [])
+    # When the same flow is repeated with the same request id
+    again_status, again = call(request("POST", f"/logs/{LOG}/payloads", body))
+    # Then no new upload is handed out: the payload is uploaded and never changes
+    assert again_status == 409 and "already uploaded" in again["error"] and "new request_id" in again["error"]
+    # When the first presigned URL is used again within its 15 minutes (a late retry of the PUT)
+    late = upload(first["upload_url"], first["headers"], b"other bytes")
+    # Then S3 refuses it: the object the log names keeps its bytes and stays untagged
+    assert late == 412
+    assert stored() == (b"the committed bytes", [])
+    # and completing again is still a harmless repeat that names the same object
+    repeat = call(request("POST", f"/logs/{LOG}/payloads/complete", body | {"position": 1, "cell": "A1"}))
+    assert repeat[0] == 200 and repeat[1]["duplicate"] is True
+    assert api.verify(LOG) == []
+
+
+def test_an_upload_url_asked_for_again_before_the_upload_is_the_same_key(api: EventLogWorld) -> None:
+    # Given an upload URL that was never used (the client lost the answer and asks again)
+    body = {"request_id": "upload-req-0005"}
+    _, first = call(request("POST", f"/logs/{LOG}/payloads", body))
+    # When it asks again
+    status, second = call(request("POST", f"/logs/{LOG}/payloads", body))
+    # Then it gets the same key, and the first of the two uploads wins; the second cannot replace it
+    assert status == 200 and second["object_key"] == first["object_key"]
+    assert upload(second["upload_url"], second["headers"], b"first upload") == 200
+    assert upload(first["upload_url"], first["headers"], b"second upload") == 412
+    assert call(request("POST", f"/logs/{LOG}/payloads/complete", body | {"position": 1, "cell": "B1"}))[0] == 201
+    [entry] = api.entries(LOG)
+    assert entry["payload_bytes"] == len(b"first upload")

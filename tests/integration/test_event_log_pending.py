@@ -3,7 +3,8 @@
 and the worker's build duration.
 
 The check's environment is the one infra gives it (PENDING_TABLE, LEASE_SECONDS,
-STUCK_AFTER_SECONDS); its metrics are read from the EMF document the handler prints.
+STUCK_AFTER_SECONDS, RESEND_STUCK_SNAPSHOTS on, SNAPSHOT_QUEUE_URL), with a shorter threshold;
+its metrics are read from the EMF document the handler prints.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ LOG = "sheet-pending"
 SEQ = Decimal("20.5")  # snapshot 1 of the small configuration (a snapshot every 20 events)
 STUCK_AFTER = 1800
 SERVICE = "event-log-pending-check"
+PENDING_CHECK_HANDLER = "runtime.event_log.pending_check_handler.handler"
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -76,11 +78,8 @@ def clear_cold_start_caches() -> None:
 @pytest.fixture
 def check(log_world: EventLogWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Check]:
     """The check's environment set (as infra writes it), its clock the world's, its logs captured."""
-    environment = {
-        "PENDING_TABLE": log_world.worker.pending_table,
-        "LEASE_SECONDS": str(int(log_world.worker.options.lease_seconds)),
-        "STUCK_AFTER_SECONDS": str(STUCK_AFTER),
-    }
+    environment = {**log_world.cloud.function_environment(PENDING_CHECK_HANDLER), "STUCK_AFTER_SECONDS": str(STUCK_AFTER)}
+    assert environment["RESEND_STUCK_SNAPSHOTS"] == "true" and environment["SNAPSHOT_QUEUE_URL"] == log_world.worker.options.queue_url
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     # Powertools reads namespace and service at import; in Lambda the function's variables come first.
@@ -191,6 +190,7 @@ def test_an_empty_pending_table_publishes_zero_age_and_no_stuck_snapshot(check: 
         "OldestPendingSnapshotAgeSeconds": ("Seconds", 0),
         "PendingSnapshots": ("Count", 0),
         "StuckPendingSnapshots": ("Count", 0),
+        "StuckSnapshotsResent": ("Count", 0),
     }
     assert response == {"pending": 0, "stuck": 0, "oldest_age_seconds": 0}
     assert [record["message"] for record in logs] == ["pending snapshots checked"]
@@ -213,14 +213,15 @@ def test_a_worker_that_died_mid_build_leaves_a_stuck_row_that_the_check_reports(
         "OldestPendingSnapshotAgeSeconds": ("Seconds", STUCK_AFTER + 1),
         "PendingSnapshots": ("Count", 1),
         "StuckPendingSnapshots": ("Count", 1),
+        "StuckSnapshotsResent": ("Count", 1),
     }
     assert response == {"pending": 1, "stuck": 1, "oldest_age_seconds": STUCK_AFTER + 1}
     [stuck] = [record for record in logs if record["message"] == "stuck pending snapshot"]
     assert (stuck["log_id"], stuck["seq"], stuck["holder"], stuck["lease_expired"]) == (LOG, str(seq), "dying-worker", True)
     assert stuck["age_seconds"] == STUCK_AFTER + 1 and stuck["level"] == "WARNING"
     assert f"--log-id {LOG} --from-position 20" in stuck["recover"]
-    # and nothing was sent: the check only reports
-    assert world.depth(world.worker.options.queue_url) == 0
+    # and its build message was sent again, once
+    assert world.depth(world.worker.options.queue_url) == 1
 
 
 def test_a_live_build_is_not_stuck(check: Check) -> None:
@@ -246,19 +247,12 @@ def test_a_live_build_is_not_stuck(check: Check) -> None:
     assert worker.progress.build_seconds == [120.0]
 
 
-def test_re_sending_for_dead_holders_is_off_by_default_and_when_on_recovers_the_snapshot_once(
-    check: Check, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_stuck_row_whose_holder_died_is_re_sent_by_default_and_built_once(check: Check) -> None:
     world = check.world
-    # Given a stuck row whose holder died with its only message, and the check run with its defaults
+    # Given a stuck row whose holder died with its only message, and the check with the environment infra gives it
     die_mid_build_and_lose_the_message(world)
     world.clock.advance(STUCK_AFTER + 1)
-    check.run()
-    assert world.depth(world.worker.options.queue_url) == 0
-    # When re-sending is switched on and the check runs twice before any worker catches up
-    monkeypatch.setenv("RESEND_DEAD_HOLDERS", "true")
-    monkeypatch.setenv("SNAPSHOT_QUEUE_URL", world.worker.options.queue_url)
-    clear_cold_start_caches()
+    # When the check runs twice before any worker catches up
     _, first, _ = check.run()
     _, second, _ = check.run()
     # Then each run sent the router's message once (same request id), and the workers build it once
@@ -277,6 +271,55 @@ def test_re_sending_for_dead_holders_is_off_by_default_and_when_on_recovers_the_
         "StuckPendingSnapshots": ("Count", 0),
         "StuckSnapshotsResent": ("Count", 0),
     }
+
+
+def test_a_row_without_a_holder_whose_message_is_gone_is_re_sent_after_its_due_time(check: Check) -> None:
+    world = check.world
+    # Given snapshot 2 deferred (its predecessor unbuilt), snapshot 1 built, and snapshot 2's message lost
+    world.append_edits(LOG, sheet_edits(seed=35, count=40))
+    world.route()
+    first, second = sorted(peek_and_take(world), key=lambda message: Decimal(parse(message).seq))
+    patient = world.snapshot_worker()
+    assert patient.handle(parse(second), second["ReceiptHandle"], lambda: 10**6, "deferring-worker") == Outcome.DEFERRED
+    world.clients.sqs.delete_message(QueueUrl=world.worker.options.queue_url, ReceiptHandle=second["ReceiptHandle"])
+    assert world.snapshot_worker().handle(parse(first), first["ReceiptHandle"], lambda: 10**6, "builder") == Outcome.BUILT
+    deferred = DynamoPendingStore(world.worker.pending_table, client=world.clients.dynamodb).get(LOG, Decimal("40.5"))
+    assert deferred is not None and deferred.active is None and deferred.due is not None
+    # When the check runs after the deferral's due time, but within the threshold of it
+    world.clock.advance(deferred.due - world.clock() + STUCK_AFTER)
+    _, waiting, _ = check.run()
+    # Then the row only waits: its message could still come back
+    assert (waiting["StuckPendingSnapshots"], waiting["StuckSnapshotsResent"]) == (("Count", 0), ("Count", 0))
+    # When it runs once the message is overdue by more than the threshold
+    world.clock.advance(1)
+    _, stuck, _ = check.run()
+    # Then the build message is sent again, and the snapshot is built from its predecessor
+    assert (stuck["StuckPendingSnapshots"], stuck["StuckSnapshotsResent"]) == (("Count", 1), ("Count", 1))
+    world.drain()
+    assert world.verify(LOG) == []
+
+
+def test_with_re_sending_switched_off_the_check_only_reports(check: Check, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = check.world
+    # Given a stuck row, and an operator who switched re-sending off to recover by hand
+    die_mid_build_and_lose_the_message(world)
+    world.clock.advance(STUCK_AFTER + 1)
+    monkeypatch.setenv("RESEND_STUCK_SNAPSHOTS", "false")
+    clear_cold_start_caches()
+    # When the check runs
+    _, metrics, _ = check.run()
+    # Then it reports the row and sends nothing
+    assert (metrics["StuckPendingSnapshots"], metrics["StuckSnapshotsResent"]) == (("Count", 1), ("Count", 0))
+    assert world.depth(world.worker.options.queue_url) == 0
+
+
+def peek_and_take(world: EventLogWorld) -> list[dict[str, Any]]:
+    """Every visible snapshot message, received and held (as invocations would hold them)."""
+    url = world.worker.options.queue_url
+    messages: list[dict[str, Any]] = []
+    while batch := world.clients.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get("Messages"):
+        messages.extend(batch)
+    return messages
 
 
 def peek(world: EventLogWorld) -> list[dict[str, Any]]:

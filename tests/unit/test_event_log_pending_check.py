@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -101,7 +102,7 @@ def test_clock_skew_never_gives_a_negative_age() -> None:
     assert (view.age_seconds, view.idle_seconds, view.status) == (0, 0, PendingStatus.BUILDING)
 
 
-def test_only_stuck_rows_with_a_dead_holder_are_resent_with_the_routers_request_id() -> None:
+def test_every_stuck_row_is_resent_with_the_routers_request_id_while_under_the_claim_cap() -> None:
     # Given a stuck row with a dead holder, a stuck unclaimed row, a dead holder not stuck yet, a live build,
     # and a dead holder that has been claimed too often (a build that keeps dying)
     rows = [
@@ -113,10 +114,34 @@ def test_only_stuck_rows_with_a_dead_holder_are_resent_with_the_routers_request_
     ]
     # When the recovery messages are computed
     messages = recovery_messages(check(rows, NOW, RULES))
-    # Then only the first is re-sent, as the router's own message (same deterministic request id)
-    [message] = messages
-    assert (message.effect, message.log_id, message.seq) == (SideEffect.BUILD_SNAPSHOT, "sheet-1", Decimal("20.5"))
-    assert message.request_id == side_effect_request_id(SideEffect.BUILD_SNAPSHOT, "sheet-1", Decimal("20.5"))
+    # Then the two stuck rows under the cap are re-sent, as the router's own messages (same deterministic request id)
+    assert [(message.effect, message.log_id, message.seq) for message in messages] == [
+        (SideEffect.BUILD_SNAPSHOT, "sheet-1", Decimal("20.5")),
+        (SideEffect.BUILD_SNAPSHOT, "sheet-1", Decimal("40.5")),
+    ]
+    assert [message.request_id for message in messages] == [
+        side_effect_request_id(SideEffect.BUILD_SNAPSHOT, "sheet-1", Decimal(seq)) for seq in ("20.5", "40.5")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("modified_ago", "due_in", "status"),
+    [
+        (7200, 7000, PendingStatus.WAITING),  # deferred two hours ago for ~4 h: its message is not due yet
+        (7200, -3600, PendingStatus.WAITING),  # due an hour ago: late, but within the threshold
+        (7200, -3601, PendingStatus.STUCK),  # overdue by more than the threshold: the message is gone
+        (100, None, PendingStatus.WAITING),  # claimed since (Due removed), holder gone, recently
+    ],
+    ids=["not-due", "due-within-threshold", "overdue", "no-due"],
+)
+def test_a_deferred_row_counts_idle_time_from_when_its_message_is_due(modified_ago: float, due_in: float | None, status: PendingStatus) -> None:
+    # Given a row without a holder, deferred (or handed off) with its message due back at `due_in`
+    pending = replace(row(created_ago=9000, modified_ago=modified_ago, active=None), due=None if due_in is None else NOW + due_in)
+    # When it is classified
+    view = classify(pending, NOW, RULES)
+    # Then it is stuck only once the message is overdue by more than the threshold
+    assert view.status == status
+    assert view.idle_seconds == (modified_ago if due_in is None else max(0.0, -due_in))
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ ROUTER_ENV = {"SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE, "PAYLOAD_QUEUE_URL": PAYLOAD
 WORKER_ENV = {"LOG_TABLE": "onceflow-dev-log", "PENDING_TABLE": "onceflow-dev-pending", "BUCKET": "onceflow-dev-logs-bucket"}
 WORKER_ENV |= {"SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE}
 FINALIZER_ENV = {"BUCKET": "onceflow-dev-logs-bucket", "PAYLOAD_QUEUE_URL": PAYLOAD_QUEUE}
-CHECK_ENV = {"PENDING_TABLE": "onceflow-dev-pending"}
+CHECK_ENV = {"PENDING_TABLE": "onceflow-dev-pending", "SNAPSHOT_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/onceflow-dev-snapshots"}
 
 
 def without(env: dict[str, str], name: str) -> dict[str, str]:
@@ -271,13 +271,15 @@ def test_finalizer_settings_require_their_variables(name: str) -> None:
 # --- PendingCheckSettings ----------------------------------------------------------------------
 
 
-def test_pending_check_settings_with_only_the_table_use_the_defaults() -> None:
-    # Given the check's one required variable
+def test_pending_check_settings_with_only_the_table_and_queue_use_the_defaults() -> None:
+    # Given the check's two required variables
     # When its settings are read
     settings = PendingCheckSettings.from_env(CHECK_ENV)
-    # Then the lease is the worker's default, the threshold an hour, and nothing is re-sent
+    # Then the lease is the worker's default, the threshold an hour, and stuck rows are re-sent
     assert settings == PendingCheckSettings(
-        pending_table="onceflow-dev-pending", rules=StuckRules(lease_seconds=600, stuck_after_seconds=3600), resend_queue_url=None
+        pending_table="onceflow-dev-pending",
+        rules=StuckRules(lease_seconds=600, stuck_after_seconds=3600),
+        resend_queue_url=CHECK_ENV["SNAPSHOT_QUEUE_URL"],
     )
 
 
@@ -286,7 +288,7 @@ def test_pending_check_settings_read_every_variable() -> None:
     env = CHECK_ENV | {
         "LEASE_SECONDS": "1200",
         "STUCK_AFTER_SECONDS": "6600",
-        "RESEND_DEAD_HOLDERS": " TRUE ",
+        "RESEND_STUCK_SNAPSHOTS": " TRUE ",
         "SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE,
     }
     # When the settings are read
@@ -305,15 +307,16 @@ def test_a_lease_longer_than_the_default_threshold_raises_the_default() -> None:
 
 
 def test_the_queue_is_only_read_when_re_sending_is_on() -> None:
-    # Given re-sending off (explicitly, or by default) and a queue URL present or not
-    for env in (CHECK_ENV, CHECK_ENV | {"RESEND_DEAD_HOLDERS": "false", "SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE}):
+    # Given re-sending switched off, with a queue URL present or not
+    for env in (without(CHECK_ENV, "SNAPSHOT_QUEUE_URL"), CHECK_ENV):
         # When the settings are read
         # Then no queue is kept
-        assert PendingCheckSettings.from_env(env).resend_queue_url is None
-    # Given re-sending on without a queue
-    # Then SettingsError names the queue variable
-    with pytest.raises(SettingsError, match="environment variable SNAPSHOT_QUEUE_URL is required"):
-        PendingCheckSettings.from_env(CHECK_ENV | {"RESEND_DEAD_HOLDERS": "true"})
+        assert PendingCheckSettings.from_env(env | {"RESEND_STUCK_SNAPSHOTS": "false"}).resend_queue_url is None
+    # Given re-sending on (explicitly, or by default) without a queue
+    for env in (without(CHECK_ENV, "SNAPSHOT_QUEUE_URL"), without(CHECK_ENV, "SNAPSHOT_QUEUE_URL") | {"RESEND_STUCK_SNAPSHOTS": "true"}):
+        # Then SettingsError names the queue variable
+        with pytest.raises(SettingsError, match="environment variable SNAPSHOT_QUEUE_URL is required"):
+            PendingCheckSettings.from_env(env)
 
 
 @pytest.mark.parametrize(
@@ -324,7 +327,7 @@ def test_the_queue_is_only_read_when_re_sending_is_on() -> None:
         ({"LEASE_SECONDS": "1200", "STUCK_AFTER_SECONDS": "900"}, r"STUCK_AFTER_SECONDS must be at least LEASE_SECONDS \(1200\)"),
         ({"STUCK_AFTER_SECONDS": "1h"}, "environment variable STUCK_AFTER_SECONDS must be an integer, got '1h'"),
         ({"LEASE_SECONDS": "0"}, "environment variable LEASE_SECONDS must be >= 1, got 0"),
-        ({"RESEND_DEAD_HOLDERS": "yes"}, "environment variable RESEND_DEAD_HOLDERS must be true or false, got 'yes'"),
+        ({"RESEND_STUCK_SNAPSHOTS": "yes"}, "environment variable RESEND_STUCK_SNAPSHOTS must be true or false, got 'yes'"),
     ],
     ids=["no-table", "threshold-below-default-lease", "threshold-below-lease", "not-an-integer", "no-lease", "not-a-boolean"],
 )
