@@ -24,9 +24,12 @@ from devtools.moto_patches import VirtualClock
 from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log.models import BuildState, SideEffect
-from runtime.event_log.objects import S3Objects
+from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import PoisonMessage, parse_message
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
+from runtime.event_log.sqs_batch import POISON_RETRY_CAP_SECONDS
+from runtime.event_log.worker_handler import handle_snapshot_event
+from runtime.shared.observability import metrics
 from runtime.event_log.store import DynamoPendingStore
 from tests.conftest import EVENT_LOG_STACK, SMALL_LOG, templates_for
 
@@ -563,6 +566,8 @@ def receive_all_peek(world: EventLogWorld) -> list[dict[str, Any]]:
         ("this is not json", "not JSON"),
         ('{"effect": "build_snapshot", "log_id": "no-such-log", "seq": "20.5"}', "does not exist"),
         ('{"effect": "build_snapshot", "log_id": "sheet-f", "seq": "7.5"}', "has no Snapshot entry"),
+        ('{"effect": "build_snapshot", "log_id": "sheet-f", "seq": "1E+400"}', "not a log position"),
+        ('{"effect": "build_snapshot", "log_id": "sheet-f", "seq": "1234567890123456789012345678901234567890.5"}', "not a log position"),
     ],
 )
 def test_a_poison_message_goes_to_the_dlq_after_bounded_retries(log_world: EventLogWorld, body: str, reason: str) -> None:
@@ -575,17 +580,34 @@ def test_a_poison_message_goes_to_the_dlq_after_bounded_retries(log_world: Event
         message = parse_message(body, {}, SideEffect.BUILD_SNAPSHOT)
         log_world.snapshot_worker().handle(message, "receipt", lambda: 10**6, "token")
     log_world.clients.sqs.send_message(QueueUrl=url, MessageBody=body)
-    source = log_world.snapshot_source()
+    poison_counted: list[float] = []
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        worker = log_world.snapshot_worker()
+        context = ClockedLambdaContext(
+            clock=log_world.clock, timeout_seconds=log_world.function_timeout("runtime.event_log.worker_handler.handler")
+        )
+        try:
+            return handle_snapshot_event(event, context, worker, SqsQueue(client=log_world.clients.sqs), url)
+        finally:
+            poison_counted.extend(metrics.metric_set.get("PoisonMessages", {}).get("Value", []))
+            metrics.clear_metrics()
+
+    source = log_world.snapshot_source(invoke)
+    started = log_world.clock()
     # When the queue is drained
     log_world.drain([source])
     # Then the message was tried exactly maxReceiveCount times, failed each time with a clear
-    # reason, and now waits in the dead-letter queue; the queue is empty
+    # reason (counted as poison), each retry within a minute, and now waits in the dead-letter
+    # queue; the queue is empty
     max_receives = int(
         __import__("json").loads(
             log_world.clients.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
         )["maxReceiveCount"]
     )
     assert source.stats.delivered == source.stats.kept == max_receives
+    assert poison_counted == [1.0] * max_receives
+    assert log_world.clock() - started <= max_receives * (POISON_RETRY_CAP_SECONDS + 1)
     [dead] = log_world.dead_letters()
     assert dead["Body"] == body
     assert log_world.depth(url) == 0
