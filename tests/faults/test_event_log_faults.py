@@ -28,9 +28,9 @@ from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import PoisonMessage, parse_message
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.sqs_batch import POISON_RETRY_CAP_SECONDS
+from runtime.event_log.store import DynamoPendingStore
 from runtime.event_log.worker_handler import handle_snapshot_event
 from runtime.shared.observability import metrics
-from runtime.event_log.store import DynamoPendingStore
 from tests.conftest import EVENT_LOG_STACK, SMALL_LOG, templates_for
 
 LOG = "sheet-f"

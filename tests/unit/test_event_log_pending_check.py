@@ -134,7 +134,9 @@ def test_every_stuck_row_is_resent_with_the_routers_request_id_while_under_the_c
     ],
     ids=["not-due", "due-within-threshold", "overdue", "no-due"],
 )
-def test_a_deferred_row_counts_idle_time_from_when_its_message_is_due(modified_ago: float, due_in: float | None, status: PendingStatus) -> None:
+def test_a_deferred_row_counts_idle_time_from_when_its_message_is_due(
+    modified_ago: float, due_in: float | None, status: PendingStatus
+) -> None:
     # Given a row without a holder, deferred (or handed off) with its message due back at `due_in`
     pending = replace(row(created_ago=9000, modified_ago=modified_ago, active=None), due=None if due_in is None else NOW + due_in)
     # When it is classified

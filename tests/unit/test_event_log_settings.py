@@ -29,7 +29,10 @@ ROUTER_ENV = {"SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE, "PAYLOAD_QUEUE_URL": PAYLOAD
 WORKER_ENV = {"LOG_TABLE": "onceflow-dev-log", "PENDING_TABLE": "onceflow-dev-pending", "BUCKET": "onceflow-dev-logs-bucket"}
 WORKER_ENV |= {"SNAPSHOT_QUEUE_URL": SNAPSHOT_QUEUE}
 FINALIZER_ENV = {"BUCKET": "onceflow-dev-logs-bucket", "PAYLOAD_QUEUE_URL": PAYLOAD_QUEUE}
-CHECK_ENV = {"PENDING_TABLE": "onceflow-dev-pending", "SNAPSHOT_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/onceflow-dev-snapshots"}
+CHECK_ENV = {
+    "PENDING_TABLE": "onceflow-dev-pending",
+    "SNAPSHOT_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/onceflow-dev-snapshots",
+}
 
 
 def without(env: dict[str, str], name: str) -> dict[str, str]:
