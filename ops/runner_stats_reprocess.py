@@ -30,7 +30,10 @@ kept, so a late message is still applied by the pipeline, on top of the repaired
 Writes (only with --apply): an UpdateItem of the five totals and version v+1, on condition that
 the version is still v; then the tendency record, as version+1 over the version read. A write
 the pipeline made after the read (a lost race) is never overwritten: it is reported, and a rerun
-rebuilds from the new state. A second --apply finds no diff and writes nothing.
+rebuilds from the new state. A write of the tool's own that landed but lost its response, so
+that the SDK's retry failed its condition against it, is told from a race by the item the
+condition found (our version and totals, or our whole tendency record) and counts as written.
+A second --apply finds no diff and writes nothing.
 
 Runs that cannot be rebuilt safely are listed with the reason and skipped (and so is their
 user's tendency): no run item (its dedup record and archive tail are gone), a chunk missing, a

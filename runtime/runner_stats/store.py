@@ -32,10 +32,13 @@ from runtime.runner_stats.models import (
 )
 from runtime.shared.consistency import VersionConflict, VersionGuard
 from runtime.shared.dynamo import (
+    ItemAttributes,
     cancellation_codes,
+    cancelled_item,
     default_client,
     from_attributes,
     is_conditional_check_failed,
+    item_when_condition_failed,
     to_attributes,
 )
 
@@ -233,6 +236,7 @@ class DynamoRunStatsStore:
             "Item": to_attributes(item),
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if values:
             request["ExpressionAttributeValues"] = values
@@ -240,6 +244,8 @@ class DynamoRunStatsStore:
             self.client.put_item(**request)
         except ClientError as err:
             if is_conditional_check_failed(err):
+                if _is_written(item_when_condition_failed(err), item):
+                    return  # our own put, applied before its response was lost and the SDK retried it
                 raise VersionConflict(f"tendency of user {record.user_id} moved past version {record.version}") from err
             raise
 
@@ -251,11 +257,13 @@ class DynamoRunStatsStore:
         """
         guard = VersionGuard("user_id", "version", context.version - 1)
         condition, names, values = guard.condition()
+        item = context_to_item(context)
         put: dict[str, Any] = {
             "TableName": self._tables.run_stats,
-            "Item": to_attributes(context_to_item(context)),
+            "Item": to_attributes(item),
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if values:
             put["ExpressionAttributeValues"] = values
@@ -276,6 +284,11 @@ class DynamoRunStatsStore:
                 ]
             )
         except ClientError as err:
+            # A retry of our own applied write fails the version condition against it (a retried
+            # transaction too, unless DynamoDB still honours its ClientRequestToken); the stored
+            # item then is exactly the one this commit wrote. The run item is the transaction's item 1.
+            if _is_written(item_when_condition_failed(err) or cancelled_item(err, 1), item):
+                return
             codes = cancellation_codes(err)
             if is_conditional_check_failed(err) or "ConditionalCheckFailed" in codes or "TransactionConflict" in codes:
                 raise VersionConflict(f"run {context.key} moved past version {context.version - 1}") from err
@@ -425,11 +438,22 @@ class DynamoRunStatsStore:
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as err:
             if is_conditional_check_failed(err):
+                found = item_when_condition_failed(err)
+                if found is not None and all(found.get(name) == value for name, value in totals.items()):
+                    return  # our own update, applied before its response was lost and the SDK retried it
                 raise VersionConflict(f"run {context.key} moved past version {context.version - 1}") from err
             raise
+
+
+def _is_written(found: ItemAttributes | None, intended: dict[str, Any]) -> bool:
+    """The item a failed condition found is the one we meant to write, version and all: a write of
+    ours that landed before its response was lost. Another writer's item could only match by
+    writing the same content over the same version, which leaves the same state."""
+    return found is not None and found == intended
 
 
 def run_key_from_archive_key(text: str) -> RunKey:

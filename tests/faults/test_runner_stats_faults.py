@@ -9,18 +9,23 @@ from __future__ import annotations
 import functools
 import random
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from moto import mock_aws
 
 from devtools import reference
 from devtools.esm import EventSourceMapping, ListShard, ShardRecord, records_from_payloads
-from devtools.faults import ThrottledWrites, WriteBoundaryCrasher
+from devtools.faults import LostResponse, ThrottledWrites, WriteBoundaryCrasher
 from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb, new_client
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
+from runtime.runner_stats.models import ArchiveChunk, ArchivedMessage, RunContext, RunKey, TendencySlot, UserTendency
+from runtime.runner_stats.store import DynamoRunStatsStore
+from runtime.shared.consistency import VersionConflict
 from tests.conftest import templates_for
 
 
@@ -51,6 +56,13 @@ TIGHT = Scenario(
     settings=(("ARCHIVE_CHUNK_SIZE", "3"), ("GAP_MAX_LAG", "3"), ("GAP_MAX_OPEN", "4")),
 )
 SCENARIOS = {scenario.name: scenario for scenario in (MIXED, TIGHT)}
+# The tables' logical ids, which start their names on the embedded cloud.
+RUN_STATS, TENDENCY, MESSAGES, REJECTS = (
+    "RunnerStatsRunStatsTable",
+    "RunnerStatsTendencyTable",
+    "RunnerStatsMessagesTable",
+    "RunnerStatsRejectsTable",
+)
 
 
 @functools.cache
@@ -78,6 +90,21 @@ def new_world(name: str = "mixed") -> RunnerStatsWorld:
     return RunnerStatsWorld.create(template, settings_overrides=dict(SCENARIOS[name].settings))
 
 
+@dataclass
+class Observed:
+    """What the handler reported over a whole delivery (BatchReport.counts, the metrics), and every
+    DynamoDB call it made, reads included (one per call: botocore's own retries are not calls)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    calls: list[str] = field(default_factory=list)
+
+    def attach(self, client: Any) -> None:
+        client.meta.events.register("before-call.dynamodb.*", self._call)
+
+    def _call(self, model: Any, **_: Any) -> None:
+        self.calls.append(model.name)
+
+
 def run_pipeline(
     records: list[ShardRecord],
     *,
@@ -85,6 +112,7 @@ def run_pipeline(
     batch_size: int | None = None,
     client_hook: object = None,
     bisect: bool = False,
+    observed: Observed | None = None,
 ) -> PipelineView:
     """A fresh embedded cloud, the records delivered through a replayed event source mapping."""
     with mock_aws():
@@ -92,19 +120,28 @@ def run_pipeline(
         client = new_client()
         if client_hook is not None:
             client_hook.attach(client)  # type: ignore[attr-defined]
-        esm = EventSourceMapping(
-            lambda event: world.invoke(event, client),
-            batch_size=batch_size or SCENARIOS[name].batch_size,
-            bisect_on_error=bisect,
-        )
+        seen = observed or Observed()
+        seen.attach(client)
+
+        def invoke(event: dict[str, Any]) -> dict[str, Any]:
+            report = world.service(client).process(event.get("Records", []))
+            seen.counts.update(report.counts)
+            return {"batchItemFailures": report.batch_item_failures()}
+
+        esm = EventSourceMapping(invoke, batch_size=batch_size or SCENARIOS[name].batch_size, bisect_on_error=bisect)
         esm.drain(ListShard(records))
         assert esm.stats.sent_to_on_failure == 0
         return world.view()
 
 
 @functools.cache
+def clean_pass(name: str = "mixed") -> tuple[PipelineView, Observed]:
+    observed = Observed()
+    return run_pipeline(shard_records(name=name), name=name, observed=observed), observed
+
+
 def clean_view(name: str = "mixed") -> PipelineView:
-    return run_pipeline(shard_records(name=name), name=name)
+    return clean_pass(name)[0]
 
 
 def assert_matches_reference(view: PipelineView) -> None:
@@ -130,11 +167,14 @@ def write_operations(name: str) -> tuple[str, ...]:
     return tuple(counter.operations)
 
 
+def write_numbers() -> list[tuple[str, int]]:
+    """Each write of a clean pass, for every scenario."""
+    return [(name, number) for name in SCENARIOS for number in range(1, len(write_operations(name)) + 1)]
+
+
 def write_boundaries() -> list[tuple[str, str, int]]:
     """Before and after each write of a clean pass, for every scenario."""
-    return [
-        (name, when, number) for name in SCENARIOS for number in range(1, len(write_operations(name)) + 1) for when in ("before", "after")
-    ]
+    return [(name, when, number) for name, number in write_numbers() for when in ("before", "after")]
 
 
 def test_clean_pass_equals_the_independent_recomputation() -> None:
@@ -150,16 +190,10 @@ def test_clean_pass_equals_the_independent_recomputation() -> None:
 def test_the_tight_scenario_reaches_every_kind_of_write() -> None:
     # Given the tight scenario's clean pass, Then its writes include every write path
     operations = set(write_operations("tight"))
-    run_stats, tendency, messages, rejects = (
-        "RunnerStatsRunStatsTable",
-        "RunnerStatsTendencyTable",
-        "RunnerStatsMessagesTable",
-        "RunnerStatsRejectsTable",
-    )
-    assert any(op.startswith("PutItem:" + run_stats) for op in operations)
-    assert any(op.startswith("PutItem:" + tendency) for op in operations)
-    assert any(op.startswith("PutItem:" + rejects) for op in operations)
-    assert any(op.startswith("TransactWriteItems:" + messages) and run_stats in op for op in operations)
+    assert any(op.startswith("PutItem:" + RUN_STATS) for op in operations)
+    assert any(op.startswith("PutItem:" + TENDENCY) for op in operations)
+    assert any(op.startswith("PutItem:" + REJECTS) for op in operations)
+    assert any(op.startswith("TransactWriteItems:" + MESSAGES) and RUN_STATS in op for op in operations)
     view = clean_view("tight")
     assert "too_late" in view.rejects.values()
     assert any(t[1] == "well done" for t in view.tendencies.values())
@@ -183,6 +217,73 @@ def test_failed_write_is_reported_per_key_and_redelivered(name: str, when: str, 
     view = run_pipeline(shard_records(name=name), name=name, client_hook=throttle)
     # Then nothing is lost or double counted
     assert view == clean_view(name)
+
+
+@pytest.mark.parametrize(("name", "write_number"), write_numbers())
+def test_lost_response_at_every_write(name: str, write_number: int) -> None:
+    # Given one write that is applied but whose response is lost, so that botocore's own retry sends it again
+    lost = LostResponse(at=write_number)
+    observed = Observed()
+    # When the deliveries go through
+    view = run_pipeline(shard_records(name=name), name=name, client_hook=lost, observed=observed)
+    # Then the response really was lost, the final state equals one clean pass, nothing went to the
+    # on-failure destination (run_pipeline checks it), and the writer took the retry's answer for
+    # its own success: the same counts and the same calls as the clean pass
+    assert lost.retried
+    assert view == clean_view(name)
+    assert observed == clean_pass(name)[1]
+
+
+@pytest.mark.parametrize(
+    ("write", "second_answer"),
+    [
+        ("PutItem:" + RUN_STATS, "ConditionalCheckFailedException"),  # the run item's commit
+        # moto ignores the transaction's ClientRequestToken (DynamoDB would answer success)
+        ("TransactWriteItems:" + MESSAGES, "TransactionCanceledException"),  # archive chunk + run item
+        ("PutItem:" + TENDENCY, "ConditionalCheckFailedException"),
+        ("PutItem:" + REJECTS, "ok"),  # unconditional, keyed by the eventID
+    ],
+)
+def test_a_lost_response_is_recognised_as_the_writers_own_success(write: str, second_answer: str) -> None:
+    # Given the tight scenario, and the first write of one kind applied with its response lost
+    at = next(number for number, operation in enumerate(write_operations("tight"), 1) if operation.startswith(write))
+    lost = LostResponse(at=at)
+    observed = Observed()
+    # When botocore's retry sends it again
+    view = run_pipeline(shard_records(name="tight"), name="tight", client_hook=lost, observed=observed)
+    # Then the retry met the write's own success (a conditional write fails its condition against it)
+    assert (lost.chosen.startswith(write), lost.retried, lost.second_answer) == (True, True, second_answer)
+    # and the writer recognised it: no message counted as a duplicate of itself, no commit retried,
+    # no re-read, and the state of a clean pass
+    clean, clean_observed = clean_pass("tight")
+    assert observed.counts == clean_observed.counts
+    assert observed.calls == clean_observed.calls
+    assert view == clean
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["put", "transaction"])
+def test_a_rivals_write_over_the_same_version_is_still_a_conflict(chunked: bool) -> None:
+    # Given a run item and a tendency record written as version 1 by a rival
+    key = RunKey(7, 70)
+    messages = tuple(ArchivedMessage(seq, 1_000 * seq, Decimal(10)) for seq in (1, 2))
+    rival = RunContext(key, version=1, high_water=2, total_meters=Decimal(20), first_ts=1_000, last_ts=2_000, message_count=2)
+    ours = replace(rival, total_meters=Decimal(25), archive_chunks=1) if chunked else replace(rival, pending=messages)
+    rival_tendency = UserTendency(7, current=TendencySlot(70, 1_000, "fine"))
+    with mock_aws():
+        world = new_world()
+        store = DynamoRunStatsStore(world.settings.tables, client=world.client)
+        store.commit(rival, None)
+        store.save_tendency(rival_tendency)
+        # When our writes over the same version meet the rival's items
+        # Then they are conflicts, not our own success: the condition found another writer's item
+        with pytest.raises(VersionConflict):
+            store.commit(ours, ArchiveChunk(key, 0, messages) if chunked else None)
+        with pytest.raises(VersionConflict):
+            store.save_tendency(replace(rival_tendency, current=TendencySlot(71, 1_000, "fine")))
+        # while the rival sending its own writes again meets its own success
+        store.commit(rival, None)
+        store.save_tendency(rival_tendency)
+        assert world.view().runs[(7, 70)].total_meters == Decimal(20)
 
 
 def test_crash_with_bisect_on_error() -> None:

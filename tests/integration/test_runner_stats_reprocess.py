@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from moto import mock_aws
 
 from devtools.esm import lambda_event, records_from_payloads
-from devtools.runner_world import RunnerStatsWorld
+from devtools.faults import LostResponse
+from devtools.runner_world import RunnerStatsWorld, new_client
 from devtools.state import PipelineView
 from devtools.template_resources import Template
 from devtools.workload import Workload, batches, generate
@@ -33,16 +36,20 @@ def workload() -> Workload:
     return generate(seed=31, users=3, runs_per_user=2, messages_per_run=23, resend_rate=0.2, late_rate=0.1)
 
 
-@pytest.fixture
-def piped(moto_aws: None, runner_stats_template: Template, workload: Workload) -> Iterator[RunnerStatsWorld]:
+def deliver(template: Template, workload: Workload) -> RunnerStatsWorld:
     """The workload delivered through the pipeline in batches of 15, every batch accepted."""
-    world = RunnerStatsWorld.create(runner_stats_template, settings_overrides=SETTINGS)
+    world = RunnerStatsWorld.create(template, settings_overrides=SETTINGS)
     first = 1
     for batch in batches(workload.deliveries, 15):
         event = lambda_event(records_from_payloads([(d.partition_key, d.data) for d in batch], first))
         assert world.invoke(event) == {"batchItemFailures": []}
         first += len(batch)
-    yield world
+    return world
+
+
+@pytest.fixture
+def piped(moto_aws: None, runner_stats_template: Template, workload: Workload) -> Iterator[RunnerStatsWorld]:
+    yield deliver(runner_stats_template, workload)
 
 
 def arguments(world: RunnerStatsWorld, *extra: str) -> list[str]:
@@ -148,6 +155,50 @@ def test_a_damaged_run_is_shown_by_a_dry_run_and_repaired_once_by_apply(piped: R
     assert "0 of 6 rebuilt runs and 0 of 3 tendency records differ" in out
     assert "applied: wrote 0 runs and 0 tendency records" in out
     assert raw_items(piped) == repaired
+
+
+@contextmanager
+def damaged(template: Template, workload: Workload) -> Iterator[RunnerStatsWorld]:
+    """A fresh embedded cloud with the pipeline's result, then one run's totals damaged and its user's tendency record deleted."""
+    with mock_aws():
+        world = deliver(template, workload)
+        key = runs_of(world.view())[3]
+        corrupt_totals(world, key)
+        world.client.delete_item(TableName=world.settings.tables.tendency, Key=to_attributes({"user_id": key.user_id}))
+        yield world
+
+
+@pytest.mark.parametrize(("write_number", "operation"), [(1, "UpdateItem"), (2, "PutItem")])
+def test_an_apply_write_whose_response_is_lost_is_the_tools_own_success(
+    runner_stats_template: Template, workload: Workload, write_number: int, operation: str, capsys: Any
+) -> None:
+    # Given what a clean --apply makes of a damaged run and its user's deleted tendency record
+    with damaged(runner_stats_template, workload) as world:
+        assert runner_stats_reprocess.main(arguments(world, *WHOLE_DAY, "--apply")) == 0
+        clean_apply = raw_items(world)
+    capsys.readouterr()
+    with damaged(runner_stats_template, workload) as world:
+        # When the same --apply runs, and its totals rewrite (1) or its tendency write (2) is applied,
+        # its response lost, and botocore's retry sends it again
+        client = new_client()
+        lost = LostResponse(at=write_number).attach(client)
+        status = runner_stats_reprocess.main(arguments(world, *WHOLE_DAY, "--apply"), dynamodb=client)
+        out = capsys.readouterr().out
+        # Then the retry failed its condition against the tool's own write, and the tool knew it for its own
+        assert (lost.chosen.split(":")[0], lost.retried, lost.second_answer) == (operation, True, "ConditionalCheckFailedException")
+        assert status == 0, out
+        assert "LOST RACE" not in out
+        assert "applied: wrote 1 runs and 1 tendency records" in out
+        # and the repaired state is exactly a clean apply's
+        assert raw_items(world) == clean_apply
+        # When it runs with --apply again
+        status = runner_stats_reprocess.main(arguments(world, *WHOLE_DAY, "--apply"))
+        out = capsys.readouterr().out
+        # Then it finds no diff and writes nothing
+        assert status == 0, out
+        assert "0 of 6 rebuilt runs and 0 of 3 tendency records differ" in out
+        assert "applied: wrote 0 runs and 0 tendency records" in out
+        assert raw_items(world) == clean_apply
 
 
 def test_only_runs_with_archived_messages_in_the_window_are_touched(piped: RunnerStatsWorld, capsys: Any) -> None:
