@@ -27,7 +27,9 @@ execution. Three steps per row:
      row's transformation and store status rows: the new execution writes them again when it gets
      there, so the tables describe only the current generation, as after a first pass. If another
      run or an execution changed the row after it was read, nothing is written and the row is
-     reported.
+     reported. The claim also writes a random token of its own (RedriveToken): a claim that was
+     applied but lost its response fails its conditions when botocore sends it again, and finds
+     its own token on the row, so it goes on to step 2 instead of reporting a change.
   2. StartExecution(name of (id, N), the row as input). The input is the API's single-row
      format, {"rows": [{"StoreRequestId", "tuple"}]}.
   3. RedrivePending is removed.

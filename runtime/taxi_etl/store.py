@@ -10,13 +10,15 @@ The final table holds the typed item of every row that passed all three phases, 
 A redrive (ops/taxi_redrive.py) keeps its bookkeeping on the validation status row, the one row
 every transaction of an id has and the one that holds the raw line: Generation (which transaction
 of the id the status rows describe: absent for the API's, 2 for the first redrive, ...),
-RedrivePending (set when a redrive clears the flag, removed once its execution is started) and
-RedrivenFlag / RedrivenAt (the flag the latest redrive cleared, and when). The phases write a
-status row with UpdateItem, so these attributes survive the redrive's own execution.
+RedrivePending (set when a redrive clears the flag, removed once its execution is started),
+RedrivenFlag / RedrivenAt (the flag the latest redrive cleared, and when) and RedriveToken (the
+latest claim's own random token, by which a claim whose response was lost recognises itself). The
+phases write a status row with UpdateItem, so these attributes survive the redrive's own execution.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,7 +26,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from runtime.shared.dynamo import cancellation_codes, default_client, from_attributes, is_conditional_check_failed, to_attributes
+from runtime.shared.dynamo import (
+    cancellation_codes,
+    cancelled_item,
+    default_client,
+    from_attributes,
+    is_conditional_check_failed,
+    to_attributes,
+)
 from runtime.taxi_etl.trips import Reason
 
 if TYPE_CHECKING:
@@ -39,6 +48,7 @@ GENERATION = "Generation"
 REDRIVE_PENDING = "RedrivePending"
 REDRIVEN_FLAG = "RedrivenFlag"
 REDRIVEN_AT = "RedrivenAt"
+REDRIVE_TOKEN = "RedriveToken"
 FIRST_GENERATION = 1  # the API's transaction; a status row without Generation describes it
 BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem limit
 UNPROCESSED_ATTEMPTS = 5
@@ -205,8 +215,14 @@ class DynamoStatusTable:
         read: this (validation) row gets reason 0, Generation + 1 and RedrivePending, and the rows in
         the `later` phases' tables are deleted (the redrive's execution writes them again). Returns the
         new generation, or None when a row changed since it was read (another run claimed it, or an
-        execution wrote it): then nothing was written."""
+        execution wrote it): then nothing was written.
+
+        The claim carries a token of its own. When the transaction was applied but its response was
+        lost, botocore's retry fails the conditions against the claim itself (DynamoDB would honour
+        the transaction's ClientRequestToken for ten minutes; the code does not rely on it): the
+        validation row then holds our token and generation, and the claim is ours."""
         generation = seen.generation + 1
+        token = uuid.uuid4().hex
         condition, names, values = _unchanged(seen, "a")
         condition += " AND attribute_not_exists(#pending) AND "
         if seen.generation == FIRST_GENERATION:
@@ -221,17 +237,19 @@ class DynamoStatusTable:
             "#pending": REDRIVE_PENDING,
             "#flag": REDRIVEN_FLAG,
             "#at": REDRIVEN_AT,
+            "#token": REDRIVE_TOKEN,
         }
-        values |= {":ok": int(Reason.OK), ":generation": generation, ":pending": True, ":at": at}
+        values |= {":ok": int(Reason.OK), ":generation": generation, ":pending": True, ":at": at, ":token": token}
         values[":flag"] = f"{seen.reason} {seen.detail or ''}: {seen.message or ''}"[:600]
         update = {
             "TableName": self._table,
             "Key": to_attributes({KEY: seen.store_request_id}),
-            "UpdateExpression": "SET #reason = :ok, #generation = :generation, #pending = :pending, #flag = :flag, #at = :at"
-            " REMOVE #detail, #message",
+            "UpdateExpression": "SET #reason = :ok, #generation = :generation, #pending = :pending, #flag = :flag, #at = :at,"
+            " #token = :token REMOVE #detail, #message",
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": to_attributes(values),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         items: list[dict[str, Any]] = [{"Update": update}]
         for table, row in later:
@@ -248,6 +266,9 @@ class DynamoStatusTable:
         try:
             self.client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as err:
+            found = cancelled_item(err, 0)
+            if found is not None and found.get(REDRIVE_TOKEN) == token and found.get(GENERATION) == generation:
+                return generation  # our own claim, applied before its response was lost
             codes = cancellation_codes(err)
             if codes and set(codes) <= {"None", "ConditionalCheckFailed", "TransactionConflict"}:
                 return None

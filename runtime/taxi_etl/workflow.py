@@ -4,13 +4,20 @@ A Standard state machine refuses a second execution with the same name: while th
 StartExecution with the same input answers with the same execution; once it has ended, with
 ExecutionAlreadyExists. The adapter turns the latter into DUPLICATE when the input is the same,
 and into RequestConflict when the name was reused for a different request.
+
+A start that was applied but lost its response is sent again by botocore; if the execution ended
+in between, that retry meets ExecutionAlreadyExists against the call's own start. An execution
+that started after this call was made is this call's (or an identical request's at the same
+moment): STARTED, not DUPLICATE.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +27,14 @@ from runtime.shared.dynamo import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
+
+
+# Clock skew allowed between this process and Step Functions when telling our own start from an earlier one.
+OWN_START_TOLERANCE = timedelta(seconds=1)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 class StartOutcome(StrEnum):
@@ -49,10 +64,13 @@ def default_client() -> SFNClient:
 
 
 class StepFunctionsWorkflow:
-    def __init__(self, state_machine_arn: str, *, deduplicates: bool, client: SFNClient | None = None) -> None:
+    def __init__(
+        self, state_machine_arn: str, *, deduplicates: bool, client: SFNClient | None = None, clock: Callable[[], datetime] = utc_now
+    ) -> None:
         self._arn = state_machine_arn
         self._deduplicates = deduplicates
         self._client = client
+        self._clock = clock
 
     @classmethod
     def for_state_machine(cls, state_machine_arn: str, client: SFNClient | None = None) -> StepFunctionsWorkflow:
@@ -75,6 +93,7 @@ class StepFunctionsWorkflow:
         return f"{self._arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
 
     def start(self, name: str, execution_input: str) -> Start:
+        asked_at = self._clock()
         try:
             response = self.client.start_execution(stateMachineArn=self._arn, name=name, input=execution_input)
         except ClientError as err:
@@ -84,5 +103,7 @@ class StepFunctionsWorkflow:
             first = self.client.describe_execution(executionArn=arn)
             if json.loads(first.get("input") or "null") != json.loads(execution_input):
                 raise RequestConflict(f"{name} was already used for a different request; use a new Idempotency-Key") from err
+            if first["startDate"] >= asked_at - OWN_START_TOLERANCE:
+                return Start(StartOutcome.STARTED, arn)  # our own start, whose response was lost
             return Start(StartOutcome.DUPLICATE, arn)
         return Start(StartOutcome.STARTED, response["executionArn"])

@@ -1,7 +1,8 @@
 """The taxi saga under faults: a crash at every write boundary (before and after each write) of
-every handler, redelivered by the workflow's own Retry, must end exactly like one clean pass.
-Also: crashes around the API's StartExecution with the client's retry, executions of the same
-rows interleaved, and the same rows sent in other orders and groupings.
+every handler, redelivered by the workflow's own Retry, must end exactly like one clean pass; so
+must a write at every position that is applied, loses its response and is sent again by botocore.
+Also: crashes and a lost response around the API's StartExecution with the client's retry,
+executions of the same rows interleaved, and the same rows sent in other orders and groupings.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
+from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld
 from runtime.taxi_etl import workflow
@@ -95,6 +96,42 @@ def test_a_crash_at_any_write_boundary_ends_like_a_clean_pass(
     assert crasher.crashed
     assert len(saga.retry_waits) == 1
     assert state == clean_passes[scenario]["state"]
+
+
+def lost_responses() -> list[tuple[str, int]]:
+    return [(scenario, at) for scenario, writes in CLEAN_WRITES.items() for at in range(1, writes + 1)]
+
+
+@pytest.mark.parametrize(("scenario", "at"), lost_responses())
+def test_a_write_applied_whose_response_is_lost_and_retried_by_the_sdk_ends_like_a_clean_pass(
+    saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]], scenario: str, at: int
+) -> None:
+    # Given write number `at` is applied, its response lost, and botocore sends it again
+    lost = LostResponse(at=at).attach(saga.dynamodb)
+    # When the request is posted
+    state = run(saga, scenario)
+    # Then the retry went out and met the first write's effect: a status begin or a flag is applied
+    # again to the same end, and the trips item's own earlier put is recognised by its content
+    assert lost.retried
+    assert lost.second_answer == ("ConditionalCheckFailedException" if lost.chosen.startswith("PutItem:") else "ok")
+    # and no task failed because of it: nothing was retried by the workflow, and the end state equals the clean pass
+    assert saga.retry_waits == []
+    assert state == clean_passes[scenario]["state"]
+
+
+def test_start_execution_applied_whose_response_is_lost_starts_one_transaction(
+    saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]]
+) -> None:
+    # Given the API's StartExecution is applied, its response lost, and botocore sends it again
+    lost = LostResponse(at=1).attach(workflow.default_client())
+    path, body = SCENARIOS["one good row"]
+    # When the request is posted once
+    status, response = saga.post(path, body)
+    # Then the client is told its request was accepted (not that it is a duplicate of itself),
+    # and one execution ran: the end state is one clean pass
+    assert lost.retried and lost.chosen == "StartExecution:"
+    assert (status, response["duplicate"]) == (202, False)
+    assert end_state(saga) == clean_passes["one good row"]["state"]
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
+from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines, with_columns
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, client
 from ops import taxi_redrive
@@ -212,6 +212,55 @@ def test_a_redrive_that_crashes_at_any_write_is_completed_by_a_rerun_and_stores_
     # and a third run has nothing left to do
     assert redrive(saga) == 0
     assert "redrove 0 rows, completed 0 pending redrives" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("at", range(1, TOOL_WRITES + 1))
+def test_a_redrive_write_applied_whose_response_is_lost_is_recognised_and_the_row_is_redriven_in_one_run(
+    saga: TaxiWorld, capsys: Any, at: int
+) -> None:
+    # Given a row flagged at Store, the store fixed, and the tool's write number `at` applied, its
+    # response lost, and sent again by botocore
+    (store_request_id,) = flagged_at_store(saga, [LINES[0]])
+    dynamodb, stepfunctions = client("dynamodb"), client("stepfunctions")
+    lost = LostResponse(at=at).attach(dynamodb, stepfunctions)
+    # When the operator runs the redrive once
+    assert redrive(saga, dynamodb=dynamodb, stepfunctions=stepfunctions) == 0
+    out = capsys.readouterr().out
+    # Then the retry met the write's own effect, and the tool took it as its own: the row was
+    # redriven as a new start, not reported as changed by someone else or left pending
+    assert lost.retried
+    assert listed(out) == [store_request_id]
+    assert f"as r2-{store_request_id} (started)" in out
+    assert "0 failed" in out
+    # and the row is stored once, by its second generation, and no longer pending
+    assert saga.final_items() == {store_request_id: expected_item(store_request_id, LINES[0])}
+    assert execution_names(saga) == {store_request_id, f"r2-{store_request_id}"}
+    assert reasons(saga, store_request_id) == dict.fromkeys(Phase, 0)
+    assert anchor(saga, store_request_id)["Generation"] == 2 and "RedrivePending" not in anchor(saga, store_request_id)
+
+
+def test_a_rival_run_that_claims_the_row_between_our_read_and_our_claim_wins_and_ours_reports_it(saga: TaxiWorld, capsys: Any) -> None:
+    # Given a row flagged at Store, and a second operator's run that redrives it after our run read
+    # it and just before our claim (so our claim finds the rival's claim, with another token)
+    (store_request_id,) = flagged_at_store(saga, [LINES[0]])
+    dynamodb = client("dynamodb")
+    rival_codes: list[int] = []
+
+    def rival_claims_first(**_: Any) -> None:
+        if not rival_codes:
+            rival_codes.append(redrive(saga))
+
+    dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", rival_claims_first)
+    # When our run claims
+    assert redrive(saga, dynamodb=dynamodb) == 1
+    out = capsys.readouterr().out
+    # Then the rival redrove the row, and ours wrote nothing and reports that the row changed
+    assert rival_codes == [0]
+    assert f"NOT REDRIVEN {store_request_id}: its status rows changed after this run read them" in out
+    # and the row was redriven once: one second generation, stored once
+    assert execution_names(saga) == {store_request_id, f"r2-{store_request_id}"}
+    assert anchor(saga, store_request_id)["Generation"] == 2 and "RedrivePending" not in anchor(saga, store_request_id)
+    assert saga.final_items() == {store_request_id: expected_item(store_request_id, LINES[0])}
 
 
 def test_a_start_refused_leaves_the_row_pending_exits_1_and_a_rerun_completes_it(saga: TaxiWorld, capsys: Any) -> None:

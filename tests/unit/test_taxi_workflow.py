@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -19,6 +19,7 @@ from runtime.taxi_etl.workflow import RequestConflict, Start, StartOutcome, Step
 
 STATE_MACHINE_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:onceflow-dev-taxi"
 EXECUTION_PREFIX = "arn:aws:states:us-east-1:123456789012:execution:onceflow-dev-taxi"
+T0 = datetime(2024, 1, 1, 12, tzinfo=UTC)
 INPUT = '{"rows":[{"StoreRequestId":"k-order-42","tuple":"2,2019-10-23T16:39:42.000"}]}'
 
 
@@ -30,6 +31,7 @@ def client_error(code: str, operation: str) -> ClientError:
 class FakeExecution:
     name: str
     input: str
+    start_date: datetime
     status: str = "RUNNING"
 
 
@@ -39,6 +41,7 @@ class FakeStepFunctions:
     started: list[str] = field(default_factory=list)  # every StartExecution name, in order
     described: list[str] = field(default_factory=list)  # every DescribeExecution ARN, in order
     start_error: str | None = None  # when set, StartExecution fails with this code
+    now: datetime = T0  # the service's clock: an execution's startDate
 
     def start_execution(self, *, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: N803 - the SDK names
         self.started.append(name)
@@ -48,22 +51,29 @@ class FakeStepFunctions:
         existing = self.executions.get(arn)
         if existing is not None and not (existing.status == "RUNNING" and existing.input == input):
             raise client_error("ExecutionAlreadyExists", "StartExecution")
-        self.executions.setdefault(arn, FakeExecution(name, input))
-        return {"executionArn": arn, "startDate": datetime(2024, 1, 1, tzinfo=UTC)}
+        execution = self.executions.setdefault(arn, FakeExecution(name, input, self.now))
+        return {"executionArn": arn, "startDate": execution.start_date}
 
     def describe_execution(self, *, executionArn: str) -> dict[str, Any]:  # noqa: N803 - the SDK's name
         self.described.append(executionArn)
         execution = self.executions.get(executionArn)
         if execution is None:
             raise client_error("ExecutionDoesNotExist", "DescribeExecution")
-        return {"executionArn": executionArn, "name": execution.name, "status": execution.status, "input": execution.input}
+        return {
+            "executionArn": executionArn,
+            "name": execution.name,
+            "status": execution.status,
+            "input": execution.input,
+            "startDate": execution.start_date,
+        }
 
     def finish(self, name: str) -> None:
         self.executions[f"{EXECUTION_PREFIX}:{name}"].status = "SUCCEEDED"
 
 
-def standard(fake: FakeStepFunctions) -> StepFunctionsWorkflow:
-    return StepFunctionsWorkflow(STATE_MACHINE_ARN, deduplicates=True, client=cast(Any, fake))
+def standard(fake: FakeStepFunctions, asked_at: datetime | None = None) -> StepFunctionsWorkflow:
+    """The adapter on `fake`, whose own clock reads `asked_at` (the service's clock by default)."""
+    return StepFunctionsWorkflow(STATE_MACHINE_ARN, deduplicates=True, client=cast(Any, fake), clock=lambda: asked_at or fake.now)
 
 
 def test_a_new_name_starts_an_execution() -> None:
@@ -93,7 +103,8 @@ def test_the_same_request_after_its_execution_ended_is_a_duplicate() -> None:
     fake = FakeStepFunctions()
     standard(fake).start("k-order-42", INPUT)
     fake.finish("k-order-42")
-    # When the same request comes again, its JSON written with other whitespace and key order
+    fake.now += timedelta(seconds=30)
+    # When the same request comes again, 30 s later, its JSON written with other whitespace and key order
     document = json.loads(INPUT)
     reformatted = json.dumps({"rows": [{"tuple": document["rows"][0]["tuple"], "StoreRequestId": "k-order-42"}]}, indent=2)
     assert reformatted != INPUT
@@ -102,6 +113,21 @@ def test_the_same_request_after_its_execution_ended_is_a_duplicate() -> None:
     assert start == Start(StartOutcome.DUPLICATE, f"{EXECUTION_PREFIX}:k-order-42")
     assert fake.described == [f"{EXECUTION_PREFIX}:k-order-42"]
     assert len(fake.executions) == 1
+
+
+@pytest.mark.parametrize(("skew", "outcome"), [(0.0, StartOutcome.STARTED), (0.9, StartOutcome.STARTED), (1.5, StartOutcome.DUPLICATE)])
+def test_a_start_applied_whose_response_was_lost_is_recognised_as_our_own_start(skew: float, outcome: StartOutcome) -> None:
+    # Given our StartExecution landed, its response was lost, and its execution ended before botocore's
+    # retry, which then meets ExecutionAlreadyExists; our clock is `skew` seconds ahead of the service's
+    fake = FakeStepFunctions()
+    asked_at = fake.now + timedelta(seconds=skew)
+    fake.start_execution(stateMachineArn=STATE_MACHINE_ARN, name="k-order-42", input=INPUT)
+    fake.finish("k-order-42")
+    # When the adapter sees that answer for the call it made at `asked_at`
+    start = standard(fake, asked_at=asked_at).start("k-order-42", INPUT)
+    # Then an execution that started after the call was made (within a second's skew) is ours: STARTED;
+    # one that started earlier than that belongs to an earlier request: DUPLICATE
+    assert start == Start(outcome, f"{EXECUTION_PREFIX}:k-order-42")
 
 
 @pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED", "FAILED"])
@@ -125,7 +151,7 @@ def test_a_name_reused_for_a_different_request_is_a_conflict(status: str) -> Non
 def test_an_express_workflow_does_not_deduplicate_and_the_error_propagates() -> None:
     # Given an Express workflow (no name deduplication) whose start is refused as already existing
     fake = FakeStepFunctions()
-    fake.executions[f"{EXECUTION_PREFIX}:k-order-42"] = FakeExecution("k-order-42", INPUT, "SUCCEEDED")
+    fake.executions[f"{EXECUTION_PREFIX}:k-order-42"] = FakeExecution("k-order-42", INPUT, T0, "SUCCEEDED")
     workflow = StepFunctionsWorkflow(STATE_MACHINE_ARN, deduplicates=False, client=cast(Any, fake))
     # When the request starts
     with pytest.raises(ClientError) as raised:
