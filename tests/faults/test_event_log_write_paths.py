@@ -147,27 +147,37 @@ def test_a_router_crash_before_or_after_its_send_is_repaired_by_redelivery(when:
         assert world.verify(LOG) == [], when
 
 
+def completed_payload(world: EventLogWorld, request_id: str) -> str:
+    """A large payload uploaded tagged pending, its entry appended and routed to the payload queue; its key."""
+    key = payload_key(LOG, request_id)
+    world.clients.s3.put_object(Bucket=world.worker.bucket, Key=key, Body=b"big", Tagging=world.api.options.pending_tag)
+    world.service().append(AppendRequest(LOG, request_id, 1, CellEvent(EntryKind.LARGE_PAYLOAD, "A1", payload=PayloadRef(key, 3))))
+    world.route()
+    return key
+
+
+def finalizer_source(world: EventLogWorld, fault: WriteBoundaryCrasher | LostResponse) -> Any:
+    """The payload queue's source, each delivery handled by a finalizer whose S3 client carries `fault`."""
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        clients = Clients.new()
+        fault.attach(clients.s3)
+        return handle_payload_event(
+            event, S3Objects(world.finalizer.bucket, client=clients.s3), SqsQueue(client=clients.sqs), world.finalizer.queue_url
+        )
+
+    source = world.payload_source()
+    source.invoke = invoke
+    return source
+
+
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_finalizer_crash_before_or_after_untagging_is_repaired_by_redelivery(when: str) -> None:
     with fresh_world() as world:
         # Given a completed large payload, and a finalizer that dies at its one write
-        key = payload_key(LOG, "upload-req-0042")
-        world.clients.s3.put_object(Bucket=world.worker.bucket, Key=key, Body=b"big", Tagging=world.api.options.pending_tag)
-        world.service().append(
-            AppendRequest(LOG, "upload-req-0042", 1, CellEvent(EntryKind.LARGE_PAYLOAD, "A1", payload=PayloadRef(key, 3)))
-        )
-        world.route()
+        key = completed_payload(world, "upload-req-0042")
         crasher = WriteBoundaryCrasher(at=1, when=when)
-
-        def invoke(event: dict[str, Any]) -> dict[str, Any]:
-            clients = Clients.new()
-            crasher.attach(clients.s3)
-            return handle_payload_event(
-                event, S3Objects(world.finalizer.bucket, client=clients.s3), SqsQueue(client=clients.sqs), world.finalizer.queue_url
-            )
-
-        source = world.payload_source()
-        source.invoke = invoke
+        source = finalizer_source(world, crasher)
         # When the queue redelivers after the visibility timeout
         world.drain([source])
         # Then the object ends untagged, and the message was delivered twice
@@ -201,23 +211,9 @@ def test_a_lost_response_on_the_routers_send_gives_duplicate_messages_that_build
 def test_a_lost_response_on_the_finalizers_untagging_is_a_harmless_repeat() -> None:
     with fresh_world() as world:
         # Given a completed large payload, routed to the payload queue
-        key = payload_key(LOG, "upload-req-0044")
-        world.clients.s3.put_object(Bucket=world.worker.bucket, Key=key, Body=b"big", Tagging=world.api.options.pending_tag)
-        world.service().append(
-            AppendRequest(LOG, "upload-req-0044", 1, CellEvent(EntryKind.LARGE_PAYLOAD, "A1", payload=PayloadRef(key, 3)))
-        )
-        world.route()
+        key = completed_payload(world, "upload-req-0044")
         lost = LostResponse(at=1)
-
-        def invoke(event: dict[str, Any]) -> dict[str, Any]:
-            clients = Clients.new()
-            lost.attach(clients.s3)
-            return handle_payload_event(
-                event, S3Objects(world.finalizer.bucket, client=clients.s3), SqsQueue(client=clients.sqs), world.finalizer.queue_url
-            )
-
-        source = world.payload_source()
-        source.invoke = invoke
+        source = finalizer_source(world, lost)
         # When the untagging is applied, its response lost, and botocore sends it again
         world.drain([source])
         # Then the repeat succeeds, the message is handled once, and the object is untagged
