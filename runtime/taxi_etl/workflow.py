@@ -7,8 +7,10 @@ and into RequestConflict when the name was reused for a different request.
 
 A start that was applied but lost its response is sent again by botocore; if the execution ended
 in between, that retry meets ExecutionAlreadyExists against the call's own start. An execution
-that started after this call was made is this call's (or an identical request's at the same
-moment): STARTED, not DUPLICATE.
+that started after this call was made is this call's: STARTED, not DUPLICATE. The service's
+startDate is compared with the call's own clock at the service's millisecond resolution; a clock
+ahead of the service's by more than the call's latency only labels our own start a duplicate
+(same execution, same answer otherwise).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,10 +29,6 @@ from runtime.shared.dynamo import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
-
-
-# Clock skew allowed between this process and Step Functions when telling our own start from an earlier one.
-OWN_START_TOLERANCE = timedelta(seconds=1)
 
 
 def utc_now() -> datetime:
@@ -103,7 +101,7 @@ class StepFunctionsWorkflow:
             first = self.client.describe_execution(executionArn=arn)
             if json.loads(first.get("input") or "null") != json.loads(execution_input):
                 raise RequestConflict(f"{name} was already used for a different request; use a new Idempotency-Key") from err
-            if first["startDate"] >= asked_at - OWN_START_TOLERANCE:
+            if first["startDate"] >= asked_at.replace(microsecond=asked_at.microsecond // 1000 * 1000):
                 return Start(StartOutcome.STARTED, arn)  # our own start, whose response was lost
             return Start(StartOutcome.DUPLICATE, arn)
         return Start(StartOutcome.STARTED, response["executionArn"])

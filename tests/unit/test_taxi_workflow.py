@@ -115,18 +115,25 @@ def test_the_same_request_after_its_execution_ended_is_a_duplicate() -> None:
     assert len(fake.executions) == 1
 
 
-@pytest.mark.parametrize(("skew", "outcome"), [(0.0, StartOutcome.STARTED), (0.9, StartOutcome.STARTED), (1.5, StartOutcome.DUPLICATE)])
-def test_a_start_applied_whose_response_was_lost_is_recognised_as_our_own_start(skew: float, outcome: StartOutcome) -> None:
+@pytest.mark.parametrize(
+    ("asked_before_start_ms", "outcome"),
+    [(250.0, StartOutcome.STARTED), (0.0, StartOutcome.STARTED), (-0.4, StartOutcome.STARTED), (-2.0, StartOutcome.DUPLICATE)],
+    ids=["asked-before", "same-ms", "same-ms-by-resolution", "asked-after"],
+)
+def test_a_start_applied_whose_response_was_lost_is_recognised_as_our_own_start(
+    asked_before_start_ms: float, outcome: StartOutcome
+) -> None:
     # Given our StartExecution landed, its response was lost, and its execution ended before botocore's
-    # retry, which then meets ExecutionAlreadyExists; our clock is `skew` seconds ahead of the service's
+    # retry, which then meets ExecutionAlreadyExists; our call was made `asked_before_start_ms` before the
+    # service's startDate (which has millisecond resolution)
     fake = FakeStepFunctions()
-    asked_at = fake.now + timedelta(seconds=skew)
+    asked_at = fake.now - timedelta(milliseconds=asked_before_start_ms)
     fake.start_execution(stateMachineArn=STATE_MACHINE_ARN, name="k-order-42", input=INPUT)
     fake.finish("k-order-42")
     # When the adapter sees that answer for the call it made at `asked_at`
     start = standard(fake, asked_at=asked_at).start("k-order-42", INPUT)
-    # Then an execution that started after the call was made (within a second's skew) is ours: STARTED;
-    # one that started earlier than that belongs to an earlier request: DUPLICATE
+    # Then an execution that started after the call was made (in the same millisecond or later) is ours:
+    # STARTED; one that started before the call belongs to an earlier request: DUPLICATE
     assert start == Start(outcome, f"{EXECUTION_PREFIX}:k-order-42")
 
 
