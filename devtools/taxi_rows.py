@@ -25,7 +25,7 @@ def with_columns(line: str, **changes: str) -> str:
 
 
 def bad_at_validation(line: str) -> str:
-    """Drop-off at midnight of the pick-up's day, so not after it: Validate rejects it (dropoff_not_after_pickup)."""
+    """Drop-off at midnight of the pick-up's day, so before it: Validate rejects it (dropoff_before_pickup)."""
     return with_columns(line, c2=f"{line_columns(line)[PICKUP][:10]}T00:00:00.000")
 
 

@@ -58,7 +58,7 @@ per row, a flag set twice is the same flag), but it is billed twice.
     python -m ops.taxi_redrive --stack Onceflow-prod-TaxiEtl --phase store --detail 'error:*'
     python -m ops.taxi_redrive --stack Onceflow-prod-TaxiEtl --id k-load-2019-10-row-1 --id c-0b5e...
     python -m ops.taxi_redrive --state-machine-arn ARN --trips-table T --validation-status-table V \\
-        --transformation-status-table X --store-status-table S --reason 1 --detail total_amount_mismatch --limit 50
+        --transformation-status-table X --store-status-table S --reason 1 --detail dropoff_not_after_pickup --limit 50
 
 Exit status: 0 when every selected row was redriven (or there was nothing to do); 1 when some rows
 could not be redriven (they are listed, and a rerun retries them); 2 on a usage error.

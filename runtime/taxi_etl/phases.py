@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from runtime.taxi_etl.models import FlagRequest, Phase, PhaseResult, Row, Verdict
 from runtime.taxi_etl.store import FinalTable, PutOutcome, StatusTable, StoreConflict
-from runtime.taxi_etl.trips import Accepted, Rejected, Rule, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.trips import Accepted, Finding, Rejected, Rule, final_item, same_trip, transform_tuple, validate_line
 
 ERROR_DETAIL_PREFIX = "error:"
 
@@ -46,6 +46,7 @@ class StoreReport:
     result: PhaseResult
     stored: int
     already_stored: int
+    findings: tuple[tuple[Finding, int], ...] = ()  # rows this run stored with each finding
 
 
 def run_store(rows: Sequence[Row], status: StatusTable, final: FinalTable) -> StoreReport:
@@ -56,6 +57,7 @@ def run_store(rows: Sequence[Row], status: StatusTable, final: FinalTable) -> St
     """
     verdicts: list[Verdict] = []
     counts = {PutOutcome.STORED: 0, PutOutcome.ALREADY_STORED: 0}
+    findings: Counter[Finding] = Counter()
     conflicts: list[str] = []
     for row in rows:
         flagged = status.begin(row.store_request_id, row.tuple)
@@ -68,14 +70,19 @@ def run_store(rows: Sequence[Row], status: StatusTable, final: FinalTable) -> St
             verdicts.append(Verdict(row.store_request_id, row.tuple, Phase.STORE.reason, Rule.MALFORMED_TUPLE.value, str(err)))
             continue
         try:
-            counts[final.put_once(item)] += 1
+            outcome = final.put_once(item)
         except StoreConflict:
             conflicts.append(row.store_request_id)
             continue
+        counts[outcome] += 1
+        if outcome == PutOutcome.STORED:
+            findings.update(Finding(code) for code in item.get("findings", ()))
         verdicts.append(Verdict(row.store_request_id, row.tuple))
     if conflicts:
         raise StoreConflict(f"{len(conflicts)} row(s) already stored with different content: {', '.join(conflicts[:10])}")
-    return StoreReport(PhaseResult(tuple(verdicts)), counts[PutOutcome.STORED], counts[PutOutcome.ALREADY_STORED])
+    return StoreReport(
+        PhaseResult(tuple(verdicts)), counts[PutOutcome.STORED], counts[PutOutcome.ALREADY_STORED], tuple(sorted(findings.items()))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,6 @@ def _is_stored(stored: Mapping[str, Mapping[str, object]], verdict: Verdict) -> 
     if verdict.store_request_id not in stored:
         return False
     try:
-        return dict(stored[verdict.store_request_id]) == final_item(verdict.store_request_id, verdict.tuple)
+        return same_trip(stored[verdict.store_request_id], final_item(verdict.store_request_id, verdict.tuple))
     except ValueError:
         return False

@@ -3,11 +3,13 @@
 StoreRequestId (also the execution name of a single-row request):
 - `k-<Idempotency-Key>` when the client sends that header (batch rows: `kb-<key>-<line number>`,
   a namespace no single request's id can enter);
-- otherwise `c-<hash of the line>`, so a retried line finds its own transaction.
+- otherwise `c-<hash of the line's canonical spelling>` (trips.canonical_line; the raw line when it
+  does not validate), so a retried line finds its own transaction however it is spelled.
 
 Only what would make a request meaningless is refused here (not text, no line, wrong column
-count, too long, too many lines); a line's content is the Validate phase's to judge, and is
-flagged in the status tables, not refused.
+count, a layout whose columns are not mapped, too long, too many lines); a line's content is the
+Validate phase's to judge, and is flagged in the status tables, not refused. Header lines are
+skipped wherever they are in a batch; a header of an unmapped layout refuses the request.
 """
 
 from __future__ import annotations
@@ -20,12 +22,10 @@ from dataclasses import dataclass
 
 from runtime.shared.consistency import deterministic_id
 from runtime.taxi_etl.models import Row
-from runtime.taxi_etl.trips import line_columns
+from runtime.taxi_etl.trips import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
-COLUMN_COUNTS = (18, 19, 20)
-HEADER_FIRST_CELLS = ("vendorid", "vendor_id")
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -81,7 +81,17 @@ def parse_idempotency_key(header: str | None) -> str | None:
 
 
 def content_id(line: str) -> str:
-    return f"c-{deterministic_id('taxi-row', line)}"
+    return f"c-{deterministic_id('taxi-row', canonical_line(line) or line)}"
+
+
+def _unkeyed(line: str) -> str:
+    """What an unkeyed row submits: its canonical spelling when it validates, so that every spelling of the
+    trip is the same execution input as well as the same id (Standard refuses a name reused with another input)."""
+    return canonical_line(line) or line
+
+
+def _unmapped(schema: Schema) -> str:
+    return f"the {schema} layout is not taken here; send yellow-trip records of 2017 or later, which carry zone ids"
 
 
 def redrive_submission(store_request_id: str, line: str, generation: int) -> Submission:
@@ -102,17 +112,21 @@ def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submissi
     if len(lines) > 1:
         raise InvalidRequest(f"this route takes one CSV line, got {len(lines)}; send several to /trips/batch")
     if _is_header(lines[0]):
+        _check_header(lines[0])
         raise InvalidRequest("the line is a CSV header, not a trip")
     _check_line(lines[0], 1, max_line_bytes)
-    store_request_id = f"k-{key}" if key else content_id(lines[0])
-    return Submission(store_request_id, (Row(store_request_id, lines[0]),), (store_request_id,))
+    line = lines[0] if key else _unkeyed(lines[0])
+    store_request_id = f"k-{key}" if key else content_id(line)
+    return Submission(store_request_id, (Row(store_request_id, line),), (store_request_id,))
 
 
 def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: int) -> Submission:
     lines = _data_lines(text)
-    skipped_header = bool(lines) and _is_header(lines[0])
-    if skipped_header:
-        lines = lines[1:]
+    headers = [line for line in lines if _is_header(line)]
+    for header in headers:
+        _check_header(header)
+    skipped_header = bool(headers)
+    lines = [line for line in lines if not _is_header(line)]
     if not lines:
         raise InvalidRequest("the batch has no CSV line")
     if len(lines) > max_lines:
@@ -121,6 +135,8 @@ def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: i
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise InvalidRequest(f"{len(problems)} of {len(lines)} lines cannot be trips, nothing was accepted: {shown}")
+    if not key:
+        lines = [_unkeyed(line) for line in lines]
     # "kb-" keeps a keyed batch's row ids apart from single keyed ids ("k-<key>"), whatever the keys.
     ids = tuple(f"kb-{key}-{number}" if key else content_id(line) for number, line in enumerate(lines, start=1))
     unique = {store_request_id: Row(store_request_id, line) for store_request_id, line in reversed(list(zip(ids, lines, strict=True)))}
@@ -135,8 +151,16 @@ def _data_lines(text: str) -> list[str]:
 
 
 def _is_header(line: str) -> bool:
-    # A spreadsheet's "CSV UTF-8" starts with a byte-order mark, which str.strip() keeps.
-    return line.split(",", 1)[0].lstrip("\ufeff").strip().strip('"').lower() in HEADER_FIRST_CELLS
+    try:
+        return is_header(line_columns(line))
+    except ValueError:
+        return False
+
+
+def _check_header(line: str) -> None:
+    schema = header_schema(line_columns(line))
+    if schema is not None and not schema.mapped:
+        raise InvalidRequest(f"the CSV header names the {schema} layout; {_unmapped(schema)}")
 
 
 def _check_line(line: str, number: int, max_line_bytes: int) -> None:
@@ -150,9 +174,12 @@ def _line_problem(line: str, number: int, max_line_bytes: int) -> str | None:
     if size > max_line_bytes:
         return f"line {number} is {size} bytes; the limit is {max_line_bytes}"
     try:
-        columns = len(line_columns(line))
+        columns = line_columns(line)
     except ValueError as err:  # an unclosed quote, say
         return f"line {number} is not one well-formed CSV record ({err})"
-    if columns not in COLUMN_COUNTS:
-        return f"line {number} has {columns} columns; a yellow-taxi trip has 18, 19 or 20"
+    schema = row_schema(columns)
+    if schema is None:
+        return f"line {number} has {len(columns)} columns; a yellow-taxi trip has 17 to 20"
+    if not schema.mapped:
+        return f"line {number} has the {schema} layout; {_unmapped(schema)}"
     return None

@@ -34,7 +34,7 @@ from runtime.shared.dynamo import (
     is_conditional_check_failed,
     to_attributes,
 )
-from runtime.taxi_etl.trips import Reason
+from runtime.taxi_etl.trips import Reason, same_trip
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -353,7 +353,7 @@ class DynamoFinalTable:
             if not is_conditional_check_failed(err):
                 raise
             existing = from_attributes(err.response.get("Item", {}))  # type: ignore[arg-type]
-            if existing != dict(item):
+            if not same_trip(existing, item):
                 raise StoreConflict(f"StoreRequestId {item[KEY]} is already stored with different content") from err
             return PutOutcome.ALREADY_STORED
         return PutOutcome.STORED

@@ -5,12 +5,16 @@ handlers call these functions and persist what they return, so a redelivered mes
 same tuple byte for byte.
 
 The column meanings and code tables follow the NYC Taxi & Limousine Commission's
-"Data Dictionary - Yellow Taxi Trip Records". Real TLC data has quirks that are not errors:
-negative amounts (refunds and disputes), passenger_count 0, and many 2019 rows whose
-total_amount leaves out congestion_surcharge. The validator accepts those and rejects only what
-would make a stored trip wrong. Columns the rest of the pipeline does not depend on
-(passenger_count, trip_distance, rate_code_id, store_and_fwd_flag) are blanked rather than
-rejected when their value is unusable, so one bad cell does not lose a trip.
+"Data Dictionary - Yellow Taxi Trip Records", by the edition in force in the trip's year. Real
+TLC data has quirks that are not errors: negative amounts (refunds and disputes), passenger_count
+0, empty codes in 2020 and later (unknown, not wrong), vendor 1 folding the 2.50 congestion
+surcharge into `extra`, and totals that the columns do not add up to. A row that is a real,
+charged trip is stored, and what is odd about it is recorded on the item as findings. Only a row
+that cannot be a trip is rejected: a drop-off strictly before the pick-up, an unparseable field,
+an impossible code, or a schema whose columns are not mapped (the 2009-2016 files with
+coordinates). Columns the rest of the pipeline does not depend on (passenger_count,
+trip_distance, rate_code_id, store_and_fwd_flag) are blanked rather than rejected when their
+value is unusable, so one bad cell does not lose a trip.
 
 TLC records carry New York wall-clock times. The transform converts them to UTC by the US DST
 rule in force since 2007 rather than through zoneinfo: the Lambda asset ships no third-party
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -31,7 +36,8 @@ INPUT_SEPARATOR = ","
 OUTPUT_SEPARATOR = "\t"
 MAX_LINE_BYTES = 4096  # a raw line longer than this (utf-8) is rejected
 
-# Canonical names, in TLC column order. 18 columns for 2019-2021, +airport_fee from 2022, +cbd_congestion_fee from 2025.
+# Canonical names, in TLC column order. 17 columns for 2017-2018, +congestion_surcharge for 2019-2021,
+# +airport_fee from 2022, +cbd_congestion_fee from 2025.
 COLUMNS: tuple[str, ...] = (
     "vendor_id",
     "pickup_datetime",
@@ -54,7 +60,7 @@ COLUMNS: tuple[str, ...] = (
     "airport_fee",
     "cbd_congestion_fee",
 )
-COLUMN_COUNTS: tuple[int, ...] = (18, 19, 20)
+COLUMN_COUNTS: tuple[int, ...] = (17, 18, 19, 20)
 _INDEX: Final = {name: index for index, name in enumerate(COLUMNS)}
 
 # Amounts that must be present, then the surcharges later schemas added or that older rows leave empty (read as 0).
@@ -70,7 +76,10 @@ REQUIRED_AMOUNTS: tuple[str, ...] = (
 OPTIONAL_AMOUNTS: tuple[str, ...] = ("congestion_surcharge", "airport_fee", "cbd_congestion_fee")
 AMOUNTS: tuple[str, ...] = REQUIRED_AMOUNTS + OPTIONAL_AMOUNTS
 MAX_ABS_AMOUNT = Decimal(10000)
-TOTAL_TOLERANCE = Decimal("0.01")
+# What a passenger is charged for, in column order: together they make total_amount (see `charges`).
+CHARGES: tuple[str, ...] = tuple(name for name in AMOUNTS if name != "total_amount")
+UNEXPLAINED = "unexplained"  # the part of total_amount that no charge column explains
+ITEM_VERSION = 2  # the layout of the stored item; 1 (absent) before charges, findings and codes beside names
 MAX_TRIP = timedelta(hours=24)
 MAX_TRIP_DISTANCE = Decimal(1000)
 # TLC yellow data starts in 2009; anything after 2100 is a corrupt year, not a trip.
@@ -79,15 +88,14 @@ LATEST_LOCAL_EXCLUSIVE = datetime(2101, 1, 1)
 LOCATION_IDS = range(1, 266)  # taxi zones 1..263, plus 264 "Unknown" and 265 "Outside of NYC"
 PASSENGER_COUNTS = range(0, 10)
 
-# Code tables of the TLC data dictionary.
-VENDORS: dict[int, str] = {
-    1: "Creative Mobile Technologies",
-    2: "Curb Mobility (formerly VeriFone)",
-    6: "Myle Technologies",
-    7: "Helix",
-}
+# Code tables of the TLC data dictionary, in the wording of the edition in force from a pick-up year on.
+# An empty code is unknown (2020 and later files leave codes empty), never an error.
+VENDOR_EDITIONS: tuple[tuple[int, dict[int, str]], ...] = (
+    (2009, {1: "Creative Mobile Technologies, LLC", 2: "VeriFone Inc."}),
+    (2024, {1: "Creative Mobile Technologies, LLC", 2: "Curb Mobility, LLC", 6: "Myle Technologies Inc", 7: "Helix"}),
+)
 RATE_CODES: dict[int, str] = {
-    1: "Standard",
+    1: "Standard rate",
     2: "JFK",
     3: "Newark",
     4: "Nassau or Westchester",
@@ -95,21 +103,33 @@ RATE_CODES: dict[int, str] = {
     6: "Group ride",
     99: "Null/unknown",
 }
-PAYMENT_TYPES: dict[int, str] = {
-    0: "Flex Fare trip",
-    1: "Credit card",
-    2: "Cash",
-    3: "No charge",
-    4: "Dispute",
-    5: "Unknown",
-    6: "Voided trip",
-}
+_PAYMENTS: Final = {1: "Credit card", 2: "Cash", 3: "No charge", 4: "Dispute", 5: "Unknown", 6: "Voided trip"}
+# Before the 2025 edition, 0 is no code: parquet exports write it for an empty payment_type.
+PAYMENT_EDITIONS: tuple[tuple[int, dict[int, str]], ...] = ((2009, _PAYMENTS), (2025, {0: "Flex Fare trip", **_PAYMENTS}))
+UNKNOWN_PAYMENT_BEFORE_2025 = 0
 STORE_AND_FWD_FLAGS: dict[str, bool] = {"Y": True, "N": False}
-_VENDOR_IDS: Final = {name: code for code, name in VENDORS.items()}
-_RATE_CODE_IDS: Final = {name: code for code, name in RATE_CODES.items()}
-_PAYMENT_TYPE_IDS: Final = {name: code for code, name in PAYMENT_TYPES.items()}
 
-_HEADER_FIRST_CELLS: Final = frozenset({"vendorid", "vendor_id"})
+
+def vendors_in(year: int) -> dict[int, str]:
+    """The vendor codes and names of the data-dictionary edition in force in `year`."""
+    return _edition(VENDOR_EDITIONS, year)
+
+
+def payment_types_in(year: int) -> dict[int, str]:
+    """The payment codes and names of the data-dictionary edition in force in `year`."""
+    return _edition(PAYMENT_EDITIONS, year)
+
+
+def _edition(editions: tuple[tuple[int, dict[int, str]], ...], year: int) -> dict[int, str]:
+    return next(table for since, table in reversed(editions) if year >= since)
+
+
+# Names back to codes, over every edition (no name means two codes).
+_VENDOR_IDS: Final = {name: code for _, table in VENDOR_EDITIONS for code, name in table.items()}
+_RATE_CODE_IDS: Final = {name: code for code, name in RATE_CODES.items()}
+_PAYMENT_TYPE_IDS: Final = {name: code for _, table in PAYMENT_EDITIONS for code, name in table.items()}
+
+_HEADER_FIRST_CELLS: Final = frozenset({"vendorid", "vendor_id", "vendor_name"})
 _CENT: Final = Decimal("0.01")
 _MAX_SHOWN = 40
 _UTC_FORMAT: Final = "%Y-%m-%dT%H:%M:%SZ"
@@ -119,22 +139,72 @@ class Rule(StrEnum):
     """Why a row was rejected or failed; the values are the documented detail strings."""
 
     # validation (reason code 1)
-    COLUMN_COUNT = "column_count"  # not 18, 19 or 20 columns (also: not one well-formed CSV record)
+    COLUMN_COUNT = "column_count"  # not 17 to 20 columns (also: not one well-formed CSV record)
     LINE_TOO_LONG = "line_too_long"  # more than MAX_LINE_BYTES utf-8 bytes
     HEADER_LINE = "header_line"  # the line is a CSV header (first cell vendorid/VendorID)
-    VENDOR = "vendor"  # vendor_id is not a TLC vendor code
+    UNSUPPORTED_SCHEMA = "unsupported_schema"  # a 2009-2016 record with coordinates: its columns are not mapped
+    VENDOR = "vendor"  # vendor_id is not a vendor code of the pick-up year's data dictionary
     PICKUP_DATETIME = "pickup_datetime"  # unparseable, or outside 2009-01-01..2100-12-31
     DROPOFF_DATETIME = "dropoff_datetime"  # unparseable, or outside 2009-01-01..2100-12-31
     PICKUP_LOCATION = "pickup_location"  # pu_location_id is not a taxi zone 1..265
     DROPOFF_LOCATION = "dropoff_location"  # do_location_id is not a taxi zone 1..265
-    PAYMENT_TYPE = "payment_type"  # payment_type is not a TLC payment code
+    PAYMENT_TYPE = "payment_type"  # payment_type is not a payment code of the pick-up year's data dictionary
     AMOUNT = "amount"  # an amount column is not a decimal with <=2 places within +-10000
-    DROPOFF_NOT_AFTER_PICKUP = "dropoff_not_after_pickup"  # the drop-off is at or before the pick-up
+    DROPOFF_BEFORE_PICKUP = "dropoff_before_pickup"  # the drop-off is strictly before the pick-up
     TRIP_TOO_LONG = "trip_too_long"  # longer than 24 h
-    TOTAL_MISMATCH = "total_amount_mismatch"  # total_amount is neither the parts with nor without congestion_surcharge
     # transformation (reason code 2)
     NONEXISTENT_LOCAL_TIME = "nonexistent_local_time"  # falls in the spring-forward gap (e.g. 2019-03-10 02:30)
     MALFORMED_TUPLE = "malformed_tuple"  # the transform input isn't a validated tuple
+
+
+class Finding(StrEnum):
+    """What is odd about a stored trip. A finding never loses the trip; it is kept on the item and counted."""
+
+    TOTAL_AMOUNT_MISMATCH = "total_amount_mismatch"  # total_amount is not the sum of the charges; the rest is `unexplained`
+    DROPOFF_EQUALS_PICKUP = "dropoff_equals_pickup"  # zero duration, to the second (a fare was still charged)
+
+
+class Schema(StrEnum):
+    """The yellow-trip record layouts, by the years that used them."""
+
+    YELLOW_2017 = "yellow 2017-2018 (17 columns)"
+    YELLOW_2019 = "yellow 2019-2021 (18 columns, congestion_surcharge)"
+    YELLOW_2022 = "yellow 2022-2024 (19 columns, airport_fee)"
+    YELLOW_2025 = "yellow 2025 and later (20 columns, cbd_congestion_fee)"
+    YELLOW_2009 = "yellow 2009-2014 (18 columns, coordinates, no zone ids)"
+    YELLOW_2015 = "yellow 2015-2016 (19 columns, coordinates, no zone ids)"
+
+    @property
+    def mapped(self) -> bool:
+        return self not in (Schema.YELLOW_2009, Schema.YELLOW_2015)
+
+
+SCHEMA_BY_COLUMNS: Final = {17: Schema.YELLOW_2017, 18: Schema.YELLOW_2019, 19: Schema.YELLOW_2022, 20: Schema.YELLOW_2025}
+LEGACY_BY_COLUMNS: Final = {18: Schema.YELLOW_2009, 19: Schema.YELLOW_2015}
+LEGACY_VENDOR_NAMES: Final = frozenset({"VTS", "CMT", "DDS"})  # the 2009 files name the vendor
+_NUMBER: Final = re.compile(r"[+-]?\d+(?:\.\d*)?")
+
+
+def header_schema(columns: list[str]) -> Schema | None:
+    """The schema a CSV header names; None for a header of no yellow-trip layout."""
+    names = [column.strip().lstrip("\ufeff").strip().lower() for column in columns]
+    if any("longitude" in name or name.endswith("_lon") for name in names):
+        return LEGACY_BY_COLUMNS.get(len(names))
+    return SCHEMA_BY_COLUMNS.get(len(names)) if "pulocationid" in names else None
+
+
+def row_schema(columns: list[str]) -> Schema | None:
+    """The schema of a data record, by its shape: in the 2009-2016 layouts a coordinate stands where
+    store_and_fwd_flag is, and the 2009 files name their vendor (VTS, CMT, DDS) instead of coding it."""
+    if len(columns) in LEGACY_BY_COLUMNS:
+        flag_cell, vendor = columns[6].strip(), columns[0].strip().lstrip("\ufeff")
+        if (flag_cell not in STORE_AND_FWD_FLAGS and _NUMBER.fullmatch(flag_cell)) or vendor in LEGACY_VENDOR_NAMES:
+            return LEGACY_BY_COLUMNS[len(columns)]
+    return SCHEMA_BY_COLUMNS.get(len(columns))
+
+
+def is_header(columns: list[str]) -> bool:
+    return bool(columns) and columns[0].strip().lstrip("\ufeff").strip().lower() in _HEADER_FIRST_CELLS
 
 
 class Reason(IntEnum):
@@ -282,7 +352,7 @@ class _Row:
 
     cells: tuple[str, ...]  # stripped, with blanked cells empty; as many as the input had
     blanked: _Names
-    vendor_id: int
+    vendor_id: int | None  # None: unknown (an empty code)
     pickup: datetime
     dropoff: datetime
     passenger_count: int | None
@@ -291,16 +361,19 @@ class _Row:
     store_and_fwd: str  # "Y", "N" or ""
     pu_location_id: int
     do_location_id: int
-    payment_type: int
+    payment_type: int | None  # None: unknown (an empty code, or 0 before the 2025 edition)
     amounts: dict[str, Decimal]  # every name in AMOUNTS; absent or empty optional fees are 0
 
 
 def _check(columns: list[str]) -> _Row | Rejected:
     """Validate split columns. Shared by validate_line and transform_tuple, so a validated tuple is a fixed point."""
-    if columns and columns[0].strip().lstrip("\ufeff").strip().lower() in _HEADER_FIRST_CELLS:
+    if is_header(columns):
         return Rejected(Rule.HEADER_LINE, f"vendor_id: {_show(columns[0])} is a CSV header cell, not a vendor code")
-    if len(columns) not in COLUMN_COUNTS:
-        return Rejected(Rule.COLUMN_COUNT, f"expected 18, 19 or 20 columns, got {len(columns)}")
+    schema = row_schema(columns)
+    if schema is None:
+        return Rejected(Rule.COLUMN_COUNT, f"expected 17 to 20 columns, got {len(columns)}")
+    if not schema.mapped:
+        return Rejected(Rule.UNSUPPORTED_SCHEMA, f"the record has the {schema} layout, whose columns are not mapped")
     cells = [cell.strip() for cell in columns]  # stray blanks around a value do not change its meaning
     blanked: list[str] = []
 
@@ -312,10 +385,6 @@ def _check(columns: list[str]) -> _Row | Rejected:
         cells[_INDEX[name]] = ""
         blanked.append(name)
 
-    vendor_id = _parse_code(cell("vendor_id"))
-    if vendor_id is None or vendor_id not in VENDORS:
-        return Rejected(Rule.VENDOR, f"vendor_id: {_show(cell('vendor_id'))} is not a TLC vendor code {sorted(VENDORS)}")
-
     moments: list[datetime] = []
     for name, rule in (("pickup_datetime", Rule.PICKUP_DATETIME), ("dropoff_datetime", Rule.DROPOFF_DATETIME)):
         moment = parse_local_datetime(cell(name))
@@ -325,6 +394,11 @@ def _check(columns: list[str]) -> _Row | Rejected:
             return Rejected(rule, f"{name}: {_show(cell(name))} is outside 2009-01-01..2100-12-31")
         moments.append(moment)
     pickup, dropoff = moments
+
+    vendors = vendors_in(pickup.year)
+    vendor_id = _parse_code(cell("vendor_id")) if cell("vendor_id") else None
+    if cell("vendor_id") and (vendor_id is None or vendor_id not in vendors):
+        return Rejected(Rule.VENDOR, f"vendor_id: {_show(cell('vendor_id'))} is not a vendor code of {pickup.year} {sorted(vendors)}")
 
     # Unimportant columns: an unusable value is blanked, the trip kept; an empty value is allowed as it is.
     passenger_count = _parse_code(cell("passenger_count")) if cell("passenger_count") else None
@@ -354,9 +428,14 @@ def _check(columns: list[str]) -> _Row | Rejected:
             return Rejected(rule, f"{name}: {_show(cell(name))} is not a taxi zone id 1..265")
         locations.append(location)
 
-    payment_type = _parse_code(cell("payment_type"))
-    if payment_type is None or payment_type not in PAYMENT_TYPES:
-        return Rejected(Rule.PAYMENT_TYPE, f"payment_type: {_show(cell('payment_type'))} is not a TLC payment type {sorted(PAYMENT_TYPES)}")
+    payments = payment_types_in(pickup.year)
+    payment_type = _parse_code(cell("payment_type")) if cell("payment_type") else None
+    if payment_type == UNKNOWN_PAYMENT_BEFORE_2025 and payment_type not in payments:
+        payment_type = None
+    elif cell("payment_type") and (payment_type is None or payment_type not in payments):
+        return Rejected(
+            Rule.PAYMENT_TYPE, f"payment_type: {_show(cell('payment_type'))} is not a payment type of {pickup.year} {sorted(payments)}"
+        )
 
     amounts: dict[str, Decimal] = {}
     for name in AMOUNTS:
@@ -370,10 +449,11 @@ def _check(columns: list[str]) -> _Row | Rejected:
         amounts[name] = parsed
 
     # Wall-clock order equals UTC order: taking the first occurrence of ambiguous times keeps local→UTC strictly increasing.
-    if dropoff <= pickup:
+    # A drop-off equal to the pick-up is a real (charged) trip with a finding; one before it cannot be a trip.
+    if dropoff < pickup:
         return Rejected(
-            Rule.DROPOFF_NOT_AFTER_PICKUP,
-            f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is not after pickup_datetime {_show(cell('pickup_datetime'))}",
+            Rule.DROPOFF_BEFORE_PICKUP,
+            f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is before pickup_datetime {_show(cell('pickup_datetime'))}",
         )
     pickup_utc, dropoff_utc = eastern_to_utc(pickup), eastern_to_utc(dropoff)
     # The elapsed time across a DST change is the UTC difference; a gap time (rejected by the transform) falls back to wall-clock.
@@ -384,17 +464,6 @@ def _check(columns: list[str]) -> _Row | Rejected:
             f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is {duration} after pickup_datetime "
             f"{_show(cell('pickup_datetime'))}, more than 24 h",
         )
-
-    # Many 2019 rows leave congestion_surcharge out of total_amount (the fee was new); both sums are legitimate.
-    parts = sum((amounts[name] for name in AMOUNTS if name not in ("total_amount", "congestion_surcharge")), Decimal(0))
-    total, congestion = amounts["total_amount"], amounts["congestion_surcharge"]
-    if abs(total - (parts + congestion)) > TOTAL_TOLERANCE and abs(total - parts) > TOTAL_TOLERANCE:
-        expected = (
-            f"{_cents(parts + congestion)} (the sum of its parts with congestion_surcharge) or {_cents(parts)} (without it)"
-            if congestion
-            else f"{_cents(parts)} (the sum of its parts)"
-        )
-        return Rejected(Rule.TOTAL_MISMATCH, f"total_amount: {_show(cell('total_amount'))} is not the expected {expected}")
 
     return _Row(
         cells=tuple(cells),
@@ -455,10 +524,40 @@ def validate_line(raw: str) -> Accepted | Rejected:
     return Accepted(tuple=_csv_line(checked.cells), blanked=checked.blanked)
 
 
+_CANONICAL_DATETIME: Final = "%Y-%m-%dT%H:%M:%S.000"  # the NYC Open Data spelling, so most lines are canonical as sent
+_CODE_COLUMNS: Final = ("vendor_id", "passenger_count", "rate_code_id", "pu_location_id", "do_location_id", "payment_type")
+
+
+def canonical_line(raw: str) -> str | None:
+    """One spelling of the trip a line describes, or None when the line does not validate.
+
+    Spellings that validation reads as the same trip give the same text: a byte-order mark, quoted
+    fields, blanks around values, trailing empty columns (a trailing comma), any TLC date format,
+    and codes written as floats ("1.0"). Dates are written as the NYC Open Data export writes them
+    and amounts are kept as written, so a line in that form is its own canonical spelling.
+    """
+    validated = validate_line(raw)
+    if isinstance(validated, Rejected):
+        return None
+    cells = line_columns(validated.tuple)
+    for name in ("pickup_datetime", "dropoff_datetime"):
+        moment = parse_local_datetime(cells[_INDEX[name]])
+        assert moment is not None  # validated
+        cells[_INDEX[name]] = moment.strftime(_CANONICAL_DATETIME)
+    for name in _CODE_COLUMNS:
+        code = _parse_code(cells[_INDEX[name]]) if cells[_INDEX[name]] else None
+        if code is not None:
+            cells[_INDEX[name]] = str(code)
+    while len(cells) > min(COLUMN_COUNTS) and not cells[-1]:
+        cells.pop()
+    return _csv_line(tuple(cells))
+
+
 def transform_tuple(validated: str) -> Accepted | Rejected:
     """Transform a validated tuple into the tab-separated 20-column row the store phase reads.
 
-    Codes become their data-dictionary names, wall-clock times become UTC (`2019-10-23T20:39:42Z`),
+    Codes become their names in the pick-up year's data-dictionary edition (an unknown code stays
+    empty), wall-clock times become UTC (`2019-10-23T20:39:42Z`),
     passenger_count an integer, trip_distance a plain decimal, and every amount two decimal places.
     Empty or absent congestion_surcharge, airport_fee and cbd_congestion_fee become "0.00": the fee
     was not charged, and the store phase then always has ten amounts.
@@ -483,8 +582,9 @@ def transform_tuple(validated: str) -> Accepted | Rejected:
             )
         moments.append(utc.strftime(_UTC_FORMAT))
 
+    year = row.pickup.year
     cells = [
-        VENDORS[row.vendor_id],
+        "" if row.vendor_id is None else vendors_in(year)[row.vendor_id],
         moments[0],
         moments[1],
         "" if row.passenger_count is None else str(row.passenger_count),
@@ -493,7 +593,7 @@ def transform_tuple(validated: str) -> Accepted | Rejected:
         row.store_and_fwd,
         str(row.pu_location_id),
         str(row.do_location_id),
-        PAYMENT_TYPES[row.payment_type],
+        "" if row.payment_type is None else payment_types_in(year)[row.payment_type],
         *(_cents(row.amounts[name]) for name in AMOUNTS),
     ]
     return Accepted(tuple=OUTPUT_SEPARATOR.join(cells))
@@ -526,11 +626,52 @@ def _integer(name: str, text: str, allowed: range) -> int:
     return int(text)
 
 
+def charges(amounts: dict[str, Decimal]) -> dict[str, Decimal]:
+    """The charges of a trip as they add up to its total_amount: every name in CHARGES plus UNEXPLAINED,
+    summing to total_amount exactly.
+
+    In 2019, vendor 1 folds the congestion surcharge into `extra` (3.50 = 1.00 + 2.50) and fills the
+    surcharge column as well. When the columns exceed the total by exactly congestion_surcharge and
+    `extra` holds that much (same sign), the surcharge is taken out of `extra`. What no column
+    explains is UNEXPLAINED: 0 when the columns add up.
+    """
+    parts = {name: amounts[name] for name in CHARGES}
+    total, congestion, extra = amounts["total_amount"], parts["congestion_surcharge"], parts["extra"]
+    if congestion and sum(parts.values()) - total == congestion and (extra - congestion) * congestion >= 0:
+        parts["extra"] = extra - congestion
+    parts[UNEXPLAINED] = total - sum(parts.values())
+    return parts
+
+
+def findings_of(breakdown: dict[str, Decimal], trip_seconds: int) -> tuple[Finding, ...]:
+    found = []
+    if breakdown[UNEXPLAINED]:
+        found.append(Finding.TOTAL_AMOUNT_MISMATCH)
+    if trip_seconds == 0:
+        found.append(Finding.DROPOFF_EQUALS_PICKUP)
+    return tuple(sorted(found))
+
+
+# What identifies a stored trip across item layouts: an item stored by an older layout is the same trip
+# when these agree (its other attributes were derived differently, not from another row).
+TRIP_IDENTITY: tuple[str, ...] = ("StoreRequestId", "pickup_at", "dropoff_at", "pu_location_id", "do_location_id", *AMOUNTS)
+
+
+def same_trip(stored: Mapping[str, Any], item: Mapping[str, Any]) -> bool:
+    """`stored` is `item` already written: equal whole in the same layout, equal in TRIP_IDENTITY across layouts."""
+    if stored.get("item_version") == item.get("item_version"):
+        return dict(stored) == dict(item)
+    return all(stored.get(name) == item.get(name) for name in TRIP_IDENTITY)
+
+
 def final_item(store_request_id: str, transformed: str) -> dict[str, Any]:
     """The DynamoDB item (TypeSerializer-ready: str, int, bool, Decimal; never float) of one transformed tuple.
 
-    Blank unimportant columns are omitted rather than stored as nulls. Raises ValueError when
-    `transformed` is not a tuple transform_tuple produced.
+    Amounts are kept as the file gave them; `charges` is the normalized breakdown that sums to
+    total_amount, `findings` (omitted when none) what is odd about the trip, and
+    `unexplained_amount` (omitted when 0) the part of the total no column explains. Codes are kept
+    beside their names. Blank unimportant columns are omitted rather than stored as nulls. Raises
+    ValueError when `transformed` is not a tuple transform_tuple produced.
     """
     if not store_request_id:
         raise ValueError("store_request_id must not be empty")
@@ -542,36 +683,43 @@ def final_item(store_request_id: str, transformed: str) -> dict[str, Any]:
     pickup = _utc("pickup_datetime", value["pickup_datetime"])
     dropoff = _utc("dropoff_datetime", value["dropoff_datetime"])
     trip_seconds = int((dropoff - pickup).total_seconds())
-    if not 0 < trip_seconds <= MAX_TRIP.total_seconds():
-        raise ValueError(f"trip_seconds {trip_seconds} is not in 1..{int(MAX_TRIP.total_seconds())}")
+    if not 0 <= trip_seconds <= MAX_TRIP.total_seconds():
+        raise ValueError(f"trip_seconds {trip_seconds} is not in 0..{int(MAX_TRIP.total_seconds())}")
 
     item: dict[str, Any] = {
         "StoreRequestId": store_request_id,
-        "vendor": value["vendor_id"],
-        "vendor_id": _named_code("vendor_id", value["vendor_id"]),
+        "item_version": ITEM_VERSION,
         "pickup_at": value["pickup_datetime"],
         "dropoff_at": value["dropoff_datetime"],
     }
+    for name, named, code in (("vendor_id", "vendor", "vendor_id"), ("rate_code_id", "rate_code", "rate_code_id")):
+        if value[name]:
+            item[named], item[code] = value[name], _named_code(name, value[name])
+    if value["payment_type"]:
+        item["payment_type"], item["payment_type_id"] = value["payment_type"], _named_code("payment_type", value["payment_type"])
     if value["passenger_count"]:
         item["passenger_count"] = _integer("passenger_count", value["passenger_count"], PASSENGER_COUNTS)
     if value["trip_distance"]:
         if not _DISTANCE.fullmatch(value["trip_distance"]):
             raise ValueError(f"trip_distance: {_show(value['trip_distance'])} is not a non-negative decimal")
         item["trip_distance"] = Decimal(value["trip_distance"])
-    if value["rate_code_id"]:
-        _named_code("rate_code_id", value["rate_code_id"])
-        item["rate_code"] = value["rate_code_id"]
     if value["store_and_fwd_flag"]:
         if value["store_and_fwd_flag"] not in STORE_AND_FWD_FLAGS:
             raise ValueError(f"store_and_fwd_flag: {_show(value['store_and_fwd_flag'])} is not Y or N")
         item["store_and_fwd"] = STORE_AND_FWD_FLAGS[value["store_and_fwd_flag"]]
     item["pu_location_id"] = _integer("pu_location_id", value["pu_location_id"], LOCATION_IDS)
     item["do_location_id"] = _integer("do_location_id", value["do_location_id"], LOCATION_IDS)
-    _named_code("payment_type", value["payment_type"])
-    item["payment_type"] = value["payment_type"]
+    amounts: dict[str, Decimal] = {}
     for name in AMOUNTS:
         if not _CENTS_TEXT.fullmatch(value[name]):
             raise ValueError(f"{name}: {_show(value[name])} is not an amount with 2 decimal places")
-        item[name] = Decimal(value[name])
+        amounts[name] = item[name] = Decimal(value[name])
+    breakdown = charges(amounts)
+    item["charges"] = breakdown
+    found = findings_of(breakdown, trip_seconds)
+    if found:
+        item["findings"] = [finding.value for finding in found]
+    if breakdown[UNEXPLAINED]:
+        item["unexplained_amount"] = breakdown[UNEXPLAINED]
     item["trip_seconds"] = trip_seconds
     return item

@@ -57,7 +57,7 @@ def test_a_batch_refusal_names_the_lines_to_fix(saga: TaxiWorld) -> None:
     status, body = saga.post("/trips/batch", "\n".join([GOOD, "1,2,3,4,5", LINES[1]]))
     # Then the message says which line and why
     assert status == 400
-    assert "line 2 has 5 columns; a yellow-taxi trip has 18, 19 or 20" in body["error"]
+    assert "line 2 has 5 columns; a yellow-taxi trip has 17 to 20" in body["error"]
     assert_nothing_happened(saga)
 
 

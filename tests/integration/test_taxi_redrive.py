@@ -153,7 +153,7 @@ def test_a_dry_run_lists_what_it_would_redrive_and_changes_nothing(saga: TaxiWor
     # Then both rows are listed with their phase, reason, detail, generation and message
     assert sorted(listed(out)) == sorted([at_store, at_validation])
     line = next(line for line in out.splitlines() if at_validation in line)
-    assert "validation  reason 1  dropoff_not_after_pickup  generation 1" in line and "pick" in line
+    assert "validation  reason 1  dropoff_before_pickup  generation 1" in line and "pick" in line
     assert "store  reason 3  error:ClientError  generation 1" in next(line for line in out.splitlines() if at_store in line)
     assert "dry run: would redrive 2 rows" in out
     # and nothing changed: status rows, trips and executions

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
+from devtools.taxi_rows import SAMPLE, bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, state_transitions
 from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.models import Phase
@@ -21,6 +21,7 @@ from runtime.taxi_etl.trips import Accepted, Reason, final_item, transform_tuple
 
 LINES = sample_lines()
 GOOD = LINES[0]
+SAMPLE_DIR = SAMPLE.parent
 HEADER = (  # the open-data export's header line
     "vendorid,tpep_pickup_datetime,tpep_dropoff_datetime,passenger_count,trip_distance,ratecodeid,store_and_fwd_flag,"
     "pulocationid,dolocationid,payment_type,fare_amount,extra,mta_tax,tip_amount,tolls_amount,improvement_surcharge,"
@@ -58,7 +59,7 @@ def test_a_good_row_sent_to_the_api_ends_in_the_trips_table(saga: TaxiWorld) -> 
     assert saga.final_items() == {body["StoreRequestId"]: expected_item(body["StoreRequestId"], GOOD)}
     assert reasons(saga, body["StoreRequestId"]) == {Phase.VALIDATION: 0, Phase.TRANSFORMATION: 0, Phase.STORE: 0}
     stored = saga.final_items()[body["StoreRequestId"]]
-    assert stored["pickup_at"] == "2019-10-23T20:39:42Z" and stored["vendor"].startswith("Curb Mobility")
+    assert stored["pickup_at"] == "2019-10-23T20:39:42Z" and stored["vendor"] == "VeriFone Inc."
     # and the store status row keeps the transformed (tab-separated) tuple, the others their input
     rows = saga.status_rows()
     assert rows[Phase.VALIDATION][body["StoreRequestId"]]["RawTuple"] == GOOD
@@ -68,7 +69,7 @@ def test_a_good_row_sent_to_the_api_ends_in_the_trips_table(saga: TaxiWorld) -> 
 @pytest.mark.parametrize(
     ("corrupt", "phase", "detail", "tables"),
     [
-        (bad_at_validation, Phase.VALIDATION, "dropoff_not_after_pickup", (Phase.VALIDATION,)),
+        (bad_at_validation, Phase.VALIDATION, "dropoff_before_pickup", (Phase.VALIDATION,)),
         (bad_at_transformation, Phase.TRANSFORMATION, "nonexistent_local_time", (Phase.VALIDATION, Phase.TRANSFORMATION)),
     ],
 )
@@ -212,3 +213,52 @@ def test_execution_input_is_the_rows_and_their_ids(saga: TaxiWorld) -> None:
     execution_input = json.loads(saga.describe(body["execution"])["input"])
     # Then it is the row under its StoreRequestId (the state machine's documented input)
     assert execution_input == {"rows": [{"StoreRequestId": body["StoreRequestId"], "tuple": GOOD}]}
+
+
+def test_all_2000_real_rows_are_stored_each_with_its_findings(saga: TaxiWorld) -> None:
+    # Given the whole real sample, sent as the portal exports it: header first, in batches of 100
+    batches = [[HEADER, *LINES[start : start + 100]] for start in range(0, len(LINES), 100)]
+    # When every batch is posted
+    for batch in batches:
+        status, _ = saga.post("/trips/batch", "\n".join(batch))
+        assert status == 202
+    # Then every execution succeeded and every one of the 2,000 rows is a trip: none flagged, none dropped
+    assert {saga.describe(execution["name"])["status"] for execution in saga.executions()} == {"SUCCEEDED"}
+    items = saga.final_items()
+    assert set(items) == {content_id(line) for line in LINES}
+    assert all(int(row["StatusReason"]) == 0 for rows in saga.status_rows().values() for row in rows.values())
+    # and the odd ones carry their findings: three totals 1.95 above their columns, one zero-length trip
+    found = Counter(finding for item in items.values() for finding in item.get("findings", []))
+    assert found == Counter({"total_amount_mismatch": 3, "dropoff_equals_pickup": 1})
+    assert sorted(str(item["unexplained_amount"]) for item in items.values() if "unexplained_amount" in item) == ["1.95"] * 3
+    # and on every stored row the normalized charges sum to the total
+    assert all(sum(item["charges"].values()) == item["total_amount"] for item in items.values())
+
+
+def test_every_spelling_of_a_trip_is_stored_once(saga: TaxiWorld) -> None:
+    # Given one real trip, and the spellings other clients send of it
+    cells = GOOD.split(",")
+    tlc_dates = ",".join([cells[0], *(cell.replace("T", " ").removesuffix(".000") for cell in cells[1:3]), *cells[3:]])
+    spellings = [GOOD, GOOD + "  ", ",".join(f'"{cell}"' for cell in cells), GOOD + ",", "\ufeff" + GOOD, tlc_dates]
+    # When each is posted
+    answers = [saga.post("/trips", spelling) for spelling in spellings]
+    # Then the first starts the transaction and the others are its duplicates: one execution, one trip
+    assert [status for status, _ in answers] == [202] + [200] * (len(spellings) - 1)
+    assert {body["StoreRequestId"] for _, body in answers} == {content_id(GOOD)}
+    assert len(saga.executions()) == 1
+    assert list(saga.final_items()) == [content_id(GOOD)]
+
+
+def test_a_2020_row_with_empty_codes_is_stored_and_a_2009_row_is_refused_naming_its_layout(saga: TaxiWorld) -> None:
+    # Given a 2020 TLC row with empty VendorID, passenger_count, RatecodeID, store_and_fwd_flag and
+    # payment_type, and a 2009 row (coordinates, vendor named VTS)
+    rows = json.loads((SAMPLE_DIR / "schema_rows.json").read_text(encoding="utf-8"))
+    # When both are posted
+    stored_status, stored = saga.post("/trips", rows["yellow_2020_empty_codes"]["row"])
+    refused_status, refused = saga.post("/trips", rows["yellow_2009"]["row"])
+    # Then the 2020 row is a stored trip with its codes unknown, and the 2009 row a 400 that names its layout
+    assert stored_status == 202 and saga.describe(stored["execution"])["status"] == "SUCCEEDED"
+    item = saga.final_items()[stored["StoreRequestId"]]
+    assert "vendor_id" not in item and "payment_type" not in item and item["do_location_id"] == 47
+    assert refused_status == 400 and "yellow 2009-2014" in refused["error"]
+    assert len(saga.executions()) == 1

@@ -1,5 +1,6 @@
-"""The flag step's metrics: what the saga's alarms (executions per phase) and dashboard (rows per
-phase and reason) read. Each is its own EMF record on stdout, as CloudWatch Logs receives it."""
+"""The flag step's and the store's metrics: what the saga's alarms (executions per phase) and dashboard
+(rows per phase and reason, rows stored with each finding) read, as EMF records on stdout, as
+CloudWatch Logs receives them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from runtime.shared.observability import metrics
 from runtime.taxi_etl.flag_handler import handle_flag
 from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.store_handler import handle_store
 from runtime.taxi_etl.trips import final_item
-from tests.unit.test_taxi_phases import GOOD, OTHER, Tables, given_to
+from tests.unit.test_taxi_phases import GOOD, OTHER, Tables, given_to, sample_line, transformed
 
 NAMESPACE = "onceflow-tests"  # POWERTOOLS_METRICS_NAMESPACE in tests/conftest.py
 
@@ -44,9 +47,9 @@ def test_a_phase_with_rejections_counts_one_execution_and_the_rows_per_reason(ca
     tables = Tables()
     state = {
         "rejected": [
-            rejected("c-1", GOOD, "dropoff_not_after_pickup"),
-            rejected("c-2", OTHER, "dropoff_not_after_pickup"),
-            rejected("c-3", GOOD + "x", "total_amount_mismatch"),
+            rejected("c-1", GOOD, "dropoff_before_pickup"),
+            rejected("c-2", OTHER, "dropoff_before_pickup"),
+            rejected("c-3", GOOD + "x", "vendor"),
         ]
     }
     # When the flag step runs
@@ -56,8 +59,8 @@ def test_a_phase_with_rejections_counts_one_execution_and_the_rows_per_reason(ca
     assert outcome["flagged"] == 3
     assert published(emf_records(capsys.readouterr().out)) == {
         ("ExecutionsFlagged", (("phase", "validation"), service)): 1,
-        ("RowsFlagged", (("phase", "validation"), ("reason", "dropoff_not_after_pickup"), service)): 2,
-        ("RowsFlagged", (("phase", "validation"), ("reason", "total_amount_mismatch"), service)): 1,
+        ("RowsFlagged", (("phase", "validation"), ("reason", "dropoff_before_pickup"), service)): 2,
+        ("RowsFlagged", (("phase", "validation"), ("reason", "vendor"), service)): 1,
     }
 
 
@@ -96,9 +99,34 @@ def test_disabled_metrics_print_nothing(capsys: pytest.CaptureFixture[str], monk
     # Given metrics switched off the Powertools way (the demo does this)
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     tables = Tables()
-    state = {"rejected": [rejected("c-1", GOOD, "dropoff_not_after_pickup")]}
+    state = {"rejected": [rejected("c-1", GOOD, "dropoff_before_pickup")]}
     # When the flag step flags a row
     outcome = handle_flag({"phase": "validation", "state": state}, tables.ports(), tables.final)
     # Then the row is flagged, and no EMF record is written
     assert outcome["flagged"] == 1
     assert emf_records(capsys.readouterr().out) == []
+
+
+def test_the_store_counts_rows_stored_with_each_finding_once(capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a store input of three real trips: a plain one, one whose total is 1.95 above its columns
+    # (file line 875) and one that ends at its pick-up second (file line 731)
+    mismatch, zero_length = sample_line(875), sample_line(731)
+    tables = Tables()
+    rows = [{"StoreRequestId": f"c-{n}", "tuple": transformed(line)} for n, line in enumerate((GOOD, mismatch, zero_length))]
+    # When the store runs twice on it (a retried task)
+    published_by_run, counted = [], []
+    for _run in range(2):
+        handle_store({"rows": rows}, tables.status[Phase.STORE], tables.final)
+        published_by_run.append(published(emf_records(capsys.readouterr().out)))
+        # (the handler's decorator flushes these two at the end of the invocation; read them before that)
+        counted.append({name: metrics.metric_set[name]["Value"] for name in ("RowsStored", "RowsAlreadyStored")})
+        metrics.clear_metrics()
+    first, again = published_by_run
+    # Then the first run counts each finding on the rows it stored, by finding; the retry stores nothing and counts none
+    service = ("service", "tests")
+    assert {key: value for key, value in first.items() if key[0] == "RowsStoredWithFinding"} == {
+        ("RowsStoredWithFinding", (("finding", "dropoff_equals_pickup"), service)): 1,
+        ("RowsStoredWithFinding", (("finding", "total_amount_mismatch"), service)): 1,
+    }
+    assert again == {}
+    assert counted == [{"RowsStored": [3.0], "RowsAlreadyStored": [0.0]}, {"RowsStored": [0.0], "RowsAlreadyStored": [3.0]}]

@@ -43,7 +43,7 @@ BAD_LOCATION = GOOD.replace(",138,", ",999,", 1)  # pu_location_id 999 is no tax
 IN_THE_GAP = GOOD.replace("2019-10-23T16:39:42.000", "2019-03-10T02:30:00.000").replace(
     "2019-10-23T17:14:10.000", "2019-03-10T03:14:10.000"
 )
-NOT_A_TRANSFORMED_TUPLE = "Curb Mobility (formerly VeriFone)\tnot a time"
+NOT_A_TRANSFORMED_TUPLE = "VeriFone Inc.\tnot a time"
 
 
 def validated(line: str) -> str:

@@ -557,3 +557,49 @@ def test_every_execution_name_and_row_id_is_a_step_functions_name() -> None:
     # And the rows' ids are exactly the ids of the lines, each once
     for submission in submissions:
         assert [row.store_request_id for row in submission.rows] == list(dict.fromkeys(submission.store_request_ids))
+
+
+SCHEMA_ROWS = json.loads((SAMPLE.parent / "schema_rows.json").read_text(encoding="utf-8"))
+
+
+def test_a_header_anywhere_in_a_batch_is_skipped_not_made_a_row() -> None:
+    # Given two files pasted one after the other: header, trip, header, trip
+    # When it is parsed as a batch
+    submission = batch("\n".join([HEADER, GOOD, HEADER.replace("vendorid", "VendorID"), OTHER]))
+    # Then neither header is a row (no id, no status row later), and the trips are numbered as data lines
+    assert submission.skipped_header is True
+    assert submission.store_request_ids == (content_id(GOOD), content_id(OTHER))
+
+
+@pytest.mark.parametrize("layout", ["yellow_2009", "yellow_2015"])
+def test_a_layout_with_coordinates_is_refused_naming_it_by_header_or_by_row(layout: str) -> None:
+    # Given the header, and a data row, of a 2009-2014 or 2015-2016 file (coordinates, no zone ids)
+    header, row = SCHEMA_ROWS[layout]["header"], SCHEMA_ROWS[layout]["row"]
+    year = layout.removeprefix("yellow_")
+    # When they are sent to either route
+    # Then each is refused with a 400 that names the layout (not a 202 and a flag per cell)
+    for send in (lambda: single(header), lambda: single(row), lambda: batch(header + "\n" + GOOD), lambda: batch(GOOD + "\n" + row)):
+        with pytest.raises(InvalidRequest, match=f"yellow {year}-") as refused:
+            send()
+        assert not isinstance(refused.value, PayloadTooLarge)
+
+
+@pytest.mark.parametrize("layout", ["yellow_2017", "yellow_2020_empty_codes", "yellow_2025"])
+def test_a_mapped_layout_is_taken_with_its_header_skipped(layout: str) -> None:
+    # Given a file of 2017, 2020 (with empty codes) or 2025, header first
+    header, row = SCHEMA_ROWS[layout]["header"], SCHEMA_ROWS[layout]["row"]
+    # When it is sent as a batch
+    submission = batch(header + "\n" + row)
+    # Then the header is skipped and the row is taken under its content id
+    assert submission.store_request_ids == (content_id(row),)
+
+
+def test_every_spelling_of_a_trip_gets_the_same_content_id() -> None:
+    # Given a real row as the portal exports it, and the spellings other clients send
+    cells = GOOD.split(",")
+    tlc_dates = ",".join([cells[0], *(cell.replace("T", " ").removesuffix(".000") for cell in cells[1:3]), *cells[3:]])
+    variants = [GOOD + "  ", ",".join(f'"{cell}"' for cell in cells), GOOD + ",", "\ufeff" + GOOD, tlc_dates]
+    # When each is parsed on the single route
+    ids = {single(variant).store_request_ids[0] for variant in variants}
+    # Then they are one trip: the id of the row as exported
+    assert ids == {content_id(GOOD)}
