@@ -26,6 +26,9 @@ class RunView:
     high_water: int
     gaps: tuple[tuple[int, int], ...]
     archived: tuple[ArchivedMessage, ...]
+    held: tuple[ArchivedMessage, ...] = ()  # suspect jumps held in the run item, by sequence
+    closed: tuple[tuple[int, int], ...] = ()
+    forgotten: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ def capture(client: Any, tables: RunStatsTables) -> PipelineView:
             high_water=context.high_water,
             gaps=context.gaps,
             archived=archived,
+            held=tuple(sorted(context.held, key=lambda m: m.sequence_id)),
+            closed=context.closed,
+            forgotten=context.forgotten,
         )
     tendencies: dict[int, tuple[int | None, str | None, int | None, str | None]] = {}
     for item in _scan(client, tables.tendency):

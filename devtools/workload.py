@@ -8,7 +8,15 @@ delta since that device's previous message. Deliveries model what a Kinesis cons
   (the original delivery never happens);
 * ``resend``: independently, a ``resend_rate`` fraction of messages arrive once more, byte-identical,
   0-120 s after their timestamp;
-* ``malformed``: ``malformed`` extra bad payloads spread uniformly over the stream.
+* ``malformed``: ``malformed`` extra bad payloads spread uniformly over the stream;
+* ``wrong_sequence``: ``wrong_sequences`` extra records that copy a real message but carry a
+  ``sequence_id`` far beyond its run (900,000 + n), arriving right after that message: a device
+  bug the pipeline must hold as a suspect jump without losing the rest of the run;
+* ``bad_clock``: ``bad_clocks`` extra records that copy a real message but are stamped in the year
+  3000, arriving right after it: rejected by the timestamp window around their arrival.
+
+Each delivery carries its arrival time in the stream (``arrival_ms``), which is what Kinesis reports
+as ``approximateArrivalTimestamp``: device timestamps are never after it, and at most 300 s before.
 
 Nothing is arranged to flatter batching: users start at staggered times, so one batch mixes many
 users, and resends and late copies land wherever their arrival time puts them.
@@ -20,7 +28,10 @@ import json
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from devtools.esm import ShardRecord
 
 __all__ = [
     "BASE_EPOCH_MS",
@@ -31,9 +42,10 @@ __all__ = [
     "batches",
     "generate",
     "kinesis_events",
+    "shard_records",
 ]
 
-DeliveryKind = Literal["original", "resend", "late", "malformed"]
+DeliveryKind = Literal["original", "resend", "late", "malformed", "wrong_sequence", "bad_clock"]
 
 # 2017-11-01T13:20:00Z, the era of the sample message in the brief; any fixed instant would do.
 BASE_EPOCH_MS = 1_509_542_400_000
@@ -47,6 +59,8 @@ _LATE_MIN_MS, _LATE_MAX_MS = 60_000, 300_000
 _RESEND_MAX_MS = 120_000
 _DISTANCE_MIN, _DISTANCE_MAX = 60, 130
 _MALFORMED_SHAPES = 7
+_WRONG_SEQUENCE_BASE = 900_000
+_YEAR_3000_MS = 32_503_680_000_000
 
 
 @dataclass(frozen=True)
@@ -101,12 +115,16 @@ def generate(
     late_rate: float = 0.05,
     malformed: int = 0,
     interval_ms: int = 30_000,
+    wrong_sequences: int = 0,
+    bad_clocks: int = 0,
+    base_epoch_ms: int = BASE_EPOCH_MS,
 ) -> Workload:
     """Build a deterministic workload for ``seed``.
 
-    Defaults give 200 x 3 x 60 = 36,000 unique messages and 43,200 deliveries.
+    Defaults give 200 x 3 x 60 = 36,000 unique messages and 43,200 deliveries. ``base_epoch_ms``
+    moves the whole workload in time (a replay into a stream that stamps arrivals with the clock).
     """
-    if min(users, runs_per_user, messages_per_run, malformed) < 0:
+    if min(users, runs_per_user, messages_per_run, malformed, wrong_sequences, bad_clocks) < 0:
         raise ValueError("counts must be >= 0")
     if not (0.0 <= resend_rate <= 1.0 and 0.0 <= late_rate <= 1.0):
         raise ValueError("rates must be within [0, 1]")
@@ -120,7 +138,7 @@ def generate(
     run_id = _FIRST_RUN_ID
     for user_index in range(users):
         user_id = _FIRST_USER_ID + user_index
-        start = BASE_EPOCH_MS + rng.randrange(_START_SPREAD_MS)
+        start = base_epoch_ms + rng.randrange(_START_SPREAD_MS)
         for _ in range(runs_per_user):
             last_ts = start
             for seq in range(1, messages_per_run + 1):
@@ -151,13 +169,30 @@ def generate(
             staged.append((arrival, len(staged), Delivery(arrival, key, data, "resend")))
 
     if malformed:
-        low = min((s[0] for s in staged), default=BASE_EPOCH_MS)
-        high = max((s[0] for s in staged), default=BASE_EPOCH_MS)
+        low = min((s[0] for s in staged), default=base_epoch_ms)
+        high = max((s[0] for s in staged), default=base_epoch_ms)
         for number in range(malformed):
-            template = rng.choice(unique) if unique else DeviceMessage(_FIRST_USER_ID, _FIRST_RUN_ID, 1, BASE_EPOCH_MS, 100)
+            template = rng.choice(unique) if unique else DeviceMessage(_FIRST_USER_ID, _FIRST_RUN_ID, 1, base_epoch_ms, 100)
             arrival = rng.randint(low, high)
             data = _malformed_payload(number, template)
             staged.append((arrival, len(staged), Delivery(arrival, f"malformed-{number}", data, "malformed")))
+
+    # Wrong copies of real messages, each right behind the message it copies (after its
+    # earliest delivery), so that valid messages of the same run follow it.
+    for number in range(wrong_sequences + bad_clocks):
+        if not unique:
+            break
+        template = rng.choice(unique)
+        if number < wrong_sequences:
+            wrong = DeviceMessage(
+                template.user_id, template.run_id, _WRONG_SEQUENCE_BASE + number, template.timestamp_utc, template.distance_meters
+            )
+            kind: DeliveryKind = "wrong_sequence"
+        else:
+            wrong = DeviceMessage(template.user_id, template.run_id, template.sequence_id, _YEAR_3000_MS, template.distance_meters)
+            kind = "bad_clock"
+        arrival = template.timestamp_utc + 1
+        staged.append((arrival, len(staged), Delivery(arrival, str(template.user_id), wrong.to_json(), kind)))
 
     staged.sort(key=lambda s: (s[0], s[1]))
     return Workload(unique=tuple(unique), deliveries=tuple(s[2] for s in staged))
@@ -198,11 +233,22 @@ def batches(deliveries: Sequence[Delivery], size: int) -> Iterator[list[Delivery
         yield list(deliveries[start : start + size])
 
 
+def shard_records(deliveries: Sequence[Delivery], first_sequence: int = 1) -> list[ShardRecord]:
+    """The deliveries as shard records: increasing sequence numbers, and each delivery's arrival
+    time as the record's arrival in the stream (Lambda's ``approximateArrivalTimestamp``)."""
+    from devtools.esm import ShardRecord
+
+    return [
+        ShardRecord(f"{first_sequence + index:056d}", d.partition_key, d.data, arrival_ms=d.arrival_ms)
+        for index, d in enumerate(deliveries)
+    ]
+
+
 def kinesis_events(deliveries: Sequence[Delivery], size: int) -> Iterator[dict[str, Any]]:
     """One Kinesis Lambda event per consecutive batch of ``size`` deliveries, built by the same
     code the event source mapping replay uses (sequence numbers increase across batches)."""
-    from devtools.esm import lambda_event, records_from_payloads
+    from devtools.esm import lambda_event
 
-    records = records_from_payloads([(d.partition_key, d.data) for d in deliveries])
+    records = shard_records(deliveries)
     for start in range(0, len(records), size):
         yield lambda_event(records[start : start + size])

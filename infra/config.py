@@ -33,8 +33,13 @@ class RunnerStatsConfig:
     gap_max_open: int = 64
     archive_chunk_size: int = 20
     commit_attempts: int = 4
-    max_message_bytes: int = 4096
+    # Kinesis's record limit: fields beyond the five known ones (device metadata) are ignored.
+    max_message_bytes: int = 1_048_576
     reject_payload_max_bytes: int = 4096
+    # timestamp_utc must lie within [arrival - max age, arrival + max ahead] of the record's
+    # approximateArrivalTimestamp: a device buffers up to a day offline; clocks drift minutes.
+    timestamp_max_age_seconds: int = 24 * 3600
+    timestamp_max_ahead_seconds: int = 5 * 60
     memory_mb: int = 256
     timeout_seconds: int = 60
 
@@ -69,6 +74,10 @@ class RunnerStatsConfig:
             raise ConfigError("runner_stats.max_message_bytes must be 256..1048576 (Kinesis records are at most 1 MiB)")
         if not 0 <= self.reject_payload_max_bytes <= 65_536:
             raise ConfigError("runner_stats.reject_payload_max_bytes must be 0..65536 (a reject is one DynamoDB item)")
+        if not 60 <= self.timestamp_max_age_seconds <= 30 * 24 * 3600:
+            raise ConfigError("runner_stats.timestamp_max_age_seconds must be 60..2592000 (a minute to 30 days before arrival)")
+        if not 1 <= self.timestamp_max_ahead_seconds <= 24 * 3600:
+            raise ConfigError("runner_stats.timestamp_max_ahead_seconds must be 1..86400 (a second to a day after arrival)")
 
 
 SQS_MAX_VISIBILITY_SECONDS = 12 * 3600

@@ -116,6 +116,8 @@ class RunnerStatsPipeline(Construct):
                     COMMIT_ATTEMPTS=str(settings.commit_attempts),
                     MAX_MESSAGE_BYTES=str(settings.max_message_bytes),
                     REJECT_PAYLOAD_MAX_BYTES=str(settings.reject_payload_max_bytes),
+                    TIMESTAMP_MAX_AGE_SECONDS=str(settings.timestamp_max_age_seconds),
+                    TIMESTAMP_MAX_AHEAD_SECONDS=str(settings.timestamp_max_ahead_seconds),
                 ),
             ),
             config,

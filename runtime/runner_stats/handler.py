@@ -17,6 +17,7 @@ _METRIC_NAMES = {
     "accepted": "AcceptedMessages",
     "duplicate": "DuplicateMessages",
     "stale": "StaleMessages",
+    "suspect": "SuspectJumps",
     "rejected": "RejectedRecords",
     "retried": "CommitRetries",
     "gaps_closed": "GapsClosed",

@@ -7,7 +7,7 @@ one at a time, and it is written once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
@@ -120,11 +120,14 @@ def _close_old_gaps(context: RunContext, policy: FoldPolicy) -> tuple[RunContext
     closed = context.closed
     for seq_range in closing:
         closed = add_range(closed, seq_range)
-    # Only the newest closed ranges are remembered, so the item stays small. A message for a
-    # range forgotten here is then indistinguishable from a duplicate; either way it is not applied.
-    closed = closed[max(0, len(closed) - policy.closed_ranges_kept) :]
+    # Only the newest closed ranges are listed, so the item stays small. The ones dropped here
+    # are summarised by `forgotten`, their highest sequence: below it, a sequence that is not
+    # listed was either applied or closed, and the archive tells which (see `classify`).
+    kept = closed[max(0, len(closed) - policy.closed_ranges_kept) :]
+    dropped = closed[: len(closed) - len(kept)]
+    forgotten = max(context.forgotten, dropped[-1][1]) if dropped else context.forgotten
     count = count_values(closing)
-    return replace(context, gaps=gaps, closed=closed, gaps_closed=context.gaps_closed + count), count
+    return replace(context, gaps=gaps, closed=kept, forgotten=forgotten, gaps_closed=context.gaps_closed + count), count
 
 
 def _apply(context: RunContext, message: ArchivedMessage) -> RunContext:
@@ -140,45 +143,132 @@ def _apply(context: RunContext, message: ArchivedMessage) -> RunContext:
     )
 
 
-def classify(context: RunContext, sequence_id: int) -> Outcome:
-    if sequence_id > context.high_water or contains(context.gaps, sequence_id):
+class AmbiguousSequence(Exception):
+    """A sequence below the forgotten closed ranges, and no archive to tell applied from closed."""
+
+
+def classify(
+    context: RunContext,
+    sequence_id: int,
+    policy: FoldPolicy | None = None,
+    archived: Callable[[int], bool] | None = None,
+) -> Outcome:
+    """What a message with this sequence is to the run as it stands.
+
+    With `policy`, a sequence more than `policy.jump_limit` above the high water is SUSPECT: on its
+    own it would close gaps that valid messages may still fill. `archived` answers "was this
+    sequence applied?" from the run's archive; it is asked only below `context.forgotten`.
+    """
+    if any(held.sequence_id == sequence_id for held in context.held):
+        return Outcome.DUPLICATE  # already received and held
+    if sequence_id > context.high_water:
+        if policy is not None and sequence_id - context.high_water > policy.jump_limit:
+            return Outcome.SUSPECT
+        return Outcome.ACCEPTED
+    if contains(context.gaps, sequence_id):
         return Outcome.ACCEPTED
     if contains(context.closed, sequence_id):
         return Outcome.TOO_LATE
+    if sequence_id <= context.forgotten:
+        if archived is None:
+            raise AmbiguousSequence(f"sequence {sequence_id} of run {context.key} is below its forgotten closed ranges")
+        return Outcome.DUPLICATE if archived(sequence_id) else Outcome.TOO_LATE
     return Outcome.DUPLICATE
 
 
-def fold(context: RunContext, messages: Sequence[PositionedMessage], policy: FoldPolicy) -> FoldResult:
+def _corroborating(held: Sequence[ArchivedMessage], sequence_id: int, limit: int) -> tuple[ArchivedMessage, ...]:
+    """The held messages chained to `sequence_id`, each within `limit` of another member."""
+    group = [sequence_id]
+    members: list[ArchivedMessage] = []
+    rest = list(held)
+    grown = True
+    while grown:
+        grown = False
+        for candidate in list(rest):
+            if any(abs(candidate.sequence_id - seq) <= limit for seq in group):
+                group.append(candidate.sequence_id)
+                members.append(candidate)
+                rest.remove(candidate)
+                grown = True
+    return tuple(members)
+
+
+def fold(
+    context: RunContext,
+    messages: Sequence[PositionedMessage],
+    policy: FoldPolicy,
+    archived: Callable[[int], bool] | None = None,
+) -> FoldResult:
     """Apply one key's messages, in shard order, to the context that was read.
 
     The archive chunk flushed here is made only of the *stored* pending tail, never of this
     batch's messages, so two workers that read the same version flush identical chunks.
+
+    Jumps: a message more than `policy.jump_limit` above the high water is held in the context,
+    not applied (outcome SUSPECT). A later message of the run that jumps as well, to within
+    `jump_limit` of a held one, corroborates it: both are applied (a device that really skipped
+    ahead). A held message whose sequence the run catches up to is applied then. Only the newest
+    `policy.held_kept` are held; every held message is also kept in rejects (`suspect_jump`).
     """
     start = context
     chunk: ArchiveChunk | None = None
     outcomes: list[tuple[PositionedMessage, Outcome]] = []
     gaps_closed = 0
+    released = 0
+
+    def accept(current: RunContext, message: ArchivedMessage) -> RunContext:
+        nonlocal chunk, gaps_closed
+        if chunk is None and len(start.pending) >= policy.archive_chunk_size and current.pending == start.pending:
+            chunk = ArchiveChunk(start.key, start.archive_chunks, start.pending)
+            current = replace(current, pending=(), archive_chunks=start.archive_chunks + 1)
+        seq = message.sequence_id
+        if seq > current.high_water:
+            if seq > current.high_water + 1:
+                current = replace(current, gaps=add_range(current.gaps, (current.high_water + 1, seq - 1)))
+            current = replace(current, high_water=seq)
+        else:
+            current = replace(current, gaps=remove_value(current.gaps, seq))
+        current = _apply(current, message)
+        current, closed_now = _close_old_gaps(current, policy)
+        gaps_closed += closed_now
+        return current
+
+    def release_caught_up(current: RunContext) -> RunContext:
+        """Apply held messages the high water has come within `jump_limit` of."""
+        nonlocal released
+        while True:
+            ready = [m for m in current.held if m.sequence_id - current.high_water <= policy.jump_limit]
+            if not ready:
+                return current
+            message = min(ready, key=lambda m: m.sequence_id)
+            current = replace(current, held=tuple(m for m in current.held if m != message))
+            if message.sequence_id > current.high_water or contains(current.gaps, message.sequence_id):
+                current = accept(current, message)
+                released += 1
+            # else its gap was closed by a corroborated jump past it: it stays a `suspect_jump` reject
+
     for positioned in messages:
         message = positioned.message
-        outcome = classify(context, message.sequence_id)
+        archived_message = ArchivedMessage(message.sequence_id, message.timestamp_utc, message.distance_meters)
+        outcome = classify(context, message.sequence_id, policy, archived)
+        if outcome is Outcome.SUSPECT:
+            group = _corroborating(context.held, message.sequence_id, policy.jump_limit)
+            if group:
+                outcome = Outcome.ACCEPTED
+                context = replace(context, held=tuple(m for m in context.held if m not in group))
+                for member in sorted((*group, archived_message), key=lambda m: m.sequence_id):
+                    context = accept(context, member)
+                released += len(group)
+            else:
+                held = (*context.held, archived_message)
+                context = replace(context, held=held[max(0, len(held) - policy.held_kept) :])
+        elif outcome is Outcome.ACCEPTED:
+            context = accept(context, archived_message)
+        if outcome is Outcome.ACCEPTED:
+            context = release_caught_up(context)
         outcomes.append((positioned, outcome))
-        if outcome is not Outcome.ACCEPTED:
-            continue
-        if chunk is None and len(start.pending) >= policy.archive_chunk_size and context.pending == start.pending:
-            chunk = ArchiveChunk(start.key, start.archive_chunks, start.pending)
-            context = replace(context, pending=(), archive_chunks=start.archive_chunks + 1)
-        seq = message.sequence_id
-        if seq > context.high_water:
-            if seq > context.high_water + 1:
-                context = replace(context, gaps=add_range(context.gaps, (context.high_water + 1, seq - 1)))
-            context = replace(context, high_water=seq)
-        else:
-            context = replace(context, gaps=remove_value(context.gaps, seq))
-        context = _apply(context, ArchivedMessage(seq, message.timestamp_utc, message.distance_meters))
-        context, closed_now = _close_old_gaps(context, policy)
-        gaps_closed += closed_now
     changed = context != start
-    return FoldResult(context, tuple(outcomes), chunk, gaps_closed, changed)
+    return FoldResult(context, tuple(outcomes), chunk, gaps_closed, changed, released)
 
 
 # --- tendency -----------------------------------------------------------------------------------

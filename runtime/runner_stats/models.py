@@ -57,7 +57,30 @@ class RejectReason(StrEnum):
     MISSING_FIELD = "missing_field"
     WRONG_TYPE = "wrong_type"
     OUT_OF_RANGE = "out_of_range"
+    BAD_TIMESTAMP = "bad_timestamp"  # timestamp_utc outside the window around the record's arrival
     TOO_LATE = "too_late"  # valid, but its sequence gap was already closed
+    SUSPECT_JUMP = "suspect_jump"  # jumps the run's high water beyond the gap bounds; held, not applied
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampWindow:
+    """How far a message's `timestamp_utc` may lie before and after its arrival in the stream."""
+
+    max_age_ms: int = 24 * 3600 * 1000
+    max_ahead_ms: int = 5 * 60 * 1000
+
+    def problem(self, timestamp_ms: int, arrival_ms: int) -> str | None:
+        if timestamp_ms < arrival_ms - self.max_age_ms:
+            return (
+                f"timestamp_utc {timestamp_ms} is {(arrival_ms - timestamp_ms) // 1000} s before the record's arrival"
+                f" at {arrival_ms}; at most {self.max_age_ms // 1000} s are allowed"
+            )
+        if timestamp_ms > arrival_ms + self.max_ahead_ms:
+            return (
+                f"timestamp_utc {timestamp_ms} is {(timestamp_ms - arrival_ms) // 1000} s after the record's arrival"
+                f" at {arrival_ms}; at most {self.max_ahead_ms // 1000} s are allowed"
+            )
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +96,7 @@ class Outcome(StrEnum):
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
     TOO_LATE = "too_late"
+    SUSPECT = "suspect"  # held in the run item (and kept in rejects) until corroborated or caught up
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +120,10 @@ class RunContext:
     """The combined item: user-facing run stats plus the dedup record that makes them exact.
 
     `version` is 0 for a run that has no stored item yet. `gaps` are the sequence numbers
-    below `high_water` that have not arrived; `closed` are gaps given up on (bounded list).
+    below `high_water` that have not arrived; `closed` are gaps given up on (the newest ranges,
+    a bounded list); `forgotten` is the highest sequence of the closed ranges no longer listed
+    (0: none), below which only the archive tells an applied sequence from a closed one.
+    `held` are suspect jumps: messages too far above `high_water` to apply yet (bounded).
     `pending` is the archive tail not yet flushed into a chunk.
     """
 
@@ -105,6 +132,8 @@ class RunContext:
     high_water: int = 0
     gaps: tuple[SeqRange, ...] = ()
     closed: tuple[SeqRange, ...] = ()
+    forgotten: int = 0
+    held: tuple[ArchivedMessage, ...] = ()
     gaps_closed: int = 0
     total_meters: Decimal = Decimal(0)
     first_ts: int | None = None
@@ -140,12 +169,19 @@ class UserTendency:
 
 @dataclass(frozen=True, slots=True)
 class FoldPolicy:
-    """How long the dedup record remembers open gaps (by sequence lag and by count)."""
+    """How long the dedup record remembers open gaps (by sequence lag and by count), and how far
+    one message may move the high water on its own (`jump_limit`)."""
 
     gap_max_lag: int = 40
     gap_max_open: int = 64
     closed_ranges_kept: int = 16
     archive_chunk_size: int = 20
+    held_kept: int = 2
+
+    @property
+    def jump_limit(self) -> int:
+        """The largest step above the high water that opens no gap the bounds would close at once."""
+        return min(self.gap_max_lag, self.gap_max_open) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +191,12 @@ class FoldResult:
     chunk: ArchiveChunk | None
     gaps_closed: int = 0
     changed: bool = False
+    released: int = 0  # held messages applied in this fold (corroborated, or the run caught up)
 
     @property
     def too_late(self) -> tuple[PositionedMessage, ...]:
         return tuple(p for p, outcome in self.outcomes if outcome is Outcome.TOO_LATE)
+
+    @property
+    def suspect(self) -> tuple[PositionedMessage, ...]:
+        return tuple(p for p, outcome in self.outcomes if outcome is Outcome.SUSPECT)

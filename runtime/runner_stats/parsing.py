@@ -6,7 +6,7 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from runtime.runner_stats.models import (
@@ -16,14 +16,18 @@ from runtime.runner_stats.models import (
     RejectReason,
     RunKey,
     StreamPosition,
+    TimestampWindow,
 )
 
 REQUIRED_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc", "distance_meters")
 _INTEGER_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc")
 # A device moving faster than this is a broken sensor, not a runner (1 km in 30 s).
 MAX_DISTANCE_PER_MESSAGE = Decimal(1000)
-# Millimetres are the finest distance kept, so sums stay exact and DynamoDB can store them.
+# Millimetres are the finest distance kept, so sums stay exact and DynamoDB can store them. A finer
+# value (a JSON double such as 83.41562937271542, a float artefact such as 110.00000000000001) is
+# rounded to millimetres, half to even, from the decimal digits as written (never through a float).
 DISTANCE_QUANTUM = Decimal("0.001")
+DISTANCE_ROUNDING = ROUND_HALF_EVEN
 # Ids and timestamps must fit a signed 64-bit integer (and so DynamoDB's 38-digit numbers).
 MAX_INTEGER = 2**63 - 1
 # A run of a year at one message per 30 s; a larger number is a broken device, and accepting
@@ -41,7 +45,22 @@ def position_of(record: Mapping[str, Any]) -> StreamPosition:
     )
 
 
-def parse_record(record: Mapping[str, Any], *, max_bytes: int) -> PositionedMessage | Rejection:
+def arrival_ms_of(record: Mapping[str, Any]) -> int | None:
+    """The record's `approximateArrivalTimestamp` (epoch seconds, as Lambda sends it) in milliseconds,
+    or None when the record has none (Lambda always sets it; hand-built events may not)."""
+    value = record.get("kinesis", {}).get("approximateArrivalTimestamp")
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
+        return None
+    try:
+        milliseconds = int(Decimal(str(value)) * 1000)
+    except (InvalidOperation, ValueError, OverflowError):
+        return None
+    return milliseconds if milliseconds > 0 else None
+
+
+def parse_record(record: Mapping[str, Any], *, max_bytes: int, window: TimestampWindow | None = None) -> PositionedMessage | Rejection:
+    """One record to a message or a rejection. With `window`, `timestamp_utc` must lie within it
+    around the record's arrival time in the stream."""
     position = position_of(record)
     encoded = record.get("kinesis", {}).get("data", "")
     try:
@@ -52,7 +71,8 @@ def parse_record(record: Mapping[str, Any], *, max_bytes: int) -> PositionedMess
     if len(payload) > max_bytes:
         return Rejection(position, RejectReason.TOO_LARGE, f"record is {len(payload)} bytes; the limit is {max_bytes}", payload)
     try:
-        text = payload.decode("utf-8")
+        # A leading byte-order mark is not part of the JSON text; devices that write one are valid.
+        text = payload.decode("utf-8-sig")
     except UnicodeDecodeError:
         return Rejection(position, RejectReason.NOT_UTF8, "record data is not UTF-8 text", payload)
     try:
@@ -63,7 +83,13 @@ def parse_record(record: Mapping[str, Any], *, max_bytes: int) -> PositionedMess
         return Rejection(position, RejectReason.NOT_JSON, "record data is JSON nested too deeply", payload)
     if not isinstance(document, dict):
         return Rejection(position, RejectReason.NOT_OBJECT, f"expected a JSON object, got {_json_type(document)}", payload)
-    return _message_from_document(document, position, payload)
+    parsed = _message_from_document(document, position, payload)
+    if window is not None and isinstance(parsed, PositionedMessage):
+        arrival_ms = arrival_ms_of(record)
+        problem = window.problem(parsed.message.timestamp_utc, arrival_ms) if arrival_ms is not None else None
+        if problem:
+            return Rejection(position, RejectReason.BAD_TIMESTAMP, problem, payload, parsed.message.key)
+    return parsed
 
 
 def _message_from_document(document: dict[str, Any], position: StreamPosition, payload: bytes) -> PositionedMessage | Rejection:
@@ -79,14 +105,18 @@ def _message_from_document(document: dict[str, Any], position: StreamPosition, p
     if isinstance(distance, bool) or not isinstance(distance, int | Decimal):
         return Rejection(position, RejectReason.WRONG_TYPE, f"distance_meters must be a number, got {_json_type(distance)}", payload)
     distance = Decimal(distance)
+    if distance.is_finite() and abs(distance) <= MAX_DISTANCE_PER_MESSAGE:
+        # Kept at millimetres: 83.41562937271542 -> 83.416, 110.00000000000001 -> 110.000,
+        # 1.50000000 -> 1.500, 0E-200 -> 0.000. Fewer digits stay as written (12.30).
+        if distance.as_tuple().exponent < DISTANCE_QUANTUM.as_tuple().exponent:  # type: ignore[operator]
+            distance = distance.quantize(DISTANCE_QUANTUM, rounding=DISTANCE_ROUNDING)
+        if distance.is_zero():
+            distance = distance.copy_abs()  # -0.0001 rounds to -0.000; store 0.000
     problem = _range_problem(document, distance)
     if problem:
         ids_storable = all(abs(document[name]) <= MAX_INTEGER for name in ("user_id", "run_id"))
         key = RunKey(document["user_id"], document["run_id"]) if ids_storable else None
         return Rejection(position, RejectReason.OUT_OF_RANGE, problem, payload, key)
-    if distance.as_tuple().exponent < DISTANCE_QUANTUM.as_tuple().exponent:  # type: ignore[operator]
-        # The same value with fewer digits: 0E-200 or 1.50000000 would not fit DynamoDB's numbers.
-        distance = distance.quantize(DISTANCE_QUANTUM)
     message = DeviceMessage(
         user_id=document["user_id"],
         run_id=document["run_id"],
@@ -116,8 +146,6 @@ def _range_problem(document: dict[str, Any], distance: Decimal) -> str | None:
         return f"distance_meters must be a finite number >= 0, got {distance}"
     if distance > MAX_DISTANCE_PER_MESSAGE:
         return f"distance_meters {distance} exceeds the plausible {MAX_DISTANCE_PER_MESSAGE} m per message"
-    if distance != distance.quantize(DISTANCE_QUANTUM):
-        return f"distance_meters {distance} is finer than millimetres"
     return None
 
 

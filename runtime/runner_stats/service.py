@@ -3,7 +3,7 @@
 Write order per user (each idempotent or conditional, so a crash between any two is repaired
 by redelivery):
 1. tendency pushes still owed by committed runs (see below);
-2. too-late records into the rejects table (deterministic key: the record's eventID);
+2. too-late and suspect-jump records into the rejects table (deterministic key: the record's eventID);
 3. per key, the combined run item (conditional on the version read), together with a flushed
    archive chunk in one transaction when the stored archive tail is full;
 4. the user's tendency record, when a committed run's label changed.
@@ -17,7 +17,7 @@ applied are dropped as duplicates.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import Any
@@ -34,6 +34,7 @@ from runtime.runner_stats.models import (
     RunKey,
     StreamPosition,
     TendencySlot,
+    TimestampWindow,
 )
 from runtime.runner_stats.parsing import parse_record
 from runtime.runner_stats.store import RunStatsStore
@@ -56,7 +57,9 @@ class BatchReport:
 class ServiceOptions:
     policy: FoldPolicy = field(default_factory=FoldPolicy)
     commit_attempts: int = 4
-    max_message_bytes: int = 4096
+    # Kinesis's record limit: extra device metadata is ignored, not a reason to reject.
+    max_message_bytes: int = 1_048_576
+    timestamps: TimestampWindow = field(default_factory=TimestampWindow)
 
 
 def owes_tendency_push(context: RunContext) -> bool:
@@ -73,7 +76,7 @@ class RunnerStatsService:
         report = BatchReport()
         by_key: dict[RunKey, list[PositionedMessage]] = {}
         for record in records:
-            parsed = parse_record(record, max_bytes=self._options.max_message_bytes)
+            parsed = parse_record(record, max_bytes=self._options.max_message_bytes, window=self._options.timestamps)
             if isinstance(parsed, Rejection):
                 self._reject(parsed, report)
             else:
@@ -122,7 +125,16 @@ class RunnerStatsService:
         for attempt in range(self._options.commit_attempts):
             if attempt:
                 report.counts["retried"] += len(remaining)
-            results = {key: fold(contexts[key], by_key[key], self._options.policy) for key in remaining}
+            results: dict[RunKey, FoldResult] = {}
+            for key in list(remaining):
+                try:
+                    results[key] = fold(contexts[key], by_key[key], self._options.policy, self._archive_lookup(contexts[key]))
+                except Exception:
+                    logger.exception("could not fold a run; it will be redelivered", extra={"user_id": key.user_id, "run_id": key.run_id})
+                    failed.append(key)
+                    remaining.remove(key)
+            if not remaining:
+                return failed
             try:
                 # A crash between a commit and its tendency push leaves the push owed; settle
                 # it first, from the committed totals, so the commit below may record it.
@@ -145,14 +157,42 @@ class RunnerStatsService:
         logger.warning("optimistic retries exhausted", extra={"user_id": user_id, "keys": len(remaining)})
         return failed + remaining
 
+    def _archive_lookup(self, context: RunContext) -> Callable[[int], bool]:
+        """Was this sequence applied? Asked only below the run's forgotten closed ranges; the archive
+        is read once per fold attempt, from the context that attempt folds over."""
+        archived: frozenset[int] | None = None
+
+        def lookup(sequence_id: int) -> bool:
+            nonlocal archived
+            if archived is None:
+                archived = self._store.archived_sequences(context)
+            return sequence_id in archived
+
+        return lookup
+
     def _store_too_late(self, results: Mapping[RunKey, FoldResult]) -> None:
+        """Too-late and suspect records, before the commit that decides them (an idempotent overwrite)."""
+        limit = self._options.policy.jump_limit
         late = [
             Rejection(p.position, RejectReason.TOO_LATE, f"sequence {p.message.sequence_id} was given up as a gap", p.payload, key)
             for key, result in results.items()
             for p in result.too_late
         ]
-        if late:
-            self._store.save_rejections(late)
+        suspect = [
+            Rejection(
+                p.position,
+                RejectReason.SUSPECT_JUMP,
+                f"sequence {p.message.sequence_id} is more than {limit} above the run's highest applied sequence;"
+                " held in the run item: applied if a later message of the run jumps to within"
+                f" {limit} of it, or the run catches up to it (the run's archive shows it then)",
+                p.payload,
+                key,
+            )
+            for key, result in results.items()
+            for p in result.suspect
+        ]
+        if late or suspect:
+            self._store.save_rejections(late + suspect)
 
     def _push_tendency(self, user_id: int, committed: Sequence[RunContext]) -> None:
         """Merge committed runs' labels into the user's record (conditional on its version)."""
@@ -202,7 +242,8 @@ class RunnerStatsService:
 
     @staticmethod
     def _count(result: FoldResult, report: BatchReport) -> None:
+        names = {Outcome.ACCEPTED: "accepted", Outcome.DUPLICATE: "duplicate", Outcome.TOO_LATE: "stale", Outcome.SUSPECT: "suspect"}
         for _, outcome in result.outcomes:
-            name = {Outcome.ACCEPTED: "accepted", Outcome.DUPLICATE: "duplicate", Outcome.TOO_LATE: "stale"}[outcome]
-            report.counts[name] += 1
+            report.counts[names[outcome]] += 1
+        report.counts["accepted"] += result.released  # held messages, applied now
         report.counts["gaps_closed"] += result.gaps_closed

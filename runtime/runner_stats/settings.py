@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from runtime.runner_stats.models import FoldPolicy
+from runtime.runner_stats.models import FoldPolicy, TimestampWindow
 from runtime.runner_stats.service import ServiceOptions
 from runtime.runner_stats.store import RunStatsTables
 from runtime.shared.settings import SettingsError, int_setting, require_str
@@ -22,6 +22,8 @@ ENV_ARCHIVE_CHUNK_SIZE = "ARCHIVE_CHUNK_SIZE"
 ENV_COMMIT_ATTEMPTS = "COMMIT_ATTEMPTS"
 ENV_MAX_MESSAGE_BYTES = "MAX_MESSAGE_BYTES"
 ENV_REJECT_PAYLOAD_MAX_BYTES = "REJECT_PAYLOAD_MAX_BYTES"
+ENV_TIMESTAMP_MAX_AGE_SECONDS = "TIMESTAMP_MAX_AGE_SECONDS"
+ENV_TIMESTAMP_MAX_AHEAD_SECONDS = "TIMESTAMP_MAX_AHEAD_SECONDS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,11 @@ class RunnerStatsSettings:
             gap_max_open=int_setting(env, ENV_GAP_MAX_OPEN, defaults.gap_max_open),
             archive_chunk_size=int_setting(env, ENV_ARCHIVE_CHUNK_SIZE, defaults.archive_chunk_size),
         )
+        window = TimestampWindow()
+        max_age = int_setting(env, ENV_TIMESTAMP_MAX_AGE_SECONDS, window.max_age_ms // 1000)
+        max_ahead = int_setting(env, ENV_TIMESTAMP_MAX_AHEAD_SECONDS, window.max_ahead_ms // 1000)
+        if max_age < 1 or max_ahead < 1:
+            raise SettingsError(f"{ENV_TIMESTAMP_MAX_AGE_SECONDS} and {ENV_TIMESTAMP_MAX_AHEAD_SECONDS} must be >= 1")
         if policy.archive_chunk_size > 40:
             raise SettingsError(f"{ENV_ARCHIVE_CHUNK_SIZE} must be <= 40 so the run item stays near 1 KB")
         return cls(
@@ -51,6 +58,7 @@ class RunnerStatsSettings:
                 policy=policy,
                 commit_attempts=int_setting(env, ENV_COMMIT_ATTEMPTS, ServiceOptions().commit_attempts),
                 max_message_bytes=int_setting(env, ENV_MAX_MESSAGE_BYTES, ServiceOptions().max_message_bytes),
+                timestamps=TimestampWindow(max_age_ms=max_age * 1000, max_ahead_ms=max_ahead * 1000),
             ),
             reject_payload_max_bytes=int_setting(env, ENV_REJECT_PAYLOAD_MAX_BYTES, 4096),
         )

@@ -3,10 +3,10 @@
 Item layout (documented in the README):
 - run stats table, key (user_id, run_id): the combined item. User-facing attributes are
   RUN_STATS_PROJECTION; the rest is the dedup record (version, high_water, gaps, closed,
-  gaps_closed, pending, chunks, tendency) and is not for readers.
+  forgotten, held, gaps_closed, pending, chunks, tendency) and is not for readers.
 - messages table, key (run_key "user#run", chunk): immutable archive chunks.
 - tendency table, key user_id: the latest and previous run's tendency.
-- rejects table, key record_id (the Kinesis eventID): poison and too-late records.
+- rejects table, key record_id (the Kinesis eventID): poison, bad-timestamp, too-late and suspect-jump records.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class RunStatsStore(Protocol):
     def save_tendency(self, record: UserTendency) -> None: ...
     def commit(self, context: RunContext, chunk: ArchiveChunk | None) -> None: ...
     def save_rejections(self, rejections: Sequence[Rejection]) -> None: ...
+    def archived_sequences(self, context: RunContext) -> frozenset[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,8 @@ def context_to_item(context: RunContext) -> dict[str, Any]:
         "gaps": encode_ranges(context.gaps),
         "closed": encode_ranges(context.closed),
         "pending": encode_messages(context.pending),
+        "held": encode_messages(context.held),
+        "forgotten": context.forgotten or None,
         "tendency": context.tendency,
     }
     item.update({name: value for name, value in optional.items() if value not in (None, "")})
@@ -126,6 +129,8 @@ def context_from_item(item: dict[str, Any]) -> RunContext:
         high_water=int(item["high_water"]),
         gaps=decode_ranges(item.get("gaps", "")),
         closed=decode_ranges(item.get("closed", "")),
+        forgotten=int(item.get("forgotten", 0)),
+        held=decode_messages(item.get("held", "")),
         gaps_closed=int(item.get("gaps_closed", 0)),
         total_meters=Decimal(item["total_meters"]),
         first_ts=int(item["first_ts"]) if "first_ts" in item else None,
@@ -327,6 +332,10 @@ class DynamoRunStatsStore:
         )
         item = response.get("Item")
         return from_attributes(item) if item else None
+
+    def archived_sequences(self, context: RunContext) -> frozenset[int]:
+        """The sequences the run's archive holds (read on the rare path below its forgotten closed ranges)."""
+        return frozenset(message.sequence_id for message in self.read_archive(context))
 
     def read_archive(self, context: RunContext) -> list[ArchivedMessage]:
         """All archived messages of a run: its flushed chunks, then the pending tail."""

@@ -18,11 +18,12 @@ import pytest
 from moto import mock_aws
 
 from devtools import reference
-from devtools.esm import EventSourceMapping, ListShard, ShardRecord, records_from_payloads
+from devtools.esm import EventSourceMapping, ListShard, ShardRecord
 from devtools.faults import LostResponse, ThrottledWrites, WriteBoundaryCrasher
 from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb, new_client
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
+from devtools.workload import shard_records as workload_records
 from runtime.runner_stats.models import ArchiveChunk, ArchivedMessage, RunContext, RunKey, TendencySlot, UserTendency
 from runtime.runner_stats.store import DynamoRunStatsStore
 from runtime.shared.consistency import VersionConflict
@@ -76,13 +77,17 @@ def workload(name: str = "mixed") -> Workload:
         resend_rate=0.3,
         late_rate=scenario.late_rate,
         malformed=4,
+        # Records a device bug makes: a sequence far beyond its run (held as a suspect jump, the rest
+        # of the run still applied) and a timestamp in the year 3000 (rejected against its arrival).
+        wrong_sequences=2,
+        bad_clocks=2,
     )
 
 
 def shard_records(order: list[int] | None = None, name: str = "mixed") -> list[ShardRecord]:
     deliveries = workload(name).deliveries
     chosen = [deliveries[i] for i in order] if order is not None else list(deliveries)
-    return records_from_payloads([(d.partition_key, d.data) for d in chosen])
+    return workload_records(chosen)  # each with its arrival time, which the timestamp window checks
 
 
 def new_world(name: str = "mixed") -> RunnerStatsWorld:
@@ -182,9 +187,14 @@ def test_clean_pass_equals_the_independent_recomputation() -> None:
     view = clean_view()
     # Then every run equals the in-memory recomputation over the unique messages
     assert_matches_reference(view)
-    # And each poison record is kept with a reason
-    assert sorted(view.rejects.values()).count("too_late") == 0
-    assert len(view.rejects) == sum(1 for d in workload().deliveries if d.kind == "malformed")
+    # And each poison record is kept with a reason, the wrong sequences as suspect jumps and the
+    # year-3000 timestamps as bad timestamps; nothing is too late
+    kinds = Counter(d.kind for d in workload().deliveries)
+    reasons = Counter(view.rejects.values())
+    assert reasons["too_late"] == 0
+    assert reasons["suspect_jump"] == kinds["wrong_sequence"] == 2
+    assert reasons["bad_timestamp"] == kinds["bad_clock"] == 2
+    assert len(view.rejects) == kinds["malformed"] + kinds["wrong_sequence"] + kinds["bad_clock"]
 
 
 def test_the_tight_scenario_reaches_every_kind_of_write() -> None:
@@ -195,8 +205,29 @@ def test_the_tight_scenario_reaches_every_kind_of_write() -> None:
     assert any(op.startswith("PutItem:" + REJECTS) for op in operations)
     assert any(op.startswith("TransactWriteItems:" + MESSAGES) and RUN_STATS in op for op in operations)
     view = clean_view("tight")
-    assert "too_late" in view.rejects.values()
+    assert {"too_late", "suspect_jump", "bad_timestamp"} <= set(view.rejects.values())
     assert any(t[1] == "well done" for t in view.tendencies.values())
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_device_bugs_in_the_workload_change_no_run(name: str) -> None:
+    # Given the workload without its wrong-sequence and year-3000 records
+    deliveries = workload(name).deliveries
+    bugs = [i for i, d in enumerate(deliveries) if d.kind in ("wrong_sequence", "bad_clock")]
+    assert len(bugs) == 4
+    without = run_pipeline(shard_records([i for i in range(len(deliveries)) if i not in bugs], name=name), name=name)
+    # When the clean pass has them
+    clean = clean_view(name)
+    # Then every run's totals, archive, gaps and closed ranges are the same: the jumps are held
+    # (and only held), the bad timestamps never reach a run
+    held = {key: [m.sequence_id for m in run.held] for key, run in clean.runs.items() if run.held}
+    assert sorted(seq for seqs in held.values() for seq in seqs) == [900_000, 900_001]
+    assert {key: replace(run, held=()) for key, run in clean.runs.items()} == without.runs
+    assert clean.tendencies == without.tendencies
+    # And each is a reject with its own reason, on top of the others
+    reasons, reasons_without = Counter(clean.rejects.values()), Counter(without.rejects.values())
+    assert reasons - reasons_without == Counter({"bad_timestamp": 2, "suspect_jump": 2})
+    assert len(clean.rejects) == len(without.rejects) + 4
 
 
 @pytest.mark.parametrize(("name", "when", "write_number"), write_boundaries())
@@ -326,7 +357,8 @@ def test_reordering_across_batches(seed: int) -> None:
 def test_redelivering_everything_twice_changes_nothing() -> None:
     # Given every record delivered, then the whole shard delivered again
     records = shard_records()
-    view = run_pipeline(records + records_from_payloads([(r.partition_key, r.data) for r in records], first_sequence=10_000))
+    again = [replace(r, sequence_number=f"{10_000 + index:056d}") for index, r in enumerate(records)]
+    view = run_pipeline(records + again)
     # Then nothing is counted twice
     assert view.runs == clean_view().runs and view.tendencies == clean_view().tendencies
 

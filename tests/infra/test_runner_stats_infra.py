@@ -439,6 +439,8 @@ def test_runtime_settings_parse_the_synthesized_environment(template_json: dict[
     assert settings.options.commit_attempts == limits.commit_attempts
     assert settings.options.max_message_bytes == limits.max_message_bytes
     assert settings.reject_payload_max_bytes == limits.reject_payload_max_bytes
+    assert settings.options.timestamps.max_age_ms == limits.timestamp_max_age_seconds * 1000
+    assert settings.options.timestamps.max_ahead_ms == limits.timestamp_max_ahead_seconds * 1000
 
 
 # --- 6. the code asset ------------------------------------------------------------------------
@@ -528,6 +530,19 @@ def test_pipeline_rejects_an_invalid_config_before_building_anything(tmp_path: P
         RunnerStatsPipeline(stack, "RunnerStats", RunnerStatsPipelineProps(config=invalid))
     # Then nothing was added to the stack
     assert stack.node.try_find_child("RunnerStats") is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("timestamp_max_age_seconds", 59), ("timestamp_max_age_seconds", 31 * 24 * 3600), ("timestamp_max_ahead_seconds", 0)],
+)
+def test_timestamp_window_bounds_are_validated_at_synth(field: str, value: int) -> None:
+    # Given a config whose timestamp window is out of range
+    dev = load_config("dev")
+    invalid = replace(dev, runner_stats=replace(dev.runner_stats, **{field: value}))
+    # When it is validated, Then the error names the field
+    with pytest.raises(ConfigError, match=field):
+        invalid.validate()
 
 
 def test_pipeline_requires_its_props_type(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Bad input never blocks the shard and never costs a valid message.
 
 One batch mixes good device messages with every kind of bad record (tests/events/runner_stats/
-bad_inputs.json) and a 1 MB record: the batch succeeds, each bad record is kept in the rejects
-table under its eventID with its reason, and every good message is applied once.
+bad_inputs.json) and a record one byte over Kinesis's 1 MiB limit: the batch succeeds, each bad
+record is kept in the rejects table under its eventID with its reason, and every good message is
+applied once.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from devtools.esm import lambda_event, records_from_payloads
+from devtools.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.runner_world import RunnerStatsWorld
 from runtime.shared.dynamo import from_attributes, to_attributes
 from tests.events.loader import load_event
+from tests.unit.test_runner_stats_parsing import VARIANTS, variant_payload
 
 CASES = load_event("runner_stats/bad_inputs.json")
 RUN_A = (3000, 3091019)
@@ -106,12 +108,12 @@ def test_a_batch_mixing_good_and_bad_records(world: RunnerStatsWorld) -> None:
         assert item["payload_truncated"] is (len(payload) > limit)
         if reason == "out_of_range":  # readable enough to name its run
             assert (int(item["user_id"]), int(item["run_id"])) in (RUN_A, RUN_B), case["name"]
-    # The 1 MB record is stored truncated, with its full size and digest
+    # The oversized record is stored truncated, with its full size and digest
     (large_id,) = [record_id for record_id, (reason, _, _) in expected.items() if reason == "too_large"]
     large = reject_item(world, large_id)
-    assert large["payload_bytes"] == 1024 * 1024 and len(large["payload"].value) == limit < 1024 * 1024
+    assert large["payload_bytes"] == 1024 * 1024 + 1 and len(large["payload"].value) == limit < 1024 * 1024
     assert large["payload_truncated"] is True
-    assert large["detail"] == f"record is {1024 * 1024} bytes; the limit is {world.settings.options.max_message_bytes}"
+    assert large["detail"] == f"record is {1024 * 1024 + 1} bytes; the limit is {world.settings.options.max_message_bytes}"
     # And every good message is applied exactly once: nothing valid is lost
     assert set(view.runs) == {RUN_A, RUN_B}
     run_a, run_b = view.runs[RUN_A], view.runs[RUN_B]
@@ -140,3 +142,28 @@ def test_a_number_dynamodb_cannot_store_is_rejected_not_retried_forever(world: R
     event = lambda_event(records_from_payloads(payloads))
     assert world.invoke(event) == {"batchItemFailures": []}
     assert world.view().rejects == {event["Records"][1]["eventID"]: "out_of_range"}
+
+
+def test_what_real_devices_send_is_kept_and_bad_clocks_are_rejected(world: RunnerStatsWorld) -> None:
+    # Given the valid variants real devices send (a JSON double, a float artefact, a BOM, 5 KB of
+    # metadata; tests/data/runner_stats/valid_variants.json), and two records from broken clocks:
+    # a one-message run stamped in the year 3000 and a message of the same run stamped 1 ms after 1970
+    arrival_ms = int(VARIANTS["arrival_ms"])
+    payloads = [variant_payload(variant) for variant in VARIANTS["variants"]]
+    future = {"user_id": 501, "run_id": 2, "sequence_id": 1, "timestamp_utc": 32_503_680_000_000, "distance_meters": 100}
+    ancient = {"user_id": 501, "run_id": 1, "sequence_id": 7, "timestamp_utc": 1, "distance_meters": 100}
+    payloads += [json.dumps(future).encode(), json.dumps(ancient).encode()]
+    records = [ShardRecord(f"{index + 1:056d}", "501", payload, arrival_ms=arrival_ms) for index, payload in enumerate(payloads)]
+    # When they arrive in one batch, stamped by the stream with their arrival time
+    assert world.invoke(lambda_event(records)) == {"batchItemFailures": []}
+    view = world.view()
+    # Then every valid variant is applied, at millimetres
+    run = view.runs[(501, 1)]
+    assert [str(m.distance_meters) for m in run.archived] == [variant["stored_meters"] for variant in VARIANTS["variants"]]
+    assert run.total_meters == sum((Decimal(v["stored_meters"]) for v in VARIANTS["variants"]), Decimal(0))
+    assert run.total_seconds == Decimal(150)  # 1760000030000 .. 1760000180000, not 1.76e9 s
+    # And the broken clocks are rejects with their own reason: the year-3000 run never becomes a run
+    assert (501, 2) not in view.runs
+    ids = [f"shardId-000000000000:{record.sequence_number}" for record in records]
+    assert view.rejects == {ids[-2]: "bad_timestamp", ids[-1]: "bad_timestamp"}
+    assert view.tendencies[501][0] == 1

@@ -9,12 +9,13 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import pytest
 
 from runtime.runner_stats.logic import (
+    AmbiguousSequence,
     add_range,
     classify,
     contains,
@@ -227,17 +228,17 @@ def test_a_late_message_fills_its_gap_exactly_once() -> None:
 
 def test_gaps_lagging_the_high_water_by_more_than_the_lag_are_closed() -> None:
     policy = FoldPolicy(gap_max_lag=3, gap_max_open=64)
-    # Given message 1 applied
-    # When message 10 arrives (gaps 2..9; the high water is 10)
-    result = fold_each([[message(1)], [message(10)]], policy)[-1]
-    # Then the values more than 3 below 10 (2..6) are closed, 7..9 stay open
-    assert result.context.gaps == ((7, 9),)
-    assert result.context.closed == ((2, 6),)
-    assert result.gaps_closed == 5 and result.context.gaps_closed == 5
-    # When 7 is 3 behind a new high water of 10 it is still open; one more step and it closes
-    later = fold(result.context, [message(11)], policy)
-    assert later.context.gaps == ((8, 9),) and later.context.closed == ((2, 7),)
-    assert later.gaps_closed == 1 and later.context.gaps_closed == 6
+    # Given messages 1 and 5 applied (gap 2..4), each step within the jump limit of 4
+    # When message 9 arrives (gaps 6..8; the high water is 9)
+    result = fold_each([[message(1)], [message(5)], [message(9)]], policy)[-1]
+    # Then the values more than 3 below 9 (2..4) are closed, 6..8 stay open
+    assert result.context.gaps == ((6, 8),)
+    assert result.context.closed == ((2, 4),)
+    assert result.gaps_closed == 3 and result.context.gaps_closed == 3
+    # When 6 is 3 behind a high water of 9 it is still open; one more step and it closes
+    later = fold(result.context, [message(10)], policy)
+    assert later.context.gaps == ((7, 8),) and later.context.closed == ((2, 4), (6, 6))
+    assert later.gaps_closed == 1 and later.context.gaps_closed == 4
 
 
 def test_gaps_beyond_the_open_count_are_closed_lowest_first() -> None:
@@ -254,34 +255,147 @@ def test_gaps_beyond_the_open_count_are_closed_lowest_first() -> None:
 
 def test_a_message_for_a_closed_gap_is_too_late_and_not_applied() -> None:
     policy = FoldPolicy(gap_max_lag=3)
-    closed = fold_each([[message(1, 10)], [message(10, 10)]], policy)[-1].context
-    # When 5 (closed) and 8 (still open) arrive
-    late, in_gap = message(5, 500), message(8, 80)
+    closed = fold_each([[message(1, 10)], [message(5, 10)], [message(9, 10)]], policy)[-1].context
+    assert closed.closed == ((2, 4),) and closed.gaps == ((6, 8),)
+    # When 3 (closed) and 7 (still open) arrive
+    late, in_gap = message(3, 500), message(7, 70)
     result = fold(closed, [late, in_gap], policy)
-    # Then 5 is too late (reported), 8 is applied
+    # Then 3 is too late (reported), 7 is applied
     assert outcomes_of(result) == [Outcome.TOO_LATE, Outcome.ACCEPTED]
     assert result.too_late == (late,)
     assert result.context.total_meters == Decimal(100)
-    assert not contains(result.context.gaps, 5) and contains(result.context.closed, 5)
+    assert not contains(result.context.gaps, 3) and contains(result.context.closed, 3)
     # A too-late message alone changes nothing
-    alone = fold(result.context, [message(5, 500)], policy)
+    alone = fold(result.context, [message(3, 500)], policy)
     assert outcomes_of(alone) == [Outcome.TOO_LATE] and not alone.changed and alone.context == result.context
 
 
-def test_the_closed_range_list_keeps_only_the_newest_ranges() -> None:
+def test_a_message_for_a_forgotten_closed_range_is_too_late_not_a_duplicate() -> None:
     policy = FoldPolicy(gap_max_lag=1, gap_max_open=64, closed_ranges_kept=2)
     # Given every other sequence number: each skipped one is opened, then closed two steps later
     context = fold_each([[message(seq)] for seq in (1, 3, 5, 7, 9, 11)], policy)[-1].context
-    # Then 2, 4, 6, 8 were closed (counted), but only the two newest closed ranges are kept
+    # Then 2, 4, 6, 8 were closed (counted); the two newest closed ranges are listed, and the
+    # forgotten ones are summarised by their highest sequence
     assert context.gaps == ((10, 10),)
     assert context.gaps_closed == 4
     assert context.closed == ((6, 6), (8, 8))
-    # A message of the newest closed ranges is too late; one whose range was forgotten is a duplicate
+    assert context.forgotten == 4
+    # A message of the listed closed ranges is too late
     assert classify(context, 8) is Outcome.TOO_LATE
-    assert classify(context, 4) is Outcome.DUPLICATE
-    # Either way it is not applied
-    result = fold(context, [message(4, 999), message(8, 999)], policy)
+    # Below the forgotten point only the archive tells applied from closed, and it is asked
+    applied = {1, 3, 5, 7, 9, 11}
+    asked: list[int] = []
+
+    def archived(seq: int) -> bool:
+        asked.append(seq)
+        return seq in applied
+
+    assert classify(context, 4, archived=archived) is Outcome.TOO_LATE  # a forgotten closed gap
+    assert classify(context, 3, archived=archived) is Outcome.DUPLICATE  # applied
+    assert asked == [4, 3]
+    with pytest.raises(AmbiguousSequence):
+        classify(context, 4)
+    # When 4 and 8 arrive again, Then neither is applied and both are too late (so both leave a reject)
+    late_4, late_8 = message(4, 999), message(8, 999)
+    result = fold(context, [late_4, late_8], policy, archived)
     assert result.context.total_meters == context.total_meters and not result.changed
+    assert result.too_late == (late_4, late_8)
+
+
+def test_forgotten_only_grows_and_never_hides_an_open_gap() -> None:
+    policy = FoldPolicy(gap_max_lag=1, gap_max_open=64, closed_ranges_kept=1)
+    context = fold_each([[message(seq)] for seq in (1, 3, 5, 7, 9)], policy)[-1].context
+    # Then every open gap lies above every listed closed range, which lies above `forgotten`
+    assert context.forgotten == 4 and context.closed == ((6, 6),) and context.gaps == ((8, 8),)
+
+
+# --- jumps: one record must not move the high water far enough to make valid messages too late ---
+
+
+def run_with_wrong_sequence(wrong: int) -> list[PositionedMessage]:
+    """The issue's case: a run of sequences 1..60 at 100 m each, and one record with a wrong
+    `sequence_id` arriving right after sequence 10."""
+    good = [message(seq, 100) for seq in range(1, 61)]
+    return [*good[:10], message(wrong, 100, BASE_TS + 11 * 30_000), *good[10:]]
+
+
+def fold_each_and_together(deliveries: list[PositionedMessage]) -> tuple[RunContext, list[Outcome], int]:
+    """Fold one message at a time and in one batch; both must agree. Returns (context, outcomes, gaps closed)."""
+    results = []
+    for batches in ([[p] for p in deliveries], [deliveries]):
+        folded = fold_each(batches, FoldPolicy())
+        outcomes = [outcome for result in folded for outcome in outcomes_of(result)]
+        results.append((folded[-1].context, outcomes, sum(result.gaps_closed for result in folded)))
+    # (chunk boundaries depend on batching; everything else must not)
+    unchunked = [(replace(context, pending=(), archive_chunks=0), outcomes, closed) for context, outcomes, closed in results]
+    assert unchunked[0] == unchunked[1]
+    return results[0]
+
+
+def test_one_wrong_sequence_far_ahead_is_held_as_suspect_and_the_run_is_kept() -> None:
+    # Given the run with sequence 999,999 after 10
+    context, outcomes, gaps_closed = fold_each_and_together(run_with_wrong_sequence(999_999))
+    # Then the 60 valid messages are applied: 6,000 m, 60 messages, no gap closed, nothing too late
+    assert context.total_meters == Decimal(6000) and context.message_count == 60
+    assert context.high_water == 60 and context.gaps == () and context.closed == ()
+    assert gaps_closed == 0 and Outcome.TOO_LATE not in outcomes
+    # And the wrong one is suspect (kept in rejects by the service), held in the run item, never applied
+    assert outcomes[10] is Outcome.SUSPECT and outcomes.count(Outcome.SUSPECT) == 1
+    assert [m.sequence_id for m in context.held] == [999_999]
+
+
+def test_a_wrong_sequence_within_reach_is_applied_once_the_run_catches_up() -> None:
+    # Given the run with sequence 100 after 10
+    context, outcomes, gaps_closed = fold_each_and_together(run_with_wrong_sequence(100))
+    # Then it is held until the run reaches 59 (100 - 41), then applied like any message ahead:
+    # the 60 valid messages and it, with 61..99 still open, and nothing too late
+    assert outcomes[10] is Outcome.SUSPECT and Outcome.TOO_LATE not in outcomes
+    assert context.total_meters == Decimal(6100) and context.message_count == 61
+    assert context.high_water == 100 and context.gaps == ((61, 99),) and context.closed == () and gaps_closed == 0
+    assert context.held == ()
+
+
+def test_a_jump_corroborated_by_the_runs_next_message_is_applied_with_it() -> None:
+    # Given a device that really skipped from 10 to 500 (a reset), then went on counting
+    deliveries = [message(seq, 100) for seq in (*range(1, 11), *range(500, 521))]
+    result = fold(RunContext(KEY), deliveries, FoldPolicy())
+    # Then 500 is held until 501 corroborates it, and every message is applied
+    assert outcomes_of(result)[10:12] == [Outcome.SUSPECT, Outcome.ACCEPTED]
+    assert result.released == 1 and result.context.held == ()
+    assert result.context.message_count == 31 and result.context.total_meters == Decimal(3100)
+    # And the skipped numbers are a gap like any other: closed beyond the lag bound, the newest 40 open
+    assert result.context.high_water == 520
+    assert result.context.closed == ((11, 479),) and result.context.gaps == ((480, 499),)
+    assert result.gaps_closed == 469
+
+
+def test_a_held_message_is_applied_when_the_run_catches_up_to_it() -> None:
+    # Given a run whose message 50 arrives first, and 1..49 after it (a long outage of the sender)
+    deliveries = [message(50, 5), *(message(seq, 5) for seq in range(1, 50))]
+    result = fold(RunContext(KEY), deliveries, FoldPolicy())
+    # Then 50 is held at first, and applied once the run is within the jump limit of it
+    assert outcomes_of(result)[0] is Outcome.SUSPECT
+    assert result.released == 1 and result.context.held == ()
+    assert result.context.message_count == 50 and result.context.gaps == () and result.context.closed == ()
+    assert seqs_of(result.context.pending).index(50) == 9  # applied right after 9 (50 - 41)
+
+
+def test_a_held_message_resent_is_a_duplicate_and_only_the_newest_are_held() -> None:
+    policy = FoldPolicy(held_kept=2)
+    context = fold(RunContext(KEY), messages(1, 2), policy).context
+    # When three unrelated jumps arrive, then the first again
+    result = fold(context, [message(1000), message(5000), message(9000), message(9000)], policy)
+    # Then each is suspect, the resent one a duplicate, and only the two newest stay held
+    assert outcomes_of(result) == [Outcome.SUSPECT, Outcome.SUSPECT, Outcome.SUSPECT, Outcome.DUPLICATE]
+    assert [m.sequence_id for m in result.context.held] == [5000, 9000]
+    assert result.context.total_meters == context.total_meters and result.context.high_water == 2
+
+
+def test_a_held_message_below_a_corroborated_jump_stays_a_reject() -> None:
+    # Given 100 held, then a real skip to 300 corroborated by 301
+    context = fold(RunContext(KEY), messages(1, 100, 300, 301), FoldPolicy()).context
+    # Then 100's number was closed by the jump: it is dropped from the held list, never applied
+    assert context.held == () and context.message_count == 3 and contains(context.closed, 100)
 
 
 def test_keeping_no_closed_ranges_keeps_none() -> None:
@@ -351,6 +465,7 @@ class Folded:
     chunks: tuple[ArchiveChunk, ...]
     outcomes: tuple[Outcome, ...]
     gaps_closed: int
+    by_position: dict[StreamPosition, Outcome]
 
     @property
     def archive(self) -> list[ArchivedMessage]:
@@ -360,16 +475,33 @@ class Folded:
         """What the run *means*; chunk boundaries and tail order depend on batching and are left out."""
         c = self.context
         archive = sorted((m.sequence_id, m.timestamp_utc, m.distance_meters) for m in self.archive)
-        return (c.high_water, c.gaps, c.closed, c.gaps_closed, c.total_meters, c.first_ts, c.last_ts, c.message_count, archive)
+        held = sorted((m.sequence_id, m.timestamp_utc, m.distance_meters) for m in c.held)
+        return (
+            c.high_water,
+            c.gaps,
+            c.closed,
+            c.forgotten,
+            held,
+            c.gaps_closed,
+            c.total_meters,
+            c.first_ts,
+            c.last_ts,
+            c.message_count,
+            archive,
+        )
 
 
 def fold_batches(batches: Sequence[Sequence[PositionedMessage]], policy: FoldPolicy) -> Folded:
     context = RunContext(KEY)
     chunks: list[ArchiveChunk] = []
     outcomes: list[Outcome] = []
+    by_position: dict[StreamPosition, Outcome] = {}
     gaps_closed = 0
+    released = 0
     for batch in batches:
-        result = fold(context, batch, policy)
+        applied = {m.sequence_id for chunk in chunks for m in chunk.messages} | {m.sequence_id for m in context.pending}
+        result = fold(context, batch, policy, applied.__contains__)
+        released += result.released
         # Totals never decrease, and the result accounts for every message of the batch
         assert result.context.total_meters >= context.total_meters
         assert result.context.message_count >= context.message_count
@@ -379,15 +511,28 @@ def fold_batches(batches: Sequence[Sequence[PositionedMessage]], policy: FoldPol
             assert result.chunk.index == context.archive_chunks and result.chunk.messages == context.pending
             chunks.append(result.chunk)
         outcomes.extend(outcome for _, outcome in result.outcomes)
+        by_position.update((p.position, outcome) for p, outcome in result.outcomes)
         gaps_closed += result.gaps_closed
         context = result.context
-    folded = Folded(context, tuple(chunks), tuple(outcomes), gaps_closed)
+    folded = Folded(context, tuple(chunks), tuple(outcomes), gaps_closed, by_position)
     # The archive holds each applied message once, and the chunks are numbered 0, 1, 2...
     assert [chunk.index for chunk in chunks] == list(range(context.archive_chunks))
-    assert len(folded.archive) == context.message_count == outcomes.count(Outcome.ACCEPTED)
+    # (held messages applied later count once, when they are released)
+    assert len(folded.archive) == context.message_count == outcomes.count(Outcome.ACCEPTED) + released
     assert len({m.sequence_id for m in folded.archive}) == context.message_count
     assert gaps_closed == context.gaps_closed
+    # Nothing vanishes: every sequence delivered is applied, or was reported too late or suspect
+    archived = {m.sequence_id for m in folded.archive}
+    delivered = [
+        (p.message.sequence_id, outcome) for batch in batches for p, outcome in zip(batch, outcomes_for(batch, folded), strict=True)
+    ]
+    reported = {seq for seq, outcome in delivered if outcome in (Outcome.TOO_LATE, Outcome.SUSPECT)}
+    assert {seq for seq, _ in delivered} <= archived | reported
     return folded
+
+
+def outcomes_for(batch: Sequence[PositionedMessage], folded: Folded) -> list[Outcome]:
+    return [folded.by_position[p.position] for p in batch]
 
 
 def random_split(rng: random.Random, items: Sequence[PositionedMessage]) -> list[list[PositionedMessage]]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import json
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runtime.runner_stats.models import DeviceMessage, PositionedMessage, Rejection, RejectReason, RunKey, StreamPosition
+from runtime.runner_stats.models import DeviceMessage, PositionedMessage, Rejection, RejectReason, RunKey, StreamPosition, TimestampWindow
 from runtime.runner_stats.parsing import parse_record, position_of
+from runtime.runner_stats.service import ServiceOptions
 from tests.events.loader import load_event
 
 ONE_MB = 1024 * 1024
@@ -215,9 +217,8 @@ def test_size_is_checked_before_encoding() -> None:
         document(user_id=10**39),
         document(run_id=10**40),
         document(timestamp_utc=10**39),
-        document().replace('"distance_meters": 120', '"distance_meters": 1E-200'),
     ],
-    ids=["huge-user", "huge-run", "huge-ts", "tiny-distance"],
+    ids=["huge-user", "huge-run", "huge-ts"],
 )
 def test_numbers_dynamodb_cannot_store_are_out_of_range(payload: str) -> None:
     assert rejected(payload).reason is RejectReason.OUT_OF_RANGE
@@ -232,10 +233,105 @@ def test_deeply_nested_json_is_rejected_not_raised() -> None:
     assert result.detail == "record data is JSON nested too deeply"
 
 
-@pytest.mark.parametrize(("text", "stored"), [("0E-200", "0.000"), ("1.50000000000000000000000000000000000000000", "1.500")])
+@pytest.mark.parametrize(
+    ("text", "stored"), [("0E-200", "0.000"), ("1E-200", "0.000"), ("1.50000000000000000000000000000000000000000", "1.500")]
+)
 def test_distances_with_needless_digits_are_stored_in_millimetres(text: str, stored: str) -> None:
     # Given a distance DynamoDB could not store as written (exponent or digits out of its range)
     result = parse(document().replace('"distance_meters": 120', f'"distance_meters": {text}'))
     # Then it is kept as the same value in millimetres
     assert isinstance(result, PositionedMessage)
     assert str(result.message.distance_meters) == stored
+
+
+# --- what real devices send (issue 12, findings 7 and 11; tests/data/runner_stats/valid_variants.json) ---
+
+VARIANTS_FILE = Path(__file__).resolve().parents[1] / "data" / "runner_stats" / "valid_variants.json"
+VARIANTS = json.loads(VARIANTS_FILE.read_text())
+
+
+def variant_payload(variant: dict[str, Any]) -> bytes:
+    """The variant's bytes as a device sends them: a BOM in front, or a `device` object of extra fields."""
+    text = str(variant["text"])
+    size = int(variant.get("metadata_bytes", 0))
+    if size:
+        body = json.loads(text)
+        filler = "m" * size
+        text = json.dumps({**body, "device": {"model": "watch", "firmware": "1.2.3", "sensors": filler}})
+    return ("\ufeff" if variant.get("bom") else "").encode() + text.encode()
+
+
+@pytest.mark.parametrize("variant", VARIANTS["variants"], ids=lambda variant: variant["name"])
+def test_valid_device_variants_are_kept(variant: dict[str, Any]) -> None:
+    # Given a valid message as a real device sends it (a JSON double, a BOM, 5 KB of metadata)
+    payload = variant_payload(variant)
+    # When it is parsed with the service's default limit (Kinesis's record limit)
+    result = parse_record(record_of(payload), max_bytes=ServiceOptions().max_message_bytes)
+    # Then it is a message whose distance is kept at millimetres, half to even, and whose payload is the record
+    assert isinstance(result, PositionedMessage), result
+    assert str(result.message.distance_meters) == variant["stored_meters"]
+    assert result.payload == payload
+
+
+def test_a_distance_is_rounded_from_its_digits_never_through_a_float() -> None:
+    # 2.0005 as a binary double is 2.000499999...; from its digits it is a tie, which rounds to even
+    result = parse(document().replace('"distance_meters": 120', '"distance_meters": 2.0005'))
+    assert isinstance(result, PositionedMessage) and str(result.message.distance_meters) == "2.000"
+    result = parse(document().replace('"distance_meters": 120', '"distance_meters": 2.0015'))
+    assert isinstance(result, PositionedMessage) and str(result.message.distance_meters) == "2.002"
+
+
+def test_a_tiny_negative_distance_rounds_to_zero_not_minus_zero() -> None:
+    result = parse(document().replace('"distance_meters": 120', '"distance_meters": -0.0004'))
+    assert isinstance(result, PositionedMessage) and str(result.message.distance_meters) == "0.000"
+
+
+def test_a_distance_over_the_limit_before_rounding_is_still_out_of_range() -> None:
+    assert rejected(document().replace('"distance_meters": 120', '"distance_meters": 1000.0004')).reason is RejectReason.OUT_OF_RANGE
+
+
+def test_a_byte_order_mark_alone_is_still_not_json() -> None:
+    assert rejected("\ufeff").reason is RejectReason.NOT_JSON
+
+
+# --- the timestamp window around the record's arrival (finding 9) ---------------------------------
+
+
+def record_arriving(payload: str, arrival: Any) -> dict[str, Any]:
+    record = record_of(payload)
+    record["kinesis"]["approximateArrivalTimestamp"] = arrival
+    return record
+
+
+WINDOW = TimestampWindow(max_age_ms=3_600_000, max_ahead_ms=60_000)
+ARRIVAL_S = GOOD["timestamp_utc"] / 1000
+
+
+@pytest.mark.parametrize(
+    ("offset_ms", "accepted"),
+    [(0, True), (60_000, True), (60_001, False), (-3_600_000, True), (-3_600_001, False)],
+)
+def test_the_window_is_inclusive_at_both_ends(offset_ms: int, accepted: bool) -> None:
+    payload = document(timestamp_utc=GOOD["timestamp_utc"] + offset_ms)
+    result = parse_record(record_arriving(payload, Decimal(GOOD["timestamp_utc"]) / 1000), max_bytes=4096, window=WINDOW)
+    assert isinstance(result, PositionedMessage) is accepted
+    if not accepted:
+        assert isinstance(result, Rejection) and result.reason is RejectReason.BAD_TIMESTAMP
+        assert result.key == RunKey(GOOD["user_id"], GOOD["run_id"])
+
+
+@pytest.mark.parametrize("arrival", [ARRIVAL_S, Decimal(str(ARRIVAL_S)), int(ARRIVAL_S), str(ARRIVAL_S)])
+def test_arrival_is_read_as_epoch_seconds_in_any_json_number_form(arrival: Any) -> None:
+    # Given a message stamped a day ahead of its arrival, however the arrival number is spelled
+    payload = document(timestamp_utc=GOOD["timestamp_utc"] + 86_400_000)
+    result = parse_record(record_arriving(payload, arrival), max_bytes=4096, window=WINDOW)
+    assert isinstance(result, Rejection) and result.reason is RejectReason.BAD_TIMESTAMP
+    assert result.detail.startswith(f"timestamp_utc {GOOD['timestamp_utc'] + 86_400_000} is 86400 s after the record's arrival")
+
+
+@pytest.mark.parametrize("arrival", [None, 0, -5, True, "soon", [1]])
+def test_without_a_usable_arrival_time_only_positivity_is_checked(arrival: Any) -> None:
+    # Lambda always sets approximateArrivalTimestamp; a hand-built event may not
+    payload = document(timestamp_utc=GOOD["timestamp_utc"] + 86_400_000)
+    record = record_of(payload) if arrival is None else record_arriving(payload, arrival)
+    assert isinstance(parse_record(record, max_bytes=4096, window=WINDOW), PositionedMessage)

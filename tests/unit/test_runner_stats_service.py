@@ -28,6 +28,7 @@ from runtime.runner_stats.models import (
     RunKey,
     StreamPosition,
     TendencySlot,
+    TimestampWindow,
     UserTendency,
 )
 from runtime.runner_stats.service import RunnerStatsService, ServiceOptions
@@ -59,6 +60,7 @@ class FakeStore:
     before_save_tendency: Callable[[FakeStore, UserTendency], None] | None = None
     fail_load_contexts: bool = False
     fail_rejections: bool = False
+    archive_reads: int = 0
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -93,6 +95,11 @@ class FakeStore:
             assert self.chunks.get((chunk.key, chunk.index), chunk) == chunk
             self.chunks[(chunk.key, chunk.index)] = chunk
         self.contexts[context.key] = context
+
+    def archived_sequences(self, context: RunContext) -> frozenset[int]:
+        self.archive_reads += 1
+        chunked = {m.sequence_id for (key, _), chunk in self.chunks.items() if key == context.key for m in chunk.messages}
+        return frozenset(chunked | {m.sequence_id for m in context.pending})
 
     def save_rejections(self, rejections: Sequence[Rejection]) -> None:
         if self.fail_rejections:
@@ -353,6 +360,117 @@ def test_a_too_late_message_is_stored_as_a_rejection_with_its_run() -> None:
     assert store.contexts[RUN_A].total_meters == Decimal(500)
 
 
+def test_a_late_message_for_a_forgotten_closed_range_is_a_too_late_reject_not_a_silent_duplicate() -> None:
+    # Given run A after every other sequence 1..41 with a lag of 1: 20 gaps closed, only 16 listed
+    store = FakeStore()
+    options = {"policy": FoldPolicy(gap_max_lag=1, gap_max_open=64)}
+    service(store, **options).process(batch(*(device(RUN_A, seq, 10) for seq in range(1, 42, 2))))
+    stored = store.contexts[RUN_A]
+    assert stored.gaps_closed == 19 and len(stored.closed) == 16 and stored.forgotten == 6
+    # When 4 (a forgotten closed gap) and 3 (applied long ago) arrive again
+    records = batch(device(RUN_A, 4, 500), device(RUN_A, 3, 10))
+    report = service(store, **options).process(records)
+    # Then 4 is a too-late reject with its run, 3 a duplicate; the archive was read once to tell them apart
+    assert report.batch_item_failures() == []
+    assert store.rejections[records[0]["eventID"]].reason is RejectReason.TOO_LATE
+    assert records[1]["eventID"] not in store.rejections
+    assert report.counts["stale"] == 1 and report.counts["duplicate"] == 1
+    assert store.archive_reads == 1
+    after = store.contexts[RUN_A]
+    assert (after.total_meters, after.message_count, after.closed, after.forgotten) == (
+        stored.total_meters,
+        stored.message_count,
+        stored.closed,
+        stored.forgotten,
+    )
+
+
+def test_a_run_that_cannot_read_its_archive_is_reported_not_guessed() -> None:
+    # Given a run with forgotten closed ranges, and an archive that cannot be read
+    store = FakeStore()
+    store.contexts[RUN_A] = RunContext(RUN_A, version=2, high_water=50, closed=((40, 40),), forgotten=30, message_count=10)
+    store.archived_sequences = _raise_throttled  # type: ignore[method-assign]
+    records = batch(device(RUN_A, 7, 10), device(RUN_C, 1, 10))
+    # When a message below the forgotten point arrives
+    report = service(store).process(records)
+    # Then that run is reported for redelivery; the other user's run commits
+    assert report.batch_item_failures() == failures_of([records[0]])
+    assert store.contexts[RUN_C].message_count == 1
+
+
+def _raise_throttled(context: RunContext) -> frozenset[int]:
+    raise InjectedFailure("Query on the messages table throttled")
+
+
+def test_a_suspect_jump_is_stored_as_a_rejection_held_and_counted() -> None:
+    # Given run A at sequence 10
+    store = FakeStore()
+    service(store).process(batch(*(device(RUN_A, seq, 100) for seq in range(1, 11))))
+    # When sequence 999,999 arrives, then 11
+    records = batch(device(RUN_A, 999_999, 100), device(RUN_A, 11, 100))
+    report = service(store).process(records)
+    # Then the jump is a reject with its own reason and its run, held in the run item, not applied
+    rejection = store.rejections[records[0]["eventID"]]
+    assert rejection.reason is RejectReason.SUSPECT_JUMP and rejection.key == RUN_A
+    assert rejection.detail.startswith("sequence 999999 is more than 41 above the run's highest applied sequence; held")
+    context = store.contexts[RUN_A]
+    assert [m.sequence_id for m in context.held] == [999_999]
+    assert context.total_meters == Decimal(1100) and context.high_water == 11 and context.gaps_closed == 0
+    assert report.counts["suspect"] == 1 and report.counts["accepted"] == 1
+
+
+def test_a_corroborated_jump_counts_the_held_message_as_accepted_when_it_is_applied() -> None:
+    store = FakeStore()
+    service(store).process(batch(device(RUN_A, 1, 100), device(RUN_A, 500, 100)))
+    report = service(store).process(batch(device(RUN_A, 501, 100)))
+    assert report.counts["accepted"] == 2 and store.contexts[RUN_A].message_count == 3
+
+
+def with_arrival(records: list[dict[str, Any]], arrival_ms: int) -> list[dict[str, Any]]:
+    for record in records:
+        record["kinesis"]["approximateArrivalTimestamp"] = arrival_ms / 1000
+    return records
+
+
+@pytest.mark.parametrize(
+    ("timestamp_utc", "reason"),
+    [
+        (32_503_680_000_000, "after"),  # the year 3000
+        (1, "before"),
+        (BASE_TS + 30_000 + 5 * 60_000 + 1, "after"),  # 5 min and 1 ms ahead of arrival
+        (BASE_TS + 30_000 - 24 * 3_600_000 - 1, "before"),  # a day and 1 ms before arrival
+    ],
+    ids=["year-3000", "epoch-1ms", "just-too-far-ahead", "just-too-old"],
+)
+def test_a_timestamp_outside_the_window_around_arrival_is_rejected(timestamp_utc: int, reason: str) -> None:
+    # Given a record arriving in the stream at BASE_TS + 30 s, whose timestamp is outside the window
+    store = FakeStore()
+    good = device(RUN_A, 1, 100)
+    records = with_arrival(batch(good, {**device(RUN_A, 2, 100), "timestamp_utc": timestamp_utc}), BASE_TS + 30_000)
+    # When it is processed with the default window (a day before, 5 minutes after)
+    report = service(store).process(records)
+    # Then it is rejected with its own reason and never applied: the run keeps its real duration
+    rejection = store.rejections[records[1]["eventID"]]
+    assert rejection.reason is RejectReason.BAD_TIMESTAMP and rejection.key == RUN_A
+    assert f"s {reason} the record's arrival" in rejection.detail
+    context = store.contexts[RUN_A]
+    assert context.message_count == 1 and context.total_seconds == 0 and context.high_water == 1
+    assert report.counts["rejected"] == 1
+
+
+def test_timestamps_at_the_edges_of_the_window_are_accepted() -> None:
+    store = FakeStore()
+    arrival = BASE_TS + 30_000
+    records = with_arrival(
+        batch(
+            {**device(RUN_A, 1, 1), "timestamp_utc": arrival - 24 * 3_600_000}, {**device(RUN_A, 2, 1), "timestamp_utc": arrival + 300_000}
+        ),
+        arrival,
+    )
+    report = service(store).process(records)
+    assert report.counts["accepted"] == 2 and not store.rejections
+
+
 # --- settings -----------------------------------------------------------------------------------
 
 FULL_ENV = {
@@ -366,6 +484,8 @@ FULL_ENV = {
     "COMMIT_ATTEMPTS": "5",
     "MAX_MESSAGE_BYTES": "2048",
     "REJECT_PAYLOAD_MAX_BYTES": "1024",
+    "TIMESTAMP_MAX_AGE_SECONDS": "7200",
+    "TIMESTAMP_MAX_AHEAD_SECONDS": "60",
 }
 
 
@@ -375,6 +495,7 @@ def test_settings_from_a_full_environment() -> None:
     assert settings.options.policy == FoldPolicy(gap_max_lag=30, gap_max_open=50, archive_chunk_size=10)
     assert settings.options.commit_attempts == 5 and settings.options.max_message_bytes == 2048
     assert settings.reject_payload_max_bytes == 1024
+    assert settings.options.timestamps == TimestampWindow(max_age_ms=7_200_000, max_ahead_ms=60_000)
 
 
 def test_settings_defaults_when_only_tables_are_given() -> None:
@@ -402,6 +523,7 @@ def test_a_missing_table_variable_is_a_settings_error(name: str, value: str | No
         ("MAX_MESSAGE_BYTES", "0", "MAX_MESSAGE_BYTES must be >= 1, got 0"),
         ("GAP_MAX_OPEN", "-3", "GAP_MAX_OPEN must be >= 1, got -3"),
         ("ARCHIVE_CHUNK_SIZE", "41", "ARCHIVE_CHUNK_SIZE must be <= 40"),
+        ("TIMESTAMP_MAX_AHEAD_SECONDS", "0", "TIMESTAMP_MAX_AHEAD_SECONDS must be >= 1"),
     ],
 )
 def test_a_bad_number_is_a_settings_error(name: str, value: str, message: str) -> None:
