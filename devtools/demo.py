@@ -17,6 +17,7 @@ import io
 import json
 import os
 import sys
+import time
 import warnings
 from collections import Counter
 from decimal import Decimal
@@ -31,6 +32,8 @@ from devtools.template_resources import EmbeddedCloud, load_assembly, resources_
 from devtools.workload import generate
 
 HANDLER = "runtime.runner_stats.handler.handler"
+# The default workload spans about 3 hours of device time; it starts this long before the replay.
+REPLAY_LEAD_MS = 4 * 3600 * 1000
 AWS_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_ACCESS_KEY_ID": "demo",
@@ -66,7 +69,16 @@ def main(argv: list[str] | None = None) -> int:
 
     templates = load_assembly(args.assembly)
     template = next(t for name, t in templates.items() if name.endswith("RunnerStats"))
-    workload = generate(seed=args.seed, users=args.users, runs_per_user=args.runs, messages_per_run=args.messages, malformed=12)
+    # The embedded stream stamps each record's arrival with the clock, and the handler rejects a
+    # timestamp more than a day before its arrival: the workload is replayed as if sent just now.
+    workload = generate(
+        seed=args.seed,
+        users=args.users,
+        runs_per_user=args.runs,
+        messages_per_run=args.messages,
+        malformed=12,
+        base_epoch_ms=int(time.time() * 1000) - REPLAY_LEAD_MS,
+    )
     with mock_aws():
         runner_stats = run_demo(template, workload)
     from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
