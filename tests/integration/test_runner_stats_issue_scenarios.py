@@ -54,7 +54,9 @@ def test_finding_7_json_doubles_are_kept_at_millimetres(world: RunnerStatsWorld)
 
 def test_finding_8_one_wild_sequence_does_not_make_the_rest_of_the_run_too_late(world: RunnerStatsWorld) -> None:
     # Given a run of sequences 1-60 at 100 m each, with sequence 999,999 arriving after sequence 10
-    payloads = [message(s) for s in range(1, 11)] + [message(999_999, timestamp_utc=BASE_TS + 30_000 * 11)] + [message(s) for s in range(11, 61)]
+    payloads = (
+        [message(s) for s in range(1, 11)] + [message(999_999, timestamp_utc=BASE_TS + 30_000 * 11)] + [message(s) for s in range(11, 61)]
+    )
     # When they are delivered
     ids = deliver(world, payloads)
     # Then all 60 real messages are applied, and the wild one alone is a suspect_jump reject
