@@ -259,6 +259,7 @@ class RunnerStatsAlarms:
     on_failure_messages: int = 1  # any record given up on is data to recover
     rejected_per_5min: int = 10
     stale_per_5min: int = 50  # a run's aggregate older than a redelivered message: normal in small numbers
+    suspect_jumps_per_5min: int = 10  # sequences held far ahead of their run: a device numbering wrongly
     duplicate_per_5min: int = 5_000  # duplicates are normal under at-least-once; a storm means a retry loop
     errors_per_5min: int = 5  # failed invocations (the batch is retried, bisected, then given up)
     throttles_per_5min: int = 1

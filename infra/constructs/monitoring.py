@@ -195,6 +195,12 @@ class RunnerStatsMonitoring(_PipelineMonitoring):
             thresholds.stale_per_5min,
         )
         self._alarm(
+            "SuspectJumps",
+            "Devices send sequence ids far ahead of their runs; those messages are held, not applied, until the run corroborates them.",
+            _count("SuspectJumps", RUNNER_STATS_SERVICE),
+            thresholds.suspect_jumps_per_5min,
+        )
+        self._alarm(
             "DuplicateMessages",
             "A storm of duplicate messages: a producer or the event source is re-sending in a loop.",
             _count("DuplicateMessages", RUNNER_STATS_SERVICE),
