@@ -38,6 +38,7 @@ STORE_HANDLER = "runtime.taxi_etl.store_handler.handler"
 FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
 API_HANDLER = "runtime.taxi_etl.api_handler.handler"
 AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
+ROW_STATE_HANDLER = "runtime.taxi_etl.row_state_handler.handler"
 TEST_API_KEY = "k3y-for-the-embedded-cloud-only-0123456789abcdef"
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
@@ -242,6 +243,24 @@ class TaxiWorld:
     def post(self, path: str, body: str | bytes | None, *, idempotency_key: str | None = None) -> tuple[int, dict[str, Any]]:
         return self.call_api(http_api_event(path, body, idempotency_key=idempotency_key))
 
+    def get_row(self, store_request_id: str) -> tuple[int, dict[str, Any]]:
+        """GET /trips/{StoreRequestId} through its deployed entry point, runtime.taxi_etl.row_state_handler.handler,
+        with that function's synthesized environment and a cold start."""
+        from runtime.taxi_etl import row_state_handler
+
+        for cached in (row_state_handler.settings, row_state_handler.reader):
+            cached.cache_clear()
+        path = f"/trips/{store_request_id}"
+        event = http_api_event(path, None, method="GET", route=ROW_STATE_ROUTE_KEY, path_parameters={"StoreRequestId": store_request_id})
+        try:
+            with mock.patch.dict(os.environ, self.environment(ROW_STATE_HANDLER)):
+                response = row_state_handler.handler(event, FakeLambdaContext())  # type: ignore[arg-type]
+        finally:
+            for cached in (row_state_handler.settings, row_state_handler.reader):
+                cached.cache_clear()
+            metrics.clear_metrics()
+        return int(response["statusCode"]), json.loads(response["body"])
+
     def start(self, name: str, rows: list[Mapping[str, str]]) -> dict[str, Any]:
         """Start an execution directly (not through the API) and return its description."""
         with self.routing():
@@ -249,14 +268,26 @@ class TaxiWorld:
         return self.describe(name)
 
 
-def http_api_event(path: str, body: str | bytes | None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+ROW_STATE_ROUTE_KEY = "GET /trips/{StoreRequestId}"
+
+
+def http_api_event(
+    path: str,
+    body: str | bytes | None,
+    *,
+    idempotency_key: str | None = None,
+    method: str = "POST",
+    route: str | None = None,
+    path_parameters: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """An HTTP API (payload 2.0) request that the key authorizer allowed; bytes are sent base64-encoded."""
     headers = {"content-type": "text/csv", "host": "abc123.execute-api.us-east-1.amazonaws.com"}
     if idempotency_key is not None:
         headers["idempotency-key"] = idempotency_key
+    route_key = route or f"{method} {path}"
     event: dict[str, Any] = {
         "version": "2.0",
-        "routeKey": f"POST {path}",
+        "routeKey": route_key,
         "rawPath": path,
         "rawQueryString": "",
         "headers": headers,
@@ -264,15 +295,17 @@ def http_api_event(path: str, body: str | bytes | None, *, idempotency_key: str 
             "accountId": ACCOUNT,
             "apiId": "abc123",
             "authorizer": {"lambda": {}},
-            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "taxi-loader/1.0"},
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "taxi-loader/1.0"},
             "requestId": "req-taxi",
-            "routeKey": f"POST {path}",
+            "routeKey": route_key,
             "stage": "$default",
         },
         "isBase64Encoded": isinstance(body, bytes),
     }
     if body is not None:
         event["body"] = base64.b64encode(body).decode() if isinstance(body, bytes) else body
+    if path_parameters is not None:
+        event["pathParameters"] = dict(path_parameters)
     return event
 
 

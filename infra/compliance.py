@@ -150,6 +150,8 @@ def acknowledge_taxi_etl(saga: TaxiEtlSaga) -> None:
         saga.api_function: "Invoked synchronously by API Gateway only; a failure is returned to the caller, who retries with "
         "the same line or Idempotency-Key and so reaches the same execution.",
         saga.authorizer_function: "Invoked synchronously by API Gateway as the route authorizer; a failure denies the request.",
+        saga.row_state_function: "Invoked synchronously by API Gateway only, and only reads: a failure is returned to the caller, "
+        "who asks again; there is no event to keep.",
     }
     for function, reason in dead_letter_reasons.items():
         acknowledge(function.node.default_child, "Serverless::Serverless-LambdaDLQ", reason)  # type: ignore[arg-type]

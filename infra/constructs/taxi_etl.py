@@ -41,10 +41,12 @@ HANDLERS = {
 }
 FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
 API_HANDLER = "runtime.taxi_etl.api_handler.handler"
+ROW_STATE_HANDLER = "runtime.taxi_etl.row_state_handler.handler"
 AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
 FLAG_SERVICE = "taxi-etl-flag"
 AUTHORIZER_SERVICE = "taxi-etl-authorizer"
 ROUTES = ("/trips", "/trips/batch")  # one CSV line; a batch of lines
+ROW_STATE_ROUTE = "/trips/{StoreRequestId}"  # what became of one row
 # Lambda's own transient failures: always worth retrying with backoff.
 LAMBDA_SERVICE_ERRORS = [
     "Lambda.ServiceException",
@@ -88,6 +90,7 @@ class TaxiEtlSaga(Construct):
     store_function: lambda_.Function
     flag_function: lambda_.Function
     api_function: lambda_.Function
+    row_state_function: lambda_.Function
     authorizer_function: lambda_.Function
     state_machine: sfn.StateMachine
     state_machine_logs: logs.LogGroup
@@ -335,3 +338,27 @@ class TaxiEtlSaga(Construct):
         integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
         for path in ROUTES:
             self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.POST], integration=integration)
+        self._add_row_state_route(config, settings)
+
+    def _add_row_state_route(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+        """GET /trips/{StoreRequestId}: its own function, which may only read the four tables."""
+        spec = FunctionSpec(
+            handler=ROW_STATE_HANDLER,
+            service="taxi-etl-row-state",
+            description="Taxi saga API: what became of one row (pending, stored or flagged), read-only",
+            timeout_seconds=settings.api_timeout_seconds,
+            environment={
+                "VALIDATION_STATUS_TABLE": self.validation_status_table.table_name,
+                "TRANSFORMATION_STATUS_TABLE": self.transformation_status_table.table_name,
+                "STORE_STATUS_TABLE": self.store_status_table.table_name,
+                "FINAL_TABLE": self.final_table.table_name,
+            },
+        )
+        self.row_state_function = create_function(self, "RowStateFunction", spec, config).function
+        for table in (*self.status_tables.values(), self.final_table):
+            table.grant(self.row_state_function, "dynamodb:BatchGetItem")
+        self.http_api.add_routes(
+            path=ROW_STATE_ROUTE,
+            methods=[apigw.HttpMethod.GET],
+            integration=HttpLambdaIntegration("RowStateIntegration", self.row_state_function),
+        )

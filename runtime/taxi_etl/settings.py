@@ -67,6 +67,25 @@ class FlagSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RowStateSettings:
+    """GET /trips/{id}: reads the three status tables and the trips table, writes nothing."""
+
+    validation_table: str
+    transformation_table: str
+    store_table: str
+    final_table: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RowStateSettings:
+        return cls(
+            validation_table=require_str(env, ENV_VALIDATION_STATUS_TABLE),
+            transformation_table=require_str(env, ENV_TRANSFORMATION_STATUS_TABLE),
+            store_table=require_str(env, ENV_STORE_STATUS_TABLE),
+            final_table=require_str(env, ENV_FINAL_TABLE),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ApiSettings:
     state_machine_arn: str
     workflow_type: str

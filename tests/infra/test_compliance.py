@@ -82,7 +82,7 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
     # TaxiEtl: every function is invoked synchronously (state machine, API Gateway), none has a function DLQ
     **{
         ("TaxiEtl", f"TaxiEtl/{name}Function/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function"
-        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer")
+        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer", "RowState")
     },
     # TaxiEtl: the X-Ray statement of every function's role (the Lambda factory's acknowledgement)
     **{
@@ -91,7 +91,7 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
             f"TaxiEtl/{name}FunctionRole/DefaultPolicy/Resource",
             "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
         ): "AWS::IAM::Policy"
-        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer")
+        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer", "RowState")
     },
     # TaxiEtl: the state machine may invoke each of its four functions (and their versions), log and trace
     **{

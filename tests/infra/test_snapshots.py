@@ -16,7 +16,7 @@ from infra.config import load_config
 ENVS = ("dev", "prod")
 # Each environment's stacks ("<stack_prefix>-<suffix>") and how many Lambda functions each holds:
 # every function's code key must be normalized, not just the first one's.
-FUNCTIONS_PER_STACK = {"Alarms": 0, "RunnerStats": 1, "EventLog": 5, "TaxiEtl": 6}
+FUNCTIONS_PER_STACK = {"Alarms": 0, "RunnerStats": 1, "EventLog": 5, "TaxiEtl": 7}
 ASSET_HASH = "<asset-hash>"
 # A CDK asset hash is the SHA-256 of the asset's content, i.e. of the runtime/ sources: it changes
 # with every runtime code edit. It shows up as the function's S3Key "<hash>.zip", in "asset.<hash>"

@@ -27,7 +27,7 @@ from devtools.template_resources import cdk_context, resources_of_type
 from infra.config import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, ConfigError, EnvConfig, TaxiEtlConfig, load_config
 from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
 from infra.stacks.taxi_etl_stack import TaxiEtlStack
-from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, StoreSettings
+from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
 from tests.infra.template_queries import (
     Grants,
     RecordingEnvironment,
@@ -56,7 +56,8 @@ STORE = "runtime.taxi_etl.store_handler.handler"
 FLAG = "runtime.taxi_etl.flag_handler.handler"
 API = "runtime.taxi_etl.api_handler.handler"
 AUTHORIZER = "runtime.taxi_etl.authorizer_handler.handler"
-HANDLERS = (VALIDATE, TRANSFORM, STORE, FLAG, API, AUTHORIZER)
+ROW_STATE = "runtime.taxi_etl.row_state_handler.handler"
+HANDLERS = (VALIDATE, TRANSFORM, STORE, FLAG, API, AUTHORIZER, ROW_STATE)
 STATE_MACHINE_FUNCTIONS = (VALIDATE, TRANSFORM, STORE, FLAG)
 SERVICE_NAMES = {
     VALIDATE: "taxi-etl-validation",
@@ -65,6 +66,7 @@ SERVICE_NAMES = {
     FLAG: "taxi-etl-flag",
     API: "taxi-etl-api",
     AUTHORIZER: "taxi-etl-authorizer",
+    ROW_STATE: "taxi-etl-row-state",
 }
 SETTINGS_CLASSES: dict[str, Any] = {
     VALIDATE: PhaseSettings,
@@ -73,6 +75,7 @@ SETTINGS_CLASSES: dict[str, Any] = {
     FLAG: FlagSettings,
     API: ApiSettings,
     AUTHORIZER: AuthorizerSettings,
+    ROW_STATE: RowStateSettings,
 }
 
 # Exactly the variables each handler's settings class reads (runtime/taxi_etl/settings.py).
@@ -83,6 +86,7 @@ ENVIRONMENT_NAMES = {
     FLAG: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
     API: {"STATE_MACHINE_ARN", "WORKFLOW_TYPE", "BATCH_MAX_LINES", "BATCH_MAX_BYTES", "MAX_LINE_BYTES"},
     AUTHORIZER: {"API_KEY_SECRET_ID", "SECRET_CACHE_SECONDS", "SECRET_REFRESH_FLOOR_SECONDS"},
+    ROW_STATE: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
 }
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 
@@ -105,7 +109,9 @@ PHASES = ("Validation", "Transformation", "Store")
 PHASE_HANDLERS = {"Validation": VALIDATE, "Transformation": TRANSFORM, "Store": STORE}
 # Where a phase goes when all is well: the next phase, or the Succeed state after Store.
 NEXT_AFTER = {"Validation": "Transformation", "Transformation": "Store", "Store": "Stored"}
-ROUTES = {"POST /trips", "POST /trips/batch"}
+POST_ROUTES = {"POST /trips", "POST /trips/batch"}
+ROW_STATE_ROUTE = "GET /trips/{StoreRequestId}"
+ROUTES = POST_ROUTES | {ROW_STATE_ROUTE}
 LAMBDA_SERVICE_ERRORS = [
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
@@ -207,6 +213,9 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             (ref(STATE_MACHINE), {"states:StartExecution"}),
             (executions_of(STATE_MACHINE), {"states:DescribeExecution"}),
         )
+    if handler == ROW_STATE:
+        # reads the row's four items in one BatchGetItem; writes nothing, starts nothing
+        return unconditional(own_logs, *((arn(table), {"dynamodb:BatchGetItem"}) for table in sorted(TABLES)))
     assert handler == AUTHORIZER
     return unconditional(own_logs, (ref(SECRET), {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}))
 
@@ -708,26 +717,29 @@ def test_retries_in_the_definition_follow_a_changed_config(tmp_path: Path) -> No
 # --- 5. the HTTP API -----------------------------------------------------------------------------
 
 
-def test_exactly_two_post_routes_both_behind_the_one_authorizer(template: Template, template_json: dict[str, Any]) -> None:
+def test_two_post_routes_and_one_get_route_all_behind_the_one_authorizer(template: Template, template_json: dict[str, Any]) -> None:
     # Given the API's routes
     routes = resources_of_type(template_json, "AWS::ApiGatewayV2::Route")
     # When we read their keys and authorization
-    # Then there are exactly POST /trips and POST /trips/batch (no catch-all, no GET)
+    # Then there are exactly POST /trips, POST /trips/batch and GET /trips/{StoreRequestId} (no catch-all)
     assert sorted(route["Properties"]["RouteKey"] for route in routes.values()) == sorted(ROUTES)
-    # and both require the one Lambda authorizer of this API
+    # and all require the one Lambda authorizer of this API
     assert set(resources_of_type(template_json, "AWS::ApiGatewayV2::Authorizer")) == {API_AUTHORIZER}
     template.all_resources_properties("AWS::ApiGatewayV2::Route", {"AuthorizationType": "CUSTOM", "AuthorizerId": ref(API_AUTHORIZER)})
-    # and both integrate with the API function, as a proxy with payload format 2.0
+    # and the POST routes integrate with the API function, the GET route with the read-only one,
+    # each as a proxy with payload format 2.0
     api_id, _ = function(template_json, API)
+    row_state_id, _ = function(template_json, ROW_STATE)
     integrations = resources_of_type(template_json, "AWS::ApiGatewayV2::Integration")
-    assert integrations
+    assert len(integrations) == 2
     for integration in integrations.values():
         assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
-        assert integration["Properties"]["IntegrationUri"] == arn(api_id)
         assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
     for route in routes.values():
         target = route["Properties"]["Target"]["Fn::Join"][1]
         assert target[0] == "integrations/" and target[1]["Ref"] in integrations
+        uri = integrations[target[1]["Ref"]]["Properties"]["IntegrationUri"]
+        assert uri == arn(row_state_id if route["Properties"]["RouteKey"] == ROW_STATE_ROUTE else api_id)
 
 
 def test_authorizer_is_a_cached_simple_request_authorizer_on_the_authorization_header(
@@ -759,10 +771,13 @@ def test_only_this_api_may_invoke_the_api_and_authorizer_functions(template_json
     for props in permissions:
         assert props["Principal"] == "apigateway.amazonaws.com" and props["Action"] == "lambda:InvokeFunction", props
         sources.setdefault(props["FunctionName"]["Fn::GetAtt"][0], []).append(props["SourceArn"]["Fn::Join"][1])
-    # Then API Gateway may invoke the API function from the two routes of this API only
-    assert set(sources) == {api_id, authorizer_id}
+    # Then API Gateway may invoke the API function from the two POST routes of this API only,
+    # and the read-only function from the GET route only
+    row_state_id, _ = function(template_json, ROW_STATE)
+    assert set(sources) == {api_id, authorizer_id, row_state_id}
     assert sorted(parts[-1] for parts in sources[api_id]) == ["/*/*/trips", "/*/*/trips/batch"]
-    assert all(ref(HTTP_API) in parts for parts in sources[api_id])
+    assert [parts[-1] for parts in sources[row_state_id]] == ["/*/*/trips/{StoreRequestId}"]
+    assert all(ref(HTTP_API) in parts for parts in sources[api_id] + sources[row_state_id])
     # and the authorizer function as this API's authorizer only
     (authorizer_source,) = sources[authorizer_id]
     assert authorizer_source[-3:] == [ref(HTTP_API), "/authorizers/", ref(API_AUTHORIZER)]
@@ -862,10 +877,10 @@ def test_no_wildcard_actions(template_json: dict[str, Any], handler: str) -> Non
 def test_no_function_touches_another_functions_resources(template_json: dict[str, Any]) -> None:
     # Given every resource a function may act on and the functions allowed to (written out)
     owners = {
-        VALIDATION_TABLE: {VALIDATE, FLAG},
-        TRANSFORMATION_TABLE: {TRANSFORM, FLAG},
-        STORE_TABLE: {STORE, FLAG},
-        TRIPS_TABLE: {STORE, FLAG},  # the flag function only reads it
+        VALIDATION_TABLE: {VALIDATE, FLAG, ROW_STATE},  # GET /trips/{id} only reads the four tables
+        TRANSFORMATION_TABLE: {TRANSFORM, FLAG, ROW_STATE},
+        STORE_TABLE: {STORE, FLAG, ROW_STATE},
+        TRIPS_TABLE: {STORE, FLAG, ROW_STATE},  # the flag function only reads it
         SECRET: {AUTHORIZER},
         STATE_MACHINE: {API},
         STATE_MACHINE_LOGS: set(),

@@ -1,0 +1,120 @@
+"""What became of one row: pending, stored, or flagged, read from its status rows and trips item.
+
+Pure: the reader (store.DynamoRowReader) fetches the four items; this decides what they mean.
+Each phase writes its status row (reason 0) before it acts, and the flag step sets the failing
+phase's reason code in every status table the transaction touched, so:
+
+- flagged: any status row has a non-zero reason. The reason code names the phase (1 validation,
+  2 transformation, 3 store); the detail and message are that phase's row's.
+- stored: no row is flagged, the store phase has written its row, and the trips item exists.
+- pending: some status row exists and neither of the above holds (the row is between phases, or a
+  redrive has cleared its flag and its new execution has not finished). `phase` is the last phase
+  whose row exists.
+- unknown (None): no phase has seen the id. The API answers 202 before Validate writes its row, so
+  an id accepted a moment ago is unknown for as long as its execution takes to start.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
+from runtime.taxi_etl.requests import InvalidRequest
+from runtime.taxi_etl.store import StatusRow
+
+# The ids the API gives rows: k-<key>, kb-<key>-<n> (keyed) and c-<hash> (unkeyed).
+ROW_ID_PREFIXES = ("k-", "kb-", "c-")
+_PHASE_OF_REASON: dict[int, Phase] = {phase.reason: phase for phase in Phase}
+_ROW_ID = re.compile(STORE_REQUEST_ID.pattern)
+
+
+class State(StrEnum):
+    PENDING = "pending"
+    STORED = "stored"
+    FLAGGED = "flagged"
+
+
+@dataclass(frozen=True, slots=True)
+class RowState:
+    store_request_id: str
+    state: State
+    phase: Phase | None = None  # flagged: the failing phase; pending: the last phase reached
+    reason: int | None = None
+    detail: str | None = None
+    message: str | None = None
+    generation: int = 1
+    findings: tuple[str, ...] = ()
+    unexplained_amount: Decimal | None = None
+    trip: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"StoreRequestId": self.store_request_id, "state": self.state.value, "generation": self.generation}
+        if self.state is State.FLAGGED:
+            phase = self.phase.value if self.phase else None
+            body |= {"phase": phase, "reason": self.reason, "detail": self.detail, "message": self.message}
+        elif self.state is State.PENDING:
+            body["phase"] = self.phase.value if self.phase else None
+        else:
+            # Amounts as strings: a JSON float would not give back the cents the item holds.
+            unexplained = None if self.unexplained_amount is None else str(self.unexplained_amount)
+            body |= {"findings": list(self.findings), "unexplainedAmount": unexplained, "trip": self.trip}
+        return body
+
+
+def parse_row_id(text: str | None) -> str:
+    """The path's StoreRequestId, or InvalidRequest naming what is wrong with it."""
+    if not text:
+        raise InvalidRequest("the path has no StoreRequestId; ask for /trips/<StoreRequestId>")
+    if not _ROW_ID.fullmatch(text) or not text.startswith(ROW_ID_PREFIXES):
+        raise InvalidRequest(
+            "a StoreRequestId is what POST /trips or /trips/batch answered: k-<key>, kb-<key>-<n> or c-<hash>,"
+            " at most 80 letters, digits, '_' and '-'"
+        )
+    return text
+
+
+# What a stored row's answer repeats from its trips item: when and where, and what was charged.
+TRIP_FIELDS = ("pickup_at", "dropoff_at", "pu_location_id", "do_location_id", "trip_seconds", "total_amount")
+
+
+def row_state(store_request_id: str, status: Mapping[Phase, StatusRow | None], trip: Mapping[str, Any] | None) -> RowState | None:
+    """The row's state from its status rows (by phase) and its trips item; None when nothing has seen it."""
+    rows = [(phase, row) for phase in Phase if (row := status.get(phase)) is not None]
+    if not rows:
+        return None
+    generation = rows[0][1].generation if rows[0][0] is Phase.VALIDATION else 1
+    flagged = next((row for _, row in rows if row.flagged), None)
+    if flagged is not None:
+        return RowState(
+            store_request_id,
+            State.FLAGGED,
+            phase=_PHASE_OF_REASON.get(flagged.reason),  # Reason is an IntEnum: a stored int finds it
+            reason=flagged.reason,
+            detail=flagged.detail,
+            message=flagged.message,
+            generation=generation,
+        )
+    redrive_pending = rows[0][0] is Phase.VALIDATION and rows[0][1].pending
+    if trip is not None and status.get(Phase.STORE) is not None and not redrive_pending:
+        unexplained = trip.get("unexplained_amount")
+        return RowState(
+            store_request_id,
+            State.STORED,
+            generation=generation,
+            findings=tuple(str(finding) for finding in trip.get("findings", ())),
+            unexplained_amount=None if unexplained is None else Decimal(str(unexplained)),
+            trip={name: _plain(trip[name]) for name in TRIP_FIELDS if name in trip},
+        )
+    return RowState(store_request_id, State.PENDING, phase=rows[-1][0], generation=generation)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe copy: whole numbers as ints, other decimals as strings (never floats)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() and value.as_tuple().exponent == 0 else str(value)
+    return value

@@ -1,0 +1,80 @@
+"""Lambda entry point of GET /trips/{StoreRequestId} (behind the key authorizer). Thin: parse, read, map.
+
+200 {"StoreRequestId", "state": "pending" | "stored" | "flagged", "generation", ...}: a flagged row
+with its phase, reason code, detail and message; a stored one with its findings, unexplained
+amount and trip summary; a pending one with the last phase it reached. 404 when no phase has seen
+the id; 400 for a malformed id. A separate function from the POST routes': it may only read.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.requests import InvalidRequest
+from runtime.taxi_etl.row_state import parse_row_id, row_state
+from runtime.taxi_etl.settings import RowStateSettings
+from runtime.taxi_etl.store import DynamoRowReader, RowReader
+
+app = APIGatewayHttpResolver()
+
+
+@functools.cache
+def settings() -> RowStateSettings:
+    """Read and validated once per cold start: the only place this handler reads its environment."""
+    return RowStateSettings.from_env(os.environ)
+
+
+@functools.cache
+def reader() -> RowReader:
+    """Built on the first invocation (cold start), never at import time."""
+    config = settings()
+    tables = {
+        Phase.VALIDATION: config.validation_table,
+        Phase.TRANSFORMATION: config.transformation_table,
+        Phase.STORE: config.store_table,
+    }
+    return DynamoRowReader(tables, config.final_table)
+
+
+def json_response(status: int, body: dict[str, Any]) -> Response[str]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+
+
+def refusal(error: InvalidRequest) -> Response[str]:
+    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
+    return json_response(400, {"error": str(error)})
+
+
+app.exception_handler(InvalidRequest)(refusal)
+
+
+def lookup(store_request_id: str | None, rows: RowReader) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and body for one id."""
+    row_id = parse_row_id(store_request_id)
+    state = row_state(row_id, *rows.read(row_id))
+    if state is None:
+        return 404, {
+            "StoreRequestId": row_id,
+            "error": "no phase has seen this id: it was never accepted, or was accepted moments ago and its execution has not started",
+        }
+    metrics.add_metric(name="RowStatesRead", unit=MetricUnit.Count, value=1)
+    logger.info("row state read", extra={"StoreRequestId": row_id, "state": state.state.value})
+    return 200, state.to_json()
+
+
+@app.get("/trips/<store_request_id>")
+def get_row_state(store_request_id: str) -> Response[str]:
+    return json_response(*lookup(store_request_id, reader()))
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

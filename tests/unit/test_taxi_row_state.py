@@ -1,0 +1,231 @@
+"""What became of one row (runtime/taxi_etl/row_state.py and the GET handler's mapping), from the
+status rows and trips item that the phases and the flag step leave behind."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from runtime.taxi_etl import row_state_handler
+from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.requests import InvalidRequest
+from runtime.taxi_etl.row_state import RowState, State, parse_row_id, row_state
+from runtime.taxi_etl.store import DynamoRowReader, StatusRow, StoreUnavailable
+from tests.events.loader import load_event
+
+ID = "k-load-2019-10-row-1"
+TRIP = {
+    "StoreRequestId": ID,
+    "pickup_at": "2019-10-23T20:32:30Z",
+    "dropoff_at": "2019-10-23T20:54:57Z",
+    "pu_location_id": Decimal(261),
+    "do_location_id": Decimal(211),
+    "trip_seconds": Decimal(1347),
+    "total_amount": Decimal("25.71"),
+    "findings": ["total_amount_mismatch"],
+    "unexplained_amount": Decimal("1.95"),
+}
+
+
+def ok(phase: Phase, **changes: Any) -> StatusRow:
+    return StatusRow(ID, raw_tuple=f"{phase.value} tuple", reason=0, **changes)
+
+
+def flagged(phase: Phase, detail: str, **changes: Any) -> StatusRow:
+    return StatusRow(ID, raw_tuple="t", reason=int(phase.reason), detail=detail, message=f"{detail}: why", **changes)
+
+
+def rows(*present: tuple[Phase, StatusRow]) -> dict[Phase, StatusRow | None]:
+    status: dict[Phase, StatusRow | None] = dict.fromkeys(Phase, None)
+    status.update(dict(present))
+    return status
+
+
+def test_no_status_row_is_unknown() -> None:
+    # Given an id no phase has seen (and no trips item)
+    # When its state is read
+    # Then there is none
+    assert row_state(ID, rows(), None) is None
+
+
+@pytest.mark.parametrize("reached", list(Phase))
+def test_a_row_between_phases_is_pending_at_the_last_phase_it_reached(reached: Phase) -> None:
+    # Given status rows (reason 0) up to `reached`, and no trips item yet
+    present = [(phase, ok(phase)) for phase in Phase][: list(Phase).index(reached) + 1]
+    # When its state is read
+    state = row_state(ID, rows(*present), None)
+    # Then it is pending there
+    assert state == RowState(ID, State.PENDING, phase=reached)
+    assert state.to_json() == {"StoreRequestId": ID, "state": "pending", "generation": 1, "phase": reached.value}
+
+
+def test_a_stored_row_reports_its_findings_and_unexplained_amount_without_floats() -> None:
+    # Given all three status rows at reason 0 and the trips item
+    state = row_state(ID, rows(*((phase, ok(phase)) for phase in Phase)), TRIP)
+    # When it is mapped to JSON
+    assert state is not None
+    body = state.to_json()
+    # Then it is stored, with its findings, and amounts as strings (ints stay ints)
+    assert body == {
+        "StoreRequestId": ID,
+        "state": "stored",
+        "generation": 1,
+        "findings": ["total_amount_mismatch"],
+        "unexplainedAmount": "1.95",
+        "trip": {
+            "pickup_at": "2019-10-23T20:32:30Z",
+            "dropoff_at": "2019-10-23T20:54:57Z",
+            "pu_location_id": 261,
+            "do_location_id": 211,
+            "trip_seconds": 1347,
+            "total_amount": "25.71",
+        },
+    }
+
+
+def test_a_stored_row_without_findings_has_an_empty_list_and_no_unexplained_amount() -> None:
+    trip = {name: value for name, value in TRIP.items() if name not in ("findings", "unexplained_amount")}
+    state = row_state(ID, rows(*((phase, ok(phase)) for phase in Phase)), trip)
+    assert state is not None and state.state is State.STORED
+    assert (state.to_json()["findings"], state.to_json()["unexplainedAmount"]) == ([], None)
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_a_flagged_row_reports_its_phase_reason_detail_and_message(phase: Phase) -> None:
+    # Given the flag step set `phase`'s reason in every table the transaction touched
+    touched = [(p, flagged(phase, "dropoff_before_pickup")) for p in phase.touched]
+    # When its state is read
+    state = row_state(ID, rows(*touched), None)
+    # Then it is flagged in that phase, with the detail and message the flag step wrote
+    assert state is not None
+    assert state.to_json() == {
+        "StoreRequestId": ID,
+        "state": "flagged",
+        "generation": 1,
+        "phase": phase.value,
+        "reason": int(phase.reason),
+        "detail": "dropoff_before_pickup",
+        "message": "dropoff_before_pickup: why",
+    }
+
+
+def test_a_store_conflict_is_flagged_even_though_a_trips_item_exists() -> None:
+    # Given a different item already under the id: the store phase was flagged, the item is someone else's
+    status = rows(*((p, flagged(Phase.STORE, "error:StoreConflict")) for p in Phase))
+    # When its state is read
+    state = row_state(ID, status, TRIP)
+    # Then it is flagged in store, not stored
+    assert state is not None and (state.state, state.phase, state.detail) == (State.FLAGGED, Phase.STORE, "error:StoreConflict")
+
+
+def test_a_redriven_row_is_pending_in_its_new_generation_until_it_ends() -> None:
+    # Given a redrive cleared the validation flag (generation 2, its execution not started yet),
+    # and removed the later phases' rows
+    state = row_state(ID, rows((Phase.VALIDATION, ok(Phase.VALIDATION, generation=2, pending=True))), None)
+    # Then the row is pending in validation, generation 2
+    assert state == RowState(ID, State.PENDING, phase=Phase.VALIDATION, generation=2)
+
+
+def test_a_trips_item_before_the_store_row_does_not_count_as_stored() -> None:
+    # Given only the validation row, and a trips item already there (a table shared with another writer)
+    state = row_state(ID, rows((Phase.VALIDATION, ok(Phase.VALIDATION))), TRIP)
+    # Then the row is still pending: stored means the store phase wrote its row too
+    assert state is not None and state.state is State.PENDING
+
+
+@pytest.mark.parametrize("row_id", ["k-load-1", "kb-load-2", "c-0123456789abcdef"])
+def test_the_ids_the_api_gives_are_accepted(row_id: str) -> None:
+    assert parse_row_id(row_id) == row_id
+
+
+@pytest.mark.parametrize(
+    ("row_id", "message"),
+    [
+        (None, "the path has no StoreRequestId"),
+        ("", "the path has no StoreRequestId"),
+        ("cb-batchid", "k-<key>, kb-<key>-<n> or c-<hash>"),  # a batch's execution, not a row
+        ("r2-k-load-1", "k-<key>, kb-<key>-<n> or c-<hash>"),  # a redrive's execution
+        ("k-" + "x" * 79, "at most 80"),
+        ("k-a b", "letters, digits"),
+    ],
+)
+def test_a_malformed_id_is_refused_naming_the_shapes(row_id: str | None, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        parse_row_id(row_id)
+
+
+class FakeReader:
+    def __init__(self, status: dict[Phase, StatusRow | None], trip: dict[str, Any] | None) -> None:
+        self.status, self.trip, self.reads = status, trip, 0
+
+    def read(self, store_request_id: str) -> tuple[dict[Phase, StatusRow | None], dict[str, Any] | None]:
+        self.reads += 1
+        return self.status, self.trip
+
+
+def test_the_handler_maps_unknown_to_404_and_reads_once() -> None:
+    # Given a reader that knows nothing of the id
+    reader = FakeReader(rows(), None)
+    # When the id is looked up
+    status, body = row_state_handler.lookup(ID, reader)
+    # Then 404, naming the id and why it can be unknown, after one read
+    assert status == 404 and body["StoreRequestId"] == ID and "no phase has seen this id" in body["error"]
+    assert reader.reads == 1
+
+
+def test_the_handler_refuses_a_malformed_id_before_reading() -> None:
+    reader = FakeReader(rows(), None)
+    with pytest.raises(InvalidRequest):
+        row_state_handler.lookup("../etc", reader)
+    assert reader.reads == 0
+
+
+def test_the_sample_event_resolves_to_the_route_and_answers_from_the_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the sample API Gateway event for GET /trips/{StoreRequestId}, and a stored row behind it
+    event = load_event("taxi_etl/get_row_state.json")
+    reader = FakeReader(rows(*((phase, ok(phase)) for phase in Phase)), TRIP)
+    monkeypatch.setattr(row_state_handler, "reader", lambda: reader)
+    # When the resolver routes it
+    response = row_state_handler.app.resolve(event, None)  # type: ignore[arg-type]
+    # Then it answers 200 with the stored state of the id in the path
+    assert response["statusCode"] == 200
+    assert '"state": "stored"' in response["body"] and f'"StoreRequestId": "{ID}"' in response["body"]
+
+
+class UnprocessedFirst:
+    """A BatchGetItem stub: leaves the trips table's key unprocessed `times` times, then answers it."""
+
+    def __init__(self, times: int) -> None:
+        self.times, self.requests = times, []  # type: ignore[var-annotated]
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803 (boto3's name)
+        self.requests.append(sorted(RequestItems))
+        responses = {table: [{"StoreRequestId": {"S": ID}, "StatusReason": {"N": "0"}}] for table in RequestItems if table != "trips"}
+        if "trips" in RequestItems and self.times:
+            self.times -= 1
+            return {"Responses": responses, "UnprocessedKeys": {"trips": RequestItems["trips"]}}
+        if "trips" in RequestItems:
+            responses["trips"] = [{"StoreRequestId": {"S": ID}, "total_amount": {"N": "25.71"}}]
+        return {"Responses": responses, "UnprocessedKeys": {}}
+
+
+TABLES = {Phase.VALIDATION: "validation", Phase.TRANSFORMATION: "transformation", Phase.STORE: "store"}
+
+
+def test_the_reader_asks_again_for_what_dynamodb_left_unprocessed() -> None:
+    # Given DynamoDB leaves the trips key unprocessed once
+    client = UnprocessedFirst(times=1)
+    # When the row is read
+    status, trip = DynamoRowReader(TABLES, "trips", client=client).read(ID)  # type: ignore[arg-type]
+    # Then the second call asks only for the trips key, and the row is complete
+    assert client.requests == [["store", "transformation", "trips", "validation"], ["trips"]]
+    assert all(row is not None and row.reason == 0 for row in status.values())
+    assert trip == {"StoreRequestId": ID, "total_amount": Decimal("25.71")}
+
+
+def test_the_reader_gives_up_when_a_key_stays_unprocessed() -> None:
+    with pytest.raises(StoreUnavailable, match="stayed unprocessed"):
+        DynamoRowReader(TABLES, "trips", client=UnprocessedFirst(times=99)).read(ID)  # type: ignore[arg-type]
