@@ -139,6 +139,14 @@ def report(world: TaxiWorld, sent: Sent, crashes: int) -> int:
                 problems.append(f"{store_request_id}: reason {phase.reason} not in every table of {phase.value}")
         else:
             problems.append(f"{store_request_id} is neither stored nor flagged (lost)")
+    # What GET /trips/{id} answers must be what the tables say, for every id.
+    answered: Counter[str] = Counter()
+    for store_request_id, outcome in outcomes.items():
+        code, answer = world.get_row(store_request_id)
+        said = answer.get("state") if answer.get("state") != "flagged" else answer.get("phase")
+        answered[str(said)] += 1
+        if code != 200 or said != outcome:
+            problems.append(f"GET /trips/{store_request_id} answered {code} {said}, the tables say {outcome}")
     mismatched = [store_request_id for store_request_id, expected in sent.expected.items() if outcomes.get(store_request_id) != expected]
     if mismatched:
         problems.append(f"{len(mismatched)} rows ended otherwise than their input says, e.g. {mismatched[:3]}")
@@ -156,6 +164,8 @@ def report(world: TaxiWorld, sent: Sent, crashes: int) -> int:
         details = flagged_reasons[phase.value]
         label = f"flagged {phase.value}"
         print(f"  {label:<24}{sum(details.values()):>2}  (reason {int(phase.reason)}: {dict(details.most_common())})")
+    read_back = dict(sorted(answered.items()))
+    print(f"  read back         {sum(answered.values()):>6}  (GET /trips/{{id}} of every id, as the tables say: {read_back})")
     for problem in problems[:10]:
         print(f"  !! {problem}")
     print("MISMATCH" if problems else "OK")
