@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, App, Stack, Token, Validations
+from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.aws_lambda import EventSourceMapping, IFunction
 from aws_cdk.aws_s3 import IBucket
 from aws_cdk.aws_secretsmanager import Secret
@@ -155,6 +156,14 @@ def acknowledge_taxi_etl(saga: TaxiEtlSaga) -> None:
     }
     for function, reason in dead_letter_reasons.items():
         acknowledge(function.node.default_child, "Serverless::Serverless-LambdaDLQ", reason)  # type: ignore[arg-type]
+    if saga.execution_log_level != sfn.LogLevel.ALL:
+        acknowledge(
+            saga.state_machine.node.default_child,  # type: ignore[arg-type]
+            "AwsSolutions::AwsSolutions-SF1",
+            f"Logs {saga.execution_log_level.value} events by configuration (taxi_etl.execution_log_level): failed executions "
+            "are logged, successful ones are kept in the execution history for 90 days, and no row content reaches the logs; "
+            "ALL with execution data would more than double the cost per row (README, taxi cost table).",
+        )
     state_machine_policy = saga.state_machine.role.node.find_child("DefaultPolicy").node.default_child
     for function in (saga.validate_function, saga.transform_function, saga.store_function, saga.flag_function):
         acknowledge(

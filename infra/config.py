@@ -216,6 +216,12 @@ class TaxiEtlConfig:
     phase_timeout_seconds: int = 60
     phase_memory_mb: int = 256
     api_timeout_seconds: int = 10
+    # What the state machine sends to CloudWatch Logs. ERROR without execution data (the default,
+    # prod's) logs only failures, with no row content; ALL with data (dev's) logs every state's
+    # input and output, which is what debugging a phase needs and costs about a cent per thousand
+    # rows (`make bench` prices both).
+    execution_log_level: sfn.LogLevel = sfn.LogLevel.ERROR
+    execution_log_data: bool = False
 
     def validate(self) -> None:
         if self.workflow_type not in (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS):
@@ -398,6 +404,7 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
         powertools_layer_version="3.37.0",
         log_level="DEBUG",
         runner_stats=RunnerStatsConfig(),
+        taxi_etl=TaxiEtlConfig(execution_log_level=sfn.LogLevel.ALL, execution_log_data=True),
     ),
     "prod": EnvConfig(
         name="prod",

@@ -94,6 +94,7 @@ class TaxiEtlSaga(Construct):
     authorizer_function: lambda_.Function
     state_machine: sfn.StateMachine
     state_machine_logs: logs.LogGroup
+    execution_log_level: sfn.LogLevel
     state_machine_logs_key: kms.Key
     http_api: apigw.HttpApi
     api_stage: apigw.HttpStage
@@ -262,6 +263,7 @@ class TaxiEtlSaga(Construct):
             {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:*"}}
         )
         self.state_machine_logs_key.grant_encrypt_decrypt(logs_service)
+        self.execution_log_level = settings.execution_log_level
         self.state_machine_logs = logs.LogGroup(
             self,
             "StateMachineLogs",
@@ -276,7 +278,9 @@ class TaxiEtlSaga(Construct):
             state_machine_type=settings.workflow_type,
             timeout=Duration.minutes(settings.execution_timeout_minutes),
             tracing_enabled=True,
-            logs=sfn.LogOptions(destination=self.state_machine_logs, level=sfn.LogLevel.ALL, include_execution_data=True),
+            logs=sfn.LogOptions(
+                destination=self.state_machine_logs, level=settings.execution_log_level, include_execution_data=settings.execution_log_data
+            ),
             comment="onceflow taxi ETL saga: validate -> transform -> store, each failure flagged by its phase",
         )
         # Its execution history is what tells a repeated request from a new one (for 90 days).

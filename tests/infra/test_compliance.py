@@ -137,6 +137,8 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     },
     "prod": {
         **_ACKNOWLEDGED_IN_EVERY_ENV,
+        # prod's state machine logs failures only, without row content (taxi_etl.execution_log_level)
+        ("TaxiEtl", "TaxiEtl/StateMachine/Resource", "AwsSolutions::AwsSolutions-SF1"): "AWS::StepFunctions::StateMachine",
         (
             "EventLog",
             "EventLog/SnapshotWorker/SqsEventSource:OnceflowprodEventLogSnapshotQueueDAE16042/Resource",

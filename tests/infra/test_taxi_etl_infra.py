@@ -46,8 +46,9 @@ from tests.infra.template_queries import (
 
 # What the brief fixes per environment (independent of infra/config.py on purpose).
 EXPECTED = {
-    "dev": {"removal": "Delete", "protected": False, "log_retention_days": 7},
-    "prod": {"removal": "Retain", "protected": True, "log_retention_days": 90},
+    "dev": {"removal": "Delete", "protected": False, "log_retention_days": 7, "execution_log": ("ALL", True)},
+    # prod logs failures only, and no row content (priced in the README's cost table)
+    "prod": {"removal": "Retain", "protected": True, "log_retention_days": 90, "execution_log": ("ERROR", False)},
 }
 
 VALIDATE = "runtime.taxi_etl.validate_handler.handler"
@@ -372,7 +373,9 @@ def test_other_stateful_resources_are_retained_only_in_prod(
 # --- 2. the state machine: type, tracing, encrypted execution logs ------------------------------
 
 
-def test_state_machine_is_standard_traced_and_logs_every_execution(template_json: dict[str, Any], config: EnvConfig) -> None:
+def test_state_machine_is_standard_traced_and_logs_at_the_environments_level(
+    template_json: dict[str, Any], config: EnvConfig, env_name: str
+) -> None:
     # Given the one state machine
     assert set(resources_of_type(template_json, "AWS::StepFunctions::StateMachine")) == {STATE_MACHINE}
     props = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]
@@ -381,11 +384,13 @@ def test_state_machine_is_standard_traced_and_logs_every_execution(template_json
     assert config.taxi_etl.workflow_type == sfn.StateMachineType.STANDARD
     assert props["StateMachineType"] == "STANDARD"
     assert props["TracingConfiguration"] == {"Enabled": True}
-    # and it logs every event with the execution data to its own log group
+    # and it logs to its own log group: every event with the execution data in dev, failures
+    # without row content in prod
+    level, with_data = EXPECTED[env_name]["execution_log"]
     assert props["LoggingConfiguration"] == {
         "Destinations": [{"CloudWatchLogsLogGroup": {"LogGroupArn": arn(STATE_MACHINE_LOGS)}}],
-        "IncludeExecutionData": True,
-        "Level": "ALL",
+        "IncludeExecutionData": with_data,
+        "Level": level,
     }
     assert STATE_MACHINE_LOGS not in {log_group_of(template_json, handler) for handler in HANDLERS}
     # and an execution is stopped after the configured time
