@@ -384,13 +384,13 @@ class TaxiEtlMonitoring(_PipelineMonitoring):
         )
         self._alarm(
             "Api4xx",
-            "Clients get 4xx answers: bad rows or keys, oversized bodies, or throttling (429).",
+            "Clients get 4xx answers: bad rows or keys, oversized bodies, throttling (429), or GETs of ids no phase has seen (404).",
             saga.http_api.metric_client_error(statistic="Sum", period=FIVE_MINUTES),
             thresholds.api_4xx_per_5min,
         )
         self._alarm(
             "Api5xx",
-            "Clients get 5xx answers: the API function or StartExecution failed.",
+            "Clients get 5xx answers: the API function or StartExecution failed, or the GET function could not read the tables.",
             saga.http_api.metric_server_error(statistic="Sum", period=FIVE_MINUTES),
             thresholds.api_5xx_per_5min,
         )

@@ -361,6 +361,10 @@ class TaxiEtlSaga(Construct):
         self.row_state_function = create_function(self, "RowStateFunction", spec, config).function
         for table in (*self.status_tables.values(), self.final_table):
             table.grant(self.row_state_function, "dynamodb:BatchGetItem")
+            # Only a table with a customer managed key has one here (an imported trips table given
+            # with its key); the construct's own tables use the AWS managed key, which needs no grant.
+            if table.encryption_key is not None:
+                table.encryption_key.grant_decrypt(self.row_state_function)
         self.http_api.add_routes(
             path=ROW_STATE_ROUTE,
             methods=[apigw.HttpMethod.GET],

@@ -25,6 +25,7 @@ from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.trips import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CONTENT_ID_HEX_CHARS = 32  # c-<hash>: deterministic_id's default length
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -81,7 +82,7 @@ def parse_idempotency_key(header: str | None) -> str | None:
 
 
 def content_id(line: str) -> str:
-    return f"c-{deterministic_id('taxi-row', canonical_line(line) or line)}"
+    return f"c-{deterministic_id('taxi-row', canonical_line(line) or line, length=CONTENT_ID_HEX_CHARS)}"
 
 
 def _unkeyed(line: str) -> str:

@@ -6,7 +6,10 @@ phase's reason code in every status table the transaction touched, so:
 
 - flagged: any status row has a non-zero reason. The reason code names the phase (1 validation,
   2 transformation, 3 store); the detail and message are that phase's row's.
-- stored: no row is flagged, the store phase has written its row, and the trips item exists.
+- stored: no row is flagged, the store phase has written its row, and the trips item under the id
+  is the one that row's tuple makes (the test the flag step uses: `same_trip`). Store writes its
+  status row before the item, so the row with the item is a store that finished; an item that is
+  not the row's own (another transaction's, which Store will flag as a StoreConflict) is not.
 - pending: some status row exists and neither of the above holds (the row is between phases, or a
   redrive has cleared its flag and its new execution has not finished). `phase` is the last phase
   whose row exists.
@@ -24,13 +27,15 @@ from enum import StrEnum
 from typing import Any
 
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
-from runtime.taxi_etl.requests import InvalidRequest
+from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY, InvalidRequest
 from runtime.taxi_etl.store import StatusRow
+from runtime.taxi_etl.trips import final_item, same_trip
 
-# The ids the API gives rows: k-<key>, kb-<key>-<n> (keyed) and c-<hash> (unkeyed).
-ROW_ID_PREFIXES = ("k-", "kb-", "c-")
 _PHASE_OF_REASON: dict[int, Phase] = {phase.reason: phase for phase in Phase}
-_ROW_ID = re.compile(STORE_REQUEST_ID.pattern)
+# The ids requests.py gives rows, exactly: k-<Idempotency-Key>, kb-<Idempotency-Key>-<line number
+# from 1> and c-<hex hash>. Not a batch's execution name (kb-<key>, cb-...) nor a redrive's (r2-...).
+_KEY = IDEMPOTENCY_KEY.pattern
+_ROW_ID = re.compile(rf"k-{_KEY}|kb-{_KEY}-[1-9][0-9]*|c-[0-9a-f]{{{CONTENT_ID_HEX_CHARS}}}")
 
 
 class State(StrEnum):
@@ -70,10 +75,11 @@ def parse_row_id(text: str | None) -> str:
     """The path's StoreRequestId, or InvalidRequest naming what is wrong with it."""
     if not text:
         raise InvalidRequest("the path has no StoreRequestId; ask for /trips/<StoreRequestId>")
-    if not _ROW_ID.fullmatch(text) or not text.startswith(ROW_ID_PREFIXES):
+    if not STORE_REQUEST_ID.fullmatch(text) or not _ROW_ID.fullmatch(text):
         raise InvalidRequest(
-            "a StoreRequestId is what POST /trips or /trips/batch answered: k-<key>, kb-<key>-<n> or c-<hash>,"
-            " at most 80 letters, digits, '_' and '-'"
+            "a StoreRequestId is what POST /trips or /trips/batch answered: k-<key>, kb-<key>-<n> or c-<hash>"
+            f" (a key is 1-64 letters, digits, '_' or '-'; n a line number from 1; the hash {CONTENT_ID_HEX_CHARS} hex digits),"
+            " at most 80 characters"
         )
     return text
 
@@ -100,7 +106,8 @@ def row_state(store_request_id: str, status: Mapping[Phase, StatusRow | None], t
             generation=generation,
         )
     redrive_pending = rows[0][0] is Phase.VALIDATION and rows[0][1].pending
-    if trip is not None and status.get(Phase.STORE) is not None and not redrive_pending:
+    store_row = status.get(Phase.STORE)
+    if trip is not None and store_row is not None and not redrive_pending and _is_own_trip(store_request_id, store_row, trip):
         unexplained = trip.get("unexplained_amount")
         return RowState(
             store_request_id,
@@ -111,6 +118,16 @@ def row_state(store_request_id: str, status: Mapping[Phase, StatusRow | None], t
             trip={name: _plain(trip[name]) for name in TRIP_FIELDS if name in trip},
         )
     return RowState(store_request_id, State.PENDING, phase=rows[-1][0], generation=generation)
+
+
+def _is_own_trip(store_request_id: str, store_row: StatusRow, trip: Mapping[str, Any]) -> bool:
+    """The trips item is the one the store row's tuple makes (in any item layout), as the flag step decides."""
+    if store_row.raw_tuple is None:
+        return False
+    try:
+        return same_trip(trip, final_item(store_request_id, store_row.raw_tuple))
+    except ValueError:  # a tuple Store cannot turn into an item: it flags the row as malformed_tuple
+        return False
 
 
 def _plain(value: Any) -> Any:

@@ -39,8 +39,8 @@ class SecretReads:
         self.count += 1
 
 
-def request(key: str | None) -> dict[str, Any]:
-    event = copy.deepcopy(load_event("taxi_etl/authorizer_request.json"))
+def request(key: str | None, sample: str = "taxi_etl/authorizer_request.json") -> dict[str, Any]:
+    event = copy.deepcopy(load_event(sample))
     if key is None:
         event["headers"].pop("authorization")
         event.pop("identitySource")
@@ -50,8 +50,8 @@ def request(key: str | None) -> dict[str, Any]:
     return event
 
 
-def authorized(key: str | None) -> bool:
-    response = authorizer_handler.handler(request(key), FakeLambdaContext())
+def authorized(key: str | None, sample: str = "taxi_etl/authorizer_request.json") -> bool:
+    response = authorizer_handler.handler(request(key, sample), FakeLambdaContext())
     assert set(response) == {"isAuthorized"}  # the simple response format, nothing else
     return bool(response["isAuthorized"])
 
@@ -80,6 +80,21 @@ def test_anything_but_the_exact_key_is_denied(authorizer: TaxiWorld, key: str | 
     # When it is authorized
     # Then it is denied
     assert authorized(key) is False
+
+
+@pytest.mark.parametrize(
+    ("key", "allowed"),
+    [
+        pytest.param(TEST_API_KEY, True, id="the-key"),
+        pytest.param(None, False, id="no-authorization-header"),
+        pytest.param("wrong-key-of-another-client-0123456789abcdef01", False, id="wrong-key"),
+    ],
+)
+def test_a_get_of_a_rows_state_is_decided_like_a_post(authorizer: TaxiWorld, key: str | None, allowed: bool) -> None:
+    # Given the sample authorizer request of GET /trips/{StoreRequestId}, with the key, without it, or with another
+    # When it is authorized
+    # Then only the secret's key is allowed: reading a row's state needs the same key as sending it
+    assert authorized(key, "taxi_etl/authorizer_get_request.json") is allowed
 
 
 def test_the_secret_is_read_once_and_then_served_from_the_cache(authorizer: TaxiWorld) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
-from devtools.taxi_world import TaxiWorld
+from devtools.taxi_world import FLAG_HANDLER, TaxiWorld
+from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.requests import content_id
+from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
 from tests.integration.test_taxi_redrive import flagged_at_store, redrive
 
 LINES = sample_lines()
@@ -96,16 +98,44 @@ def test_a_row_flagged_at_store_reads_flagged_then_stored_after_a_redrive(saga: 
 
 
 def test_a_row_mid_saga_reads_pending_at_the_phase_it_reached(saga: TaxiWorld) -> None:
-    # Given a look at the row just as its Transform task is invoked (Validate done, Transform not yet begun)
-    seen: list[dict[str, Any]] = []
+    # Given a look at the row just before its Transform and its Store tasks are invoked
+    seen: dict[str, tuple[str, str]] = {}
 
-    def look_during_transform(handler: str, attempt: int) -> None:
-        if handler.endswith("transform_handler.handler") and attempt == 1:
-            seen.append(saga.get_row(content_id(LINES[0]))[1])
+    def look_before_each_phase(handler: str, attempt: int) -> None:
+        if attempt == 1 and handler.endswith(("transform_handler.handler", "store_handler.handler")):
+            answer = saga.get_row(content_id(LINES[0]))[1]
+            seen[handler.rsplit(".", 2)[-2]] = (answer["state"], answer["phase"])
 
-    saga.invocations.before = look_during_transform
-    # When it is posted, and read while Transform is about to run
+    saga.invocations.before = look_before_each_phase
+    # When it is posted, and read while it goes through the saga
     _, body = saga.post("/trips", LINES[0])
-    # Then it read pending in validation then, and reads stored now
-    assert [(answer["state"], answer["phase"]) for answer in seen] == [("pending", "validation")]
+    # Then it read pending in validation before Transform, in transformation before Store, and reads stored now
+    assert seen == {"transform_handler": ("pending", "validation"), "store_handler": ("pending", "transformation")}
     assert saga.get_row(body["StoreRequestId"])[1]["state"] == "stored"
+
+
+def test_a_row_whose_id_holds_another_trip_reads_pending_then_flagged_as_a_store_conflict(saga: TaxiWorld) -> None:
+    # Given another trip already under the id a line will get (a trips table shared with another writer)
+    row_id = content_id(LINES[0])
+    validated = validate_line(LINES[1])
+    assert isinstance(validated, Accepted)
+    transformed = transform_tuple(validated.tuple)
+    assert isinstance(transformed, Accepted)
+    trips_table = saga.environment(FLAG_HANDLER)["FINAL_TABLE"]
+    saga.dynamodb.put_item(TableName=trips_table, Item=to_attributes(final_item(row_id, transformed.tuple)))
+    seen: list[tuple[str, str]] = []
+
+    def look_before_flag(handler: str, attempt: int) -> None:
+        if attempt == 1 and handler == FLAG_HANDLER:
+            answer = saga.get_row(row_id)[1]
+            seen.append((answer["state"], answer["phase"]))
+
+    saga.invocations.before = look_before_flag
+    # When the line is sent, and its id read just before the store's flag step and after it
+    status, _ = saga.post("/trips", LINES[0])
+    assert status == 202
+    status, after = saga.get_row(row_id)
+    # Then it read pending in store while its store was unresolved (the item there is not its own),
+    # and reads flagged at store as a conflict once flagged
+    assert seen == [("pending", "store")]
+    assert (status, after["state"], after["phase"], after["reason"], after["detail"]) == (200, "flagged", "store", 3, "error:StoreConflict")

@@ -9,29 +9,31 @@ from typing import Any
 
 import pytest
 
+from runtime.shared.dynamo import from_attributes, to_attributes
 from runtime.taxi_etl import row_state_handler
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.requests import InvalidRequest
+from runtime.taxi_etl.requests import InvalidRequest, content_id
 from runtime.taxi_etl.row_state import RowState, State, parse_row_id, row_state
 from runtime.taxi_etl.store import DynamoRowReader, StatusRow, StoreUnavailable
+from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
 from tests.events.loader import load_event
 
 ID = "k-load-2019-10-row-1"
-TRIP = {
-    "StoreRequestId": ID,
-    "pickup_at": "2019-10-23T20:32:30Z",
-    "dropoff_at": "2019-10-23T20:54:57Z",
-    "pu_location_id": Decimal(261),
-    "do_location_id": Decimal(211),
-    "trip_seconds": Decimal(1347),
-    "total_amount": Decimal("25.71"),
-    "findings": ["total_amount_mismatch"],
-    "unexplained_amount": Decimal("1.95"),
-}
+# A real row of the sample whose total is 1.95 above its columns (tests/data/taxi/README.md).
+LINE = "2,2019-10-23T16:32:30.000,2019-10-23T16:54:57.000,1,2.39,1,N,261,211,1,15.5,1,0.5,3.96,0,0.3,25.71,2.5"
+# What Transform hands Store (Store's status row keeps it as RawTuple), and the item Store writes,
+# as DynamoDB gives it back (numbers as Decimal).
+_validated = validate_line(LINE)
+assert isinstance(_validated, Accepted)
+_transformed = transform_tuple(_validated.tuple)
+assert isinstance(_transformed, Accepted)
+STORE_TUPLE = _transformed.tuple
+TRIP = from_attributes(to_attributes(final_item(ID, STORE_TUPLE)))
 
 
 def ok(phase: Phase, **changes: Any) -> StatusRow:
-    return StatusRow(ID, raw_tuple=f"{phase.value} tuple", reason=0, **changes)
+    raw = STORE_TUPLE if phase is Phase.STORE else f"{phase.value} tuple"
+    return StatusRow(ID, **{"raw_tuple": raw, "reason": 0, **changes})
 
 
 def flagged(phase: Phase, detail: str, **changes: Any) -> StatusRow:
@@ -42,6 +44,11 @@ def rows(*present: tuple[Phase, StatusRow]) -> dict[Phase, StatusRow | None]:
     status: dict[Phase, StatusRow | None] = dict.fromkeys(Phase, None)
     status.update(dict(present))
     return status
+
+
+def all_passed(**store_changes: Any) -> dict[Phase, StatusRow | None]:
+    """The three status rows at reason 0, as after a clean pass."""
+    return rows(*((phase, ok(phase, **(store_changes if phase is Phase.STORE else {}))) for phase in Phase))
 
 
 def test_no_status_row_is_unknown() -> None:
@@ -63,8 +70,8 @@ def test_a_row_between_phases_is_pending_at_the_last_phase_it_reached(reached: P
 
 
 def test_a_stored_row_reports_its_findings_and_unexplained_amount_without_floats() -> None:
-    # Given all three status rows at reason 0 and the trips item
-    state = row_state(ID, rows(*((phase, ok(phase)) for phase in Phase)), TRIP)
+    # Given all three status rows at reason 0 and the trips item Store made from its row's tuple
+    state = row_state(ID, all_passed(), TRIP)
     # When it is mapped to JSON
     assert state is not None
     body = state.to_json()
@@ -87,10 +94,46 @@ def test_a_stored_row_reports_its_findings_and_unexplained_amount_without_floats
 
 
 def test_a_stored_row_without_findings_has_an_empty_list_and_no_unexplained_amount() -> None:
-    trip = {name: value for name, value in TRIP.items() if name not in ("findings", "unexplained_amount")}
-    state = row_state(ID, rows(*((phase, ok(phase)) for phase in Phase)), trip)
+    # Given a clean trip (its columns add up to its total), stored
+    tuple_ = STORE_TUPLE.replace("\t25.71\t", "\t23.76\t")
+    trip = from_attributes(to_attributes(final_item(ID, tuple_)))
+    assert "findings" not in trip and "unexplained_amount" not in trip
+    # When its state is read
+    state = row_state(ID, all_passed(raw_tuple=tuple_), trip)
+    # Then it is stored with no findings and no unexplained amount
     assert state is not None and state.state is State.STORED
-    assert (state.to_json()["findings"], state.to_json()["unexplainedAmount"]) == ([], None)
+    assert (state.to_json()["findings"], state.to_json()["unexplainedAmount"], state.to_json()["trip"]["total_amount"]) == (
+        [],
+        None,
+        "23.76",
+    )
+
+
+def test_a_trips_item_that_is_not_the_rows_own_does_not_count_as_stored() -> None:
+    # Given the store row at reason 0 with this row's tuple, and under the id another trip (another
+    # transaction of the id stored it first: Store is about to flag this one as a StoreConflict)
+    other = from_attributes(to_attributes(final_item(ID, STORE_TUPLE.replace("\t261\t211\t", "\t262\t211\t"))))
+    # When its state is read
+    state = row_state(ID, all_passed(), other)
+    # Then the row is pending in store, not stored
+    assert state == RowState(ID, State.PENDING, phase=Phase.STORE)
+
+
+@pytest.mark.parametrize("raw_tuple", [None, "not\ta\ttuple"], ids=["no-raw-tuple", "malformed-tuple"])
+def test_a_store_row_whose_tuple_makes_no_item_does_not_count_as_stored(raw_tuple: str | None) -> None:
+    # Given a store row whose tuple Store cannot turn into an item (it flags such a row malformed_tuple)
+    state = row_state(ID, all_passed(raw_tuple=raw_tuple), TRIP)
+    # Then the row is not stored: it is pending in store until flagged
+    assert state is not None and (state.state, state.phase) == (State.PENDING, Phase.STORE)
+
+
+def test_an_item_of_the_earlier_layout_is_the_rows_own_trip() -> None:
+    # Given the item an earlier version stored (no item_version, no charges nor findings) for this tuple
+    legacy = {name: value for name, value in TRIP.items() if name not in ("item_version", "charges", "findings", "unexplained_amount")}
+    # When its state is read
+    state = row_state(ID, all_passed(), legacy)
+    # Then it is stored (same trip across layouts, as the store phase itself decides), without findings
+    assert state is not None and (state.state, state.findings, state.unexplained_amount) == (State.STORED, (), None)
 
 
 @pytest.mark.parametrize("phase", list(Phase))
@@ -129,6 +172,33 @@ def test_a_redriven_row_is_pending_in_its_new_generation_until_it_ends() -> None
     assert state == RowState(ID, State.PENDING, phase=Phase.VALIDATION, generation=2)
 
 
+def test_a_redriven_row_still_pending_with_its_trip_and_store_row_is_not_yet_stored() -> None:
+    # Given the validation row still marked RedrivePending (its generation's start not yet confirmed)
+    status = all_passed()
+    status[Phase.VALIDATION] = ok(Phase.VALIDATION, generation=2, pending=True)
+    # When its state is read, though the store row and the trip are there
+    state = row_state(ID, status, TRIP)
+    # Then it stays pending until the redrive has confirmed its execution
+    assert state is not None and (state.state, state.generation) == (State.PENDING, 2)
+
+
+def test_a_redriven_row_that_ends_stored_reports_its_generation() -> None:
+    # Given generation 2 passed every phase and stored the trip (the redrive's pending mark removed)
+    status = all_passed()
+    status[Phase.VALIDATION] = ok(Phase.VALIDATION, generation=3)
+    # When its state is read
+    state = row_state(ID, status, TRIP)
+    # Then it is stored, in that generation
+    assert state is not None and state.to_json()["state"] == "stored" and state.to_json()["generation"] == 3
+
+
+def test_a_redriven_row_flagged_again_is_flagged_in_its_new_generation() -> None:
+    # Given a redrive whose execution Validate rejected again
+    state = row_state(ID, rows((Phase.VALIDATION, flagged(Phase.VALIDATION, "dropoff_before_pickup", generation=2))), None)
+    # Then the row is flagged in validation, generation 2
+    assert state is not None and (state.state, state.phase, state.reason, state.generation) == (State.FLAGGED, Phase.VALIDATION, 1, 2)
+
+
 def test_a_trips_item_before_the_store_row_does_not_count_as_stored() -> None:
     # Given only the validation row, and a trips item already there (a table shared with another writer)
     state = row_state(ID, rows((Phase.VALIDATION, ok(Phase.VALIDATION))), TRIP)
@@ -136,7 +206,18 @@ def test_a_trips_item_before_the_store_row_does_not_count_as_stored() -> None:
     assert state is not None and state.state is State.PENDING
 
 
-@pytest.mark.parametrize("row_id", ["k-load-1", "kb-load-2", "c-0123456789abcdef"])
+@pytest.mark.parametrize(
+    "row_id",
+    [
+        "k-load-1",
+        "k-" + "K" * 64,  # the longest key
+        "k-b-load-1",  # a single row's key may look like a batch row's
+        "kb-load-2",  # row 2 of a batch keyed "load"
+        "kb-load-2-1",  # row 1 of a batch keyed "load-2"
+        "kb-" + "K" * 64 + "-200",
+        content_id("2,2019-10-23T16:32:30.000,2019-10-23T16:54:57.000,1,2.39,1,N,261,211,1,15.5,1,0.5,3.96,0,0.3,25.71,2.5"),
+    ],
+)
 def test_the_ids_the_api_gives_are_accepted(row_id: str) -> None:
     assert parse_row_id(row_id) == row_id
 
@@ -149,7 +230,15 @@ def test_the_ids_the_api_gives_are_accepted(row_id: str) -> None:
         ("cb-batchid", "k-<key>, kb-<key>-<n> or c-<hash>"),  # a batch's execution, not a row
         ("r2-k-load-1", "k-<key>, kb-<key>-<n> or c-<hash>"),  # a redrive's execution
         ("k-" + "x" * 79, "at most 80"),
+        ("k-" + "x" * 65, "1-64 letters"),  # no Idempotency-Key is that long
         ("k-a b", "letters, digits"),
+        ("k-", "k-<key>"),
+        ("kb-load", "kb-<key>-<n>"),  # a keyed batch's execution, not a row
+        ("kb-load-0", "a line number from 1"),
+        ("kb-load-x", "a line number from 1"),
+        ("c-0123456789abcdef", "32 hex digits"),  # too short for a content hash
+        ("c-" + "A" * 32, "32 hex digits"),  # hexdigest is lower case
+        ("x-load-1", "k-<key>"),
     ],
 )
 def test_a_malformed_id_is_refused_naming_the_shapes(row_id: str | None, message: str) -> None:
@@ -186,7 +275,7 @@ def test_the_handler_refuses_a_malformed_id_before_reading() -> None:
 def test_the_sample_event_resolves_to_the_route_and_answers_from_the_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the sample API Gateway event for GET /trips/{StoreRequestId}, and a stored row behind it
     event = load_event("taxi_etl/get_row_state.json")
-    reader = FakeReader(rows(*((phase, ok(phase)) for phase in Phase)), TRIP)
+    reader = FakeReader(all_passed(), TRIP)
     monkeypatch.setattr(row_state_handler, "reader", lambda: reader)
     # When the resolver routes it
     response = row_state_handler.app.resolve(event, None)  # type: ignore[arg-type]
