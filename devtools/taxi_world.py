@@ -61,6 +61,8 @@ class Invocations:
     calls: list[str] = field(default_factory=list)  # handler paths, in order
     # Called before each invocation with (handler path, attempt number of that handler); may raise.
     before: Callable[[str, int], None] | None = None
+    # Called after each invocation with its handler path, before its metrics are dropped (a Lambda runtime would flush them).
+    after: Callable[[str], None] | None = None
 
 
 @contextmanager
@@ -150,6 +152,8 @@ class TaxiWorld:
             try:
                 return invoke(event)
             finally:
+                if self.invocations.after is not None:
+                    self.invocations.after(handler)
                 metrics.clear_metrics()  # no Lambda runtime flushes them here
 
         return run

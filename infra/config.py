@@ -218,8 +218,8 @@ class TaxiEtlConfig:
     api_timeout_seconds: int = 10
     # What the state machine sends to CloudWatch Logs. ERROR without execution data (the default,
     # prod's) logs only failures, with no row content; ALL with data (dev's) logs every state's
-    # input and output, which is what debugging a phase needs and costs about a cent per thousand
-    # rows (`make bench` prices both).
+    # input and output, which is what debugging a phase needs and adds $2.70 (batch route) to $7.30
+    # (one row per request) per million rows (`make bench` prices both).
     execution_log_level: sfn.LogLevel = sfn.LogLevel.ERROR
     execution_log_data: bool = False
 
@@ -254,6 +254,12 @@ class TaxiEtlConfig:
             raise ConfigError("taxi_etl.execution_timeout_minutes must be 1..1440")
         if not 128 <= self.phase_memory_mb <= 10_240:
             raise ConfigError("taxi_etl.phase_memory_mb must be 128..10240")
+        if not isinstance(self.execution_log_level, sfn.LogLevel):
+            raise ConfigError("taxi_etl.execution_log_level must be an aws_stepfunctions.LogLevel (ALL, ERROR, FATAL or OFF)")
+        if self.execution_log_level == sfn.LogLevel.OFF and self.execution_log_data:
+            raise ConfigError("taxi_etl.execution_log_data needs an execution_log_level other than OFF")
+        if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_log_level == sfn.LogLevel.OFF:
+            raise ConfigError("taxi_etl.execution_log_level must not be OFF for EXPRESS workflows: their logs are their only history")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from aws_cdk import App, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Match, Template
@@ -676,6 +678,22 @@ def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_build
         pytest.param({"api_timeout_seconds": 30}, "api_timeout_seconds must be at most 29", id="api-timeout-over-integration-limit"),
         pytest.param({"phase_timeout_seconds": 901}, "function timeouts must be 3..900", id="phase-timeout-over-lambda-limit"),
         pytest.param({"phase_memory_mb": 127}, "phase_memory_mb must be 128..10240", id="phase-memory-too-small"),
+        pytest.param({"execution_log_level": "ALL"}, "execution_log_level must be an aws_stepfunctions.LogLevel", id="log-level-as-text"),
+        pytest.param(
+            {"execution_log_level": sfn.LogLevel.OFF, "execution_log_data": True},
+            "execution_log_data needs an execution_log_level other than OFF",
+            id="execution-data-without-logs",
+        ),
+        pytest.param(
+            {
+                "workflow_type": sfn.StateMachineType.EXPRESS,
+                "execution_timeout_minutes": 5,
+                "execution_log_level": sfn.LogLevel.OFF,
+                "execution_log_data": False,
+            },
+            "must not be OFF for EXPRESS workflows",
+            id="express-without-its-only-history",
+        ),
     ],
 )
 def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, Any], message: str) -> None:
@@ -697,6 +715,8 @@ def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, An
         pytest.param({"service_retry_attempts": 0, "task_retry_attempts": 0}, id="no-retries"),
         pytest.param({"service_retry_attempts": 10, "task_retry_attempts": 5}, id="most-retries"),
         pytest.param({"api_timeout_seconds": 29}, id="api-timeout-29"),
+        pytest.param({"execution_log_level": sfn.LogLevel.OFF, "execution_log_data": False}, id="no-execution-logs"),
+        pytest.param({"execution_log_level": sfn.LogLevel.FATAL, "execution_log_data": False}, id="fatal-execution-logs"),
     ],
 )
 def test_config_accepts_values_at_the_bounds(overrides: dict[str, Any]) -> None:
@@ -1166,3 +1186,24 @@ def test_construct_exposes_what_it_created(tmp_path: Path) -> None:
     assert stack.resolve(saga.api_key_secret.secret_arn) == ref(SECRET)
     template = Template.from_stack(stack)
     template.has_resource_properties("AWS::Lambda::Function", Match.object_like({"Handler": AUTHORIZER}))
+    # and the read-only function of GET /trips/{StoreRequestId} is the one with that handler
+    row_state_id, _ = function(dict(template.to_json()), ROW_STATE)
+    assert stack.resolve(saga.row_state_function.function_arn) == {"Fn::GetAtt": [row_state_id, "Arn"]}
+
+
+def test_a_trips_table_with_its_own_key_can_be_read_by_get_and_only_read(tmp_path: Path) -> None:
+    # Given a saga given an existing trips table encrypted with a customer managed key, imported with that key
+    stack = Stack(App(context=cdk_context("dev"), outdir=str(tmp_path)), "OwnTripsKey")
+    key_arn = "arn:aws:kms:us-east-1:111122223333:key/11111111-2222-3333-4444-555555555555"
+    trips = dynamodb.Table.from_table_attributes(
+        stack, "Trips", table_name="nycYellowTaxis", encryption_key=kms.Key.from_key_arn(stack, "TripsKey", key_arn)
+    )
+    TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=load_config("dev"), trips_table=trips))
+    template_json = dict(Template.from_stack(stack).to_json())
+    # When we read what the GET function may do with that key
+    grants = granted_by(statements_of(template_json, ROW_STATE))
+    # Then it may decrypt with it (DynamoDB decrypts the item for the reader), nothing more
+    assert grants[(key(key_arn), None)] == {"kms:Decrypt"}
+    # and on the table it still only reads
+    table_grants = [actions for (target, _), actions in grants.items() if "nycYellowTaxis" in json.dumps(target)]
+    assert table_grants == [{"dynamodb:BatchGetItem"}]
