@@ -7,10 +7,10 @@ from aws_cdk import App
 
 from infra.compliance import add_compliance_checks
 from infra.config import load_config
-from infra.stacks.alarms_stack import AlarmsStack
-from infra.stacks.event_log_stack import EventLogStack
-from infra.stacks.runner_stats_stack import RunnerStatsStack
-from infra.stacks.taxi_etl_stack import TaxiEtlStack
+from infra.event_log.stack import EventLogStack
+from infra.runner_stats.stack import RunnerStatsStack
+from infra.stacks import AlarmsStack
+from infra.taxi_etl.stack import TaxiEtlStack
 
 
 def build_app(app: App | None = None) -> App:

@@ -1,1 +1,2 @@
-"""onceflow infrastructure (CDK only; never imports runtime/)."""
+"""onceflow infrastructure (CDK). From runtime/ it imports only the contract modules
+(runtime/<pipeline>/contract.py), which hold constants and import nothing."""

@@ -1,6 +1,6 @@
 """The event-log handlers' settings: each handler reads its environment once, validated, frozen.
 
-The names are the ones infra/constructs/event_log.py sets; an infra test checks that every
+The names are the ones infra/event_log/construct.py sets; an infra test checks that every
 synthesized function carries exactly the variables its settings class reads.
 """
 

@@ -10,7 +10,7 @@ from runtime.runner_stats.service import ServiceOptions
 from runtime.runner_stats.store import RunStatsTables
 from runtime.shared.settings import SettingsError, int_setting, require_str
 
-# The names the Lambda factory's callers set (infra/constructs/runner_stats.py); an infra test
+# The names the Lambda factory's callers set (infra/runner_stats/construct.py); an infra test
 # checks the synthesized function carries exactly these.
 ENV_RUN_STATS_TABLE = "RUN_STATS_TABLE"
 ENV_TENDENCY_TABLE = "TENDENCY_TABLE"

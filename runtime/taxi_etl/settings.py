@@ -1,6 +1,6 @@
 """The taxi saga handlers' settings: each handler reads its environment once, validated, frozen.
 
-The names are the ones infra/constructs/taxi_etl.py sets; an infra test checks that every
+The names are the ones infra/taxi_etl/construct.py sets; an infra test checks that every
 synthesized function carries exactly the variables its settings class reads.
 """
 

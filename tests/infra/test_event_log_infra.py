@@ -3,7 +3,7 @@
 The templates come from the session fixtures `dev_templates` / `prod_templates` (tests/conftest.py):
 `app.build_app` with cdk.json's context and cdk-nag on, i.e. what `cdk synth -c env=...` produces.
 Expected permissions, environment names, routes and filters are written out literally here (not
-derived from infra/constructs/event_log.py), so a construct edit that changes them shows up as a
+derived from infra/event_log/construct.py), so a construct edit that changes them shows up as a
 failing test, not as a silent drift. Sizes and limits are read from the environment's config.
 """
 
@@ -20,7 +20,7 @@ from aws_cdk.assertions import Match, Template
 
 from devtools.template_resources import resources_of_type
 from infra.config import ConfigError, EnvConfig, load_config
-from infra.constructs.event_log import EventLog, EventLogProps
+from infra.event_log.construct import EventLog, EventLogProps
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, PendingCheckSettings, RouterSettings, WorkerSettings
 from tests.infra.template_queries import (
     Grants,
@@ -859,7 +859,7 @@ def test_construct_requires_its_props_type(tmp_path: Path) -> None:
 
 def test_the_router_filter_names_exactly_the_runtime_side_effect_kinds() -> None:
     # Given the kinds the runtime gives a side effect, and the infra's filter (infra never imports runtime)
-    from infra.constructs.event_log import SIDE_EFFECT_KINDS as FILTERED
+    from infra.event_log.construct import SIDE_EFFECT_KINDS as FILTERED
     from runtime.event_log.models import SIDE_EFFECT_KINDS
 
     # When they are compared

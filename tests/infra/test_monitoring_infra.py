@@ -3,7 +3,7 @@
 The templates come from the session fixtures `dev_templates` / `prod_templates` (tests/conftest.py):
 `app.build_app` with cdk.json's context and cdk-nag on, i.e. what `cdk synth -c env=...` produces.
 Which alarms exist, what each one watches (namespace, metric, dimensions, statistic, period) and how
-it treats missing data are written out here (not derived from infra/constructs/monitoring.py), so a
+it treats missing data are written out here (not derived from infra/<pipeline>/monitoring.py), so a
 construct edit that changes them shows up as a failing test; thresholds and evaluation periods are
 read from the environment's `config.monitoring`. Variants (other thresholds, an e-mail subscriber, a
 stack deployed alone) are built in a fresh App; the variant app goes through `app.build_app` itself,
@@ -25,9 +25,9 @@ from aws_cdk.assertions import Template
 import app as cdk_app
 from devtools.template_resources import cdk_context, resources_of_type
 from infra.config import ConfigError, EnvConfig, EventLogAlarms, MonitoringConfig, RunnerStatsAlarms, TaxiEtlAlarms, load_config
-from infra.constructs.monitoring import AlarmTopic, AlarmTopicProps
-from infra.stacks.alarms_stack import AlarmsStack
-from infra.stacks.runner_stats_stack import RunnerStatsStack
+from infra.monitoring import AlarmTopic, AlarmTopicProps
+from infra.runner_stats.stack import RunnerStatsStack
+from infra.stacks import AlarmsStack
 from runtime.event_log.pending_check import StuckRules
 from runtime.event_log.settings import PendingCheckSettings
 from tests.infra.template_queries import (

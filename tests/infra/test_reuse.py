@@ -17,19 +17,16 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 
 from devtools.template_resources import cdk_context
-from infra.compliance import acknowledge_event_log, acknowledge_imported_bucket, acknowledge_runner_stats, acknowledge_taxi_etl
 from infra.config import load_config
-from infra.constructs.event_log import EventLog, EventLogProps
-from infra.constructs.monitoring import (
-    EventLogMonitoring,
-    EventLogMonitoringProps,
-    RunnerStatsMonitoring,
-    RunnerStatsMonitoringProps,
-    TaxiEtlMonitoring,
-    TaxiEtlMonitoringProps,
-)
-from infra.constructs.runner_stats import RunnerStatsPipeline, RunnerStatsPipelineProps
-from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
+from infra.event_log.compliance import acknowledge_event_log, acknowledge_imported_bucket
+from infra.event_log.construct import EventLog, EventLogProps
+from infra.event_log.monitoring import EventLogMonitoring, EventLogMonitoringProps
+from infra.runner_stats.compliance import acknowledge_runner_stats
+from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
+from infra.runner_stats.monitoring import RunnerStatsMonitoring, RunnerStatsMonitoringProps
+from infra.taxi_etl.compliance import acknowledge_taxi_etl
+from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
+from infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
 
 STREAM_ARN = "arn:aws:kinesis:eu-west-1:111122223333:stream/team-devices"
 BUCKET_NAME = "team-event-log-data"
@@ -40,9 +37,11 @@ VALIDATION_FAILED = r"ValidationFailed|Validation failed"
 
 
 class TeamStack(Stack):
-    """What a user writes: their own resources, imported, and the three constructs composed."""
+    """What a user writes: their own resources, imported, and the three constructs composed. The
+    constructs add their own cdk-nag acknowledgements; only the imported bucket's wildcards are
+    the user's call. With own_acknowledgements the user opts out and adds each set explicitly."""
 
-    def __init__(self, app: App, *, acknowledge_bucket: bool = True) -> None:
+    def __init__(self, app: App, *, acknowledge_bucket: bool = True, own_acknowledgements: bool = False) -> None:
         super().__init__(app, "TeamStack")
         config = load_config("dev")
         topic = sns.Topic.from_topic_arn(self, "Pager", TOPIC_ARN)
@@ -51,22 +50,32 @@ class TeamStack(Stack):
         secret = secretsmanager.Secret.from_secret_name_v2(self, "ApiKey", SECRET_NAME)
         trips = dynamodb.Table.from_table_name(self, "Trips", TRIPS_TABLE)
 
-        self.runner_stats = RunnerStatsPipeline(self, "Runs", RunnerStatsPipelineProps(config=config, stream=stream))
-        acknowledge_runner_stats(self.runner_stats)
+        by_construct = not own_acknowledgements
+        self.runner_stats = RunnerStatsPipeline(
+            self, "Runs", RunnerStatsPipelineProps(config=config, stream=stream, acknowledge_findings=by_construct)
+        )
+        if own_acknowledgements:
+            acknowledge_runner_stats(self.runner_stats)
         RunnerStatsMonitoring(
             self, "RunsMonitoring", RunnerStatsMonitoringProps(pipeline=self.runner_stats, config=config, alarm_topic=topic)
         )
 
-        self.event_log = EventLog(self, "Sheets", EventLogProps(config=config, bucket=bucket))
-        acknowledge_event_log(self.event_log)
+        self.event_log = EventLog(self, "Sheets", EventLogProps(config=config, bucket=bucket, acknowledge_findings=by_construct))
+        if own_acknowledgements:
+            acknowledge_event_log(self.event_log)
         if acknowledge_bucket:
             acknowledge_imported_bucket(
                 self.event_log, "team-event-log-data is ours; its payloads/ and snapshots/ prefixes are for onceflow."
             )
         EventLogMonitoring(self, "SheetsMonitoring", EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=topic))
 
-        self.saga = TaxiEtlSaga(self, "Taxis", TaxiEtlSagaProps(config=config, api_key_secret=secret, trips_table=trips))
-        acknowledge_taxi_etl(self.saga)
+        self.saga = TaxiEtlSaga(
+            self,
+            "Taxis",
+            TaxiEtlSagaProps(config=config, api_key_secret=secret, trips_table=trips, acknowledge_findings=by_construct),
+        )
+        if own_acknowledgements:
+            acknowledge_taxi_etl(self.saga)
         TaxiEtlMonitoring(self, "TaxisMonitoring", TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=topic))
 
 
@@ -154,3 +163,28 @@ def test_without_the_bucket_acknowledgements_the_imported_bucket_fails_cdk_nag(t
     assert {path for _, path in open_findings} == {
         f"TeamStack/Sheets/{role}Role/DefaultPolicy/Resource" for role in ("ApiHandler", "SnapshotWorker", "PayloadFinalizer")
     }
+
+
+def test_a_user_who_owns_the_acknowledgements_adds_each_constructs_set_and_synth_passes(tmp_path: Path) -> None:
+    # Given the same stack, with every construct told to leave its acknowledgements to the user,
+    # who adds each construct's set explicitly
+    app = team_app(tmp_path)
+    TeamStack(app, own_acknowledgements=True)
+    # When it is synthesized with cdk-nag
+    assembly = app.synth()
+    # Then it passes, as with the constructs' own acknowledgements
+    assert assembly.get_stack_by_name("TeamStack").template["Resources"]
+
+
+def test_a_construct_told_to_leave_its_acknowledgements_to_the_user_fails_cdk_nag_without_them(tmp_path: Path) -> None:
+    # Given a stack whose runner-stats pipeline opts out of its own acknowledgements and adds none
+    app = team_app(tmp_path)
+    stack = Stack(app, "OptedOut")
+    RunnerStatsPipeline(stack, "Runs", RunnerStatsPipelineProps(config=load_config("dev"), acknowledge_findings=False))
+    # When it is synthesized with cdk-nag
+    # Then the findings the construct would have acknowledged are open
+    with pytest.raises(RuntimeError, match=VALIDATION_FAILED):
+        app.synth()
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    rules = {violation["ruleName"] for plugin in report["pluginReports"] for violation in plugin["violations"]}
+    assert rules == {"AwsSolutions-SQS3", "Serverless-SQSRedrivePolicy", "Serverless-LambdaDLQ"}

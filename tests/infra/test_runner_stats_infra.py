@@ -22,7 +22,7 @@ from aws_cdk.assertions import Match, Template
 import runtime.runner_stats.settings as runtime_settings
 from devtools.template_resources import PROJECT_ROOT, load_assembly, resources_of_type, synth_templates
 from infra.config import ConfigError, EnvConfig, load_config
-from infra.constructs.runner_stats import HANDLER, RunnerStatsPipeline, RunnerStatsPipelineProps
+from infra.runner_stats.construct import HANDLER, RunnerStatsPipeline, RunnerStatsPipelineProps
 from runtime.runner_stats.settings import (
     ENV_MESSAGES_TABLE,
     ENV_REJECTS_TABLE,

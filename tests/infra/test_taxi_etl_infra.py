@@ -3,7 +3,7 @@
 The templates come from the session fixtures `dev_templates` / `prod_templates` (tests/conftest.py):
 `app.build_app` with cdk.json's context and cdk-nag on, i.e. what `cdk synth -c env=...` produces.
 Expected permissions, environment names, states and routes are written out literally here (not
-derived from infra/constructs/taxi_etl.py), so a construct edit that changes them shows up as a
+derived from infra/taxi_etl/construct.py), so a construct edit that changes them shows up as a
 failing test, not as a silent drift. Sizes, limits and retries are read from the environment's config.
 Variants (an EXPRESS workflow, an existing secret) are built in a fresh App without cdk-nag.
 """
@@ -27,8 +27,8 @@ from aws_cdk.assertions import Match, Template
 
 from devtools.template_resources import cdk_context, resources_of_type
 from infra.config import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, ConfigError, EnvConfig, TaxiEtlConfig, load_config
-from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
-from infra.stacks.taxi_etl_stack import TaxiEtlStack
+from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
+from infra.taxi_etl.stack import TaxiEtlStack
 from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
 from tests.infra.template_queries import (
     Grants,
@@ -1088,7 +1088,7 @@ def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(templ
 
 def test_handler_paths_are_the_constructs_constants() -> None:
     # Given the handler paths written out here and the construct's constants
-    from infra.constructs import taxi_etl
+    from infra.taxi_etl import construct as taxi_etl
 
     # When they are compared
     # Then they are the same, so the functions found above are the ones the construct means

@@ -8,11 +8,10 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.compliance import acknowledge_event_log
 from infra.config import EnvConfig
-from infra.constructs.event_log import EventLog, EventLogProps
-from infra.constructs.monitoring import EventLogMonitoring, EventLogMonitoringProps
-from infra.stacks.base import OnceflowStack
+from infra.event_log.construct import EventLog, EventLogProps
+from infra.event_log.monitoring import EventLogMonitoring, EventLogMonitoringProps
+from infra.stacks import OnceflowStack
 
 
 class EventLogStack(OnceflowStack):
@@ -27,7 +26,6 @@ class EventLogStack(OnceflowStack):
             **kwargs,
         )
         self.event_log = EventLog(self, "EventLog", EventLogProps(config=config))
-        acknowledge_event_log(self.event_log)
         self.monitoring = EventLogMonitoring(
             self,
             "EventLogMonitoring",

@@ -28,8 +28,9 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from infra.config import EnvConfig, EventLogConfig
-from infra.constructs.resources import durable_table, encrypted_queue, throttled_http_api
+from infra.event_log.compliance import acknowledge_event_log
 from infra.lambda_factory import FunctionSpec, create_function
+from infra.resources import durable_table, encrypted_queue, throttled_http_api
 
 API_HANDLER = "runtime.event_log.api_handler.handler"
 ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
@@ -63,10 +64,15 @@ class EventLogProps:
         snapshots/). It must have a lifecycle rule that expires objects tagged with
         config.event_log.pending_tag, or abandoned uploads stay forever. By default the
         construct creates one with that rule, encryption, versioning and TLS only.
+    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
+        for one of its resources with the reason it holds there, so a stack that adds the
+        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
+        caller, who may add this construct's set with acknowledge_event_log(construct) or write its own.
     """
 
     config: EnvConfig
     bucket: s3.IBucket | None = None
+    acknowledge_findings: bool = True
 
 
 class EventLog(Construct):
@@ -148,6 +154,8 @@ class EventLog(Construct):
         self._add_worker(config, settings)
         self._add_finalizer(config, settings)
         self._add_pending_check(config)
+        if props.acknowledge_findings:
+            acknowledge_event_log(self)
 
     # --- functions ------------------------------------------------------------------------------
 

@@ -8,11 +8,10 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.compliance import acknowledge_runner_stats
 from infra.config import EnvConfig
-from infra.constructs.monitoring import RunnerStatsMonitoring, RunnerStatsMonitoringProps
-from infra.constructs.runner_stats import RunnerStatsPipeline, RunnerStatsPipelineProps
-from infra.stacks.base import OnceflowStack
+from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
+from infra.runner_stats.monitoring import RunnerStatsMonitoring, RunnerStatsMonitoringProps
+from infra.stacks import OnceflowStack
 
 
 class RunnerStatsStack(OnceflowStack):
@@ -21,7 +20,6 @@ class RunnerStatsStack(OnceflowStack):
     ) -> None:
         super().__init__(scope, construct_id, config=config, description="onceflow runner stats: Kinesis -> Lambda -> DynamoDB", **kwargs)
         self.pipeline = RunnerStatsPipeline(self, "RunnerStats", RunnerStatsPipelineProps(config=config))
-        acknowledge_runner_stats(self.pipeline)
         self.monitoring = RunnerStatsMonitoring(
             self,
             "RunnerStatsMonitoring",

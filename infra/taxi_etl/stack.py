@@ -8,11 +8,10 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.compliance import acknowledge_taxi_etl
 from infra.config import EnvConfig
-from infra.constructs.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
-from infra.constructs.taxi_etl import TaxiEtlSaga, TaxiEtlSagaProps
-from infra.stacks.base import OnceflowStack
+from infra.stacks import OnceflowStack
+from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
+from infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
 
 
 class TaxiEtlStack(OnceflowStack):
@@ -27,7 +26,6 @@ class TaxiEtlStack(OnceflowStack):
             **kwargs,
         )
         self.saga = TaxiEtlSaga(self, "TaxiEtl", TaxiEtlSagaProps(config=config))
-        acknowledge_taxi_etl(self.saga)
         self.monitoring = TaxiEtlMonitoring(
             self,
             "TaxiEtlMonitoring",

@@ -1,15 +1,16 @@
-"""What every stack of the app does the same way: the environment's tags and the alarm topic."""
+"""What every stack of the app does the same way (the environment's tags and the alarm topic), and the
+alarms stack whose topic the pipeline stacks of one environment share."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack, Tags
+from aws_cdk import CfnOutput, Stack, Tags
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.config import EnvConfig
-from infra.constructs.monitoring import AlarmTopic, AlarmTopicProps
+from infra.monitoring import AlarmTopic, AlarmTopicProps
 
 
 class OnceflowStack(Stack):
@@ -27,3 +28,11 @@ class OnceflowStack(Stack):
         if alarm_topic is not None:
             return alarm_topic
         return AlarmTopic(self, "Alarms", AlarmTopicProps(config=self.config)).topic
+
+
+class AlarmsStack(OnceflowStack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, config=config, description="onceflow alarm topic (KMS-encrypted SNS)", **kwargs)
+        self.alarm_topic = AlarmTopic(self, "AlarmTopic", AlarmTopicProps(config=config))
+        # Subscribe a pager or chat integration here (or set monitoring.alarm_email).
+        CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic.topic_arn)

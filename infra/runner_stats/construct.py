@@ -17,8 +17,9 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.config import EnvConfig
-from infra.constructs.resources import durable_table, encrypted_queue
 from infra.lambda_factory import FunctionSpec, create_function
+from infra.resources import durable_table, encrypted_queue
+from infra.runner_stats.compliance import acknowledge_runner_stats
 
 HANDLER = "runtime.runner_stats.handler.handler"
 SERVICE = "runner-stats"
@@ -35,10 +36,15 @@ class RunnerStatsPipelineProps:
     stream: an existing Kinesis stream to consume; by default an encrypted stream is created
         with the configured mode, shard count and retention. An imported stream must allow
         this function to read it (CDK adds the grant on the construct's side).
+    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
+        for one of its resources with the reason it holds there, so a stack that adds the
+        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
+        caller, who may add this construct's set with acknowledge_runner_stats(construct) or write its own.
     """
 
     config: EnvConfig
     stream: kinesis.IStream | None = None
+    acknowledge_findings: bool = True
 
 
 class RunnerStatsPipeline(Construct):
@@ -143,3 +149,5 @@ class RunnerStatsPipeline(Construct):
             on_failure=sources.SqsDlq(self.failure_queue),
         )
         self.function.add_event_source(self.event_source)
+        if props.acknowledge_findings:
+            acknowledge_runner_stats(self)

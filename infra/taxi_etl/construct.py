@@ -29,8 +29,9 @@ from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
 from infra.config import EnvConfig, TaxiEtlConfig
-from infra.constructs.resources import durable_table, throttled_http_api
 from infra.lambda_factory import FunctionSpec, create_function
+from infra.resources import durable_table, throttled_http_api
+from infra.taxi_etl.compliance import acknowledge_taxi_etl
 
 STORE_REQUEST_ID = "StoreRequestId"  # runtime.taxi_etl.store.KEY
 PHASES = ("Validation", "Transformation", "Store")  # runtime.taxi_etl.models.Phase, title-cased
@@ -72,11 +73,16 @@ class TaxiEtlSagaProps:
     trips_table: an existing table for the stored trips (the seed's nycYellowTaxis), keyed by
         a string partition key named StoreRequestId with no sort key. By default the construct
         creates one (on-demand, encrypted, point-in-time recovery, retained in prod).
+    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
+        for one of its resources with the reason it holds there, so a stack that adds the
+        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
+        caller, who may add this construct's set with acknowledge_taxi_etl(construct) or write its own.
     """
 
     config: EnvConfig
     api_key_secret: secretsmanager.ISecret | None = None
     trips_table: dynamodb.ITable | None = None
+    acknowledge_findings: bool = True
 
 
 class TaxiEtlSaga(Construct):
@@ -125,6 +131,8 @@ class TaxiEtlSaga(Construct):
         self._add_phase_functions(config, settings)
         self._add_state_machine(config, settings)
         self._add_api(config, settings)
+        if props.acknowledge_findings:
+            acknowledge_taxi_etl(self)
 
     @property
     def status_tables(self) -> dict[str, dynamodb.Table]:

@@ -1,1 +1,0 @@
-"""One construct per capability; stacks only compose them."""

@@ -1,0 +1,1 @@
+"""The event-log slice: its construct, monitoring, cdk-nag acknowledgements and stack."""

@@ -1,0 +1,1 @@
+"""The runner-stats slice: its construct, monitoring, cdk-nag acknowledgements and stack."""

@@ -1,0 +1,26 @@
+"""The runner-stats pipeline's cdk-nag acknowledgements, each for one resource with its reason."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from infra.compliance import acknowledge
+
+if TYPE_CHECKING:
+    from infra.runner_stats.construct import RunnerStatsPipeline
+
+
+def acknowledge_runner_stats(pipeline: RunnerStatsPipeline) -> None:
+    for rule in ("AwsSolutions::AwsSolutions-SQS3", "Serverless::Serverless-SQSRedrivePolicy"):
+        acknowledge(
+            pipeline.failure_queue.node.default_child,  # type: ignore[arg-type]
+            rule,
+            "This queue is itself the on-failure destination of the Kinesis event source mapping; "
+            "a dead-letter queue behind it would only move the same records once more.",
+        )
+    acknowledge(
+        pipeline.function.node.default_child,  # type: ignore[arg-type]
+        "Serverless::Serverless-LambdaDLQ",
+        "Invoked only by the Kinesis event source mapping, never asynchronously; failed batches go to "
+        "the mapping's on-failure SQS destination instead of a function DLQ.",
+    )

@@ -1,0 +1,88 @@
+"""The runner-stats pipeline's alarms and dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from infra.config import EnvConfig
+from infra.monitoring import FIVE_MINUTES, ONE_MINUTE, PipelineMonitoring, count
+from infra.runner_stats.construct import SERVICE as RUNNER_STATS_SERVICE
+from infra.runner_stats.construct import RunnerStatsPipeline
+
+
+@dataclass(frozen=True)
+class RunnerStatsMonitoringProps:
+    """pipeline: the RunnerStatsPipeline to watch; config: thresholds (config.monitoring.runner_stats);
+    alarm_topic: where every alarm notifies (AlarmTopic.topic or an existing topic)."""
+
+    pipeline: RunnerStatsPipeline
+    config: EnvConfig
+    alarm_topic: sns.ITopic
+
+
+class RunnerStatsMonitoring(PipelineMonitoring):
+    def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsMonitoringProps) -> None:
+        if not isinstance(props, RunnerStatsMonitoringProps):
+            raise TypeError("RunnerStatsMonitoring needs RunnerStatsMonitoringProps")
+        props.config.validate()
+        super().__init__(scope, construct_id, props.alarm_topic, f"onceflow {props.config.name}: runner stats")
+        thresholds = props.config.monitoring.runner_stats
+        function = props.pipeline.function
+        self._alarm(
+            "IteratorAge",
+            "Records wait in the Kinesis stream: the consumer is behind, or retrying a failing batch.",
+            function.metric("IteratorAge", statistic="Maximum", period=ONE_MINUTE),
+            thresholds.iterator_age_ms,
+            periods=thresholds.iterator_age_minutes,
+        )
+        self._alarm(
+            "OnFailureRecords",
+            "Records exhausted their retries or age and were sent to the on-failure queue.",
+            props.pipeline.failure_queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=FIVE_MINUTES),
+            thresholds.on_failure_messages,
+        )
+        self._alarm(
+            "RejectedRecords",
+            "Devices send records the handler rejects (kept in the rejects table with the reason).",
+            count("RejectedRecords", RUNNER_STATS_SERVICE),
+            thresholds.rejected_per_5min,
+        )
+        self._alarm(
+            "StaleMessages",
+            "Messages arrive for runs whose statistics already moved past them (late redeliveries or device clocks).",
+            count("StaleMessages", RUNNER_STATS_SERVICE),
+            thresholds.stale_per_5min,
+        )
+        self._alarm(
+            "SuspectJumps",
+            "Devices send sequence ids far ahead of their runs; those messages are held, not applied, until the run corroborates them.",
+            count("SuspectJumps", RUNNER_STATS_SERVICE),
+            thresholds.suspect_jumps_per_5min,
+        )
+        self._alarm(
+            "DuplicateMessages",
+            "A storm of duplicate messages: a producer or the event source is re-sending in a loop.",
+            count("DuplicateMessages", RUNNER_STATS_SERVICE),
+            thresholds.duplicate_per_5min,
+        )
+        self._alarm(
+            "HandlerErrors",
+            "The handler failed invocations (batches are retried, bisected, then sent to the on-failure queue).",
+            function.metric_errors(statistic="Sum", period=FIVE_MINUTES),
+            thresholds.errors_per_5min,
+        )
+        self._alarm(
+            "HandlerThrottles",
+            "Lambda throttled the handler: the account or function concurrency is exhausted.",
+            function.metric_throttles(statistic="Sum", period=FIVE_MINUTES),
+            thresholds.throttles_per_5min,
+        )
+        self._graph(
+            "Messages",
+            [count(name, RUNNER_STATS_SERVICE) for name in ("AcceptedMessages", "DuplicateMessages", "StaleMessages", "GapsClosed")],
+        )
+        self._graph("Commit retries (stale-write guard lost a race)", [count("CommitRetries", RUNNER_STATS_SERVICE)])
+        self._dashboard()

@@ -1,1 +1,0 @@
-"""Stacks: each composes constructs and nothing else."""

@@ -1,0 +1,1 @@
+"""The taxi ETL saga slice: its construct, monitoring, cdk-nag acknowledgements and stack."""

@@ -1,0 +1,101 @@
+"""The taxi ETL saga's alarms and dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from infra.config import EnvConfig
+from infra.lambda_factory import METRICS_NAMESPACE
+from infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
+from infra.taxi_etl.construct import AUTHORIZER_SERVICE, FLAG_SERVICE, TaxiEtlSaga
+
+
+@dataclass(frozen=True)
+class TaxiEtlMonitoringProps:
+    """saga: the TaxiEtlSaga to watch; config: thresholds (config.monitoring.taxi_etl);
+    alarm_topic: where every alarm notifies (AlarmTopic.topic or an existing topic)."""
+
+    saga: TaxiEtlSaga
+    config: EnvConfig
+    alarm_topic: sns.ITopic
+
+
+class TaxiEtlMonitoring(PipelineMonitoring):
+    def __init__(self, scope: Construct, construct_id: str, props: TaxiEtlMonitoringProps) -> None:
+        if not isinstance(props, TaxiEtlMonitoringProps):
+            raise TypeError("TaxiEtlMonitoring needs TaxiEtlMonitoringProps")
+        props.config.validate()
+        super().__init__(scope, construct_id, props.alarm_topic, f"onceflow {props.config.name}: taxi ETL saga")
+        thresholds = props.config.monitoring.taxi_etl
+        saga = props.saga
+        machine = saga.state_machine
+        ended_badly = {
+            "failed": machine.metric_failed(statistic="Sum", period=FIVE_MINUTES),
+            "timedOut": machine.metric_timed_out(statistic="Sum", period=FIVE_MINUTES),
+        }
+        self._alarm(
+            "FailedExecutions",
+            "Executions failed or timed out (a flagged row fails its execution too: see the flag alarms).",
+            cloudwatch.MathExpression(expression="failed + timedOut", using_metrics=ended_badly, label="Failed", period=FIVE_MINUTES),
+            thresholds.failed_executions_per_5min,
+        )
+        for phase, threshold in (
+            ("validation", thresholds.flagged_validation_per_5min),
+            ("transformation", thresholds.flagged_transformation_per_5min),
+            ("store", thresholds.flagged_store_per_5min),
+        ):
+            self._alarm(
+                f"Flagged{phase.title()}",
+                f"Executions whose rows the {phase} flag step flagged.",
+                count("ExecutionsFlagged", FLAG_SERVICE, phase=phase),
+                threshold,
+            )
+        self._alarm(
+            "AuthorizerDenials",
+            "The authorizer refused keys (counted per uncached decision: API Gateway caches them).",
+            count("RequestsDenied", AUTHORIZER_SERVICE),
+            thresholds.authorizer_denials_per_5min,
+        )
+        self._alarm(
+            "Api4xx",
+            "Clients get 4xx answers: bad rows or keys, oversized bodies, throttling (429), or GETs of ids no phase has seen (404).",
+            saga.http_api.metric_client_error(statistic="Sum", period=FIVE_MINUTES),
+            thresholds.api_4xx_per_5min,
+        )
+        self._alarm(
+            "Api5xx",
+            "Clients get 5xx answers: the API function or StartExecution failed, or the GET function could not read the tables.",
+            saga.http_api.metric_server_error(statistic="Sum", period=FIVE_MINUTES),
+            thresholds.api_5xx_per_5min,
+        )
+        self._alarm(
+            "ExecutionDuration",
+            "Executions are slow (p99): phases are retrying with backoff, or throttled.",
+            machine.metric_time(statistic="p99", period=FIVE_MINUTES),
+            thresholds.execution_p99_ms,
+        )
+        # Every (phase, reason) pair the flag steps published, without listing the rules here.
+        self._graph(
+            "Rows flagged by phase and reason",
+            [
+                cloudwatch.MathExpression(
+                    expression=f"SEARCH('{{{METRICS_NAMESPACE},phase,reason,service}} MetricName=\"RowsFlagged\"', 'Sum', 300)",
+                    using_metrics={},
+                    label="",
+                    period=FIVE_MINUTES,
+                )
+            ],
+        )
+        self._graph(
+            "Executions",
+            [
+                machine.metric_started(statistic="Sum", period=FIVE_MINUTES),
+                machine.metric_succeeded(statistic="Sum", period=FIVE_MINUTES),
+                machine.metric_failed(statistic="Sum", period=FIVE_MINUTES),
+            ],
+        )
+        self._dashboard()
