@@ -79,7 +79,7 @@ from runtime.runner_stats.models import (
 )
 from runtime.runner_stats.store import RUN_STATS_PROJECTION, DynamoRunStatsStore, RunStatsTables, context_from_item
 from runtime.shared.consistency import VersionConflict
-from runtime.shared.dynamo import error_code
+from runtime.shared.aws import error_code
 
 OUTPUT_NAMES = {
     "RunStatsTableName": "run_stats_table",

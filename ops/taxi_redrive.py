@@ -77,7 +77,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.progress import Progress
-from runtime.shared.dynamo import error_code
+from runtime.shared.aws import error_code
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import redrive_submission
 from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusRow

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from botocore.exceptions import ClientError
 
 from runtime.event_log.models import SideEffectMessage
-from runtime.shared.dynamo import error_code
+from runtime.shared.aws import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

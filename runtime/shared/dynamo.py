@@ -1,4 +1,4 @@
-"""DynamoDB helpers: a lazily built client, attribute (de)serialization and error reading."""
+"""DynamoDB helpers: attribute (de)serialization and reading what a failed conditional write found."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
+
+from runtime.shared.aws import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -32,10 +34,6 @@ def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:
 
 def from_attributes(attributes: Mapping[str, Any]) -> ItemAttributes:
     return {name: _deserializer.deserialize(value) for name, value in attributes.items()}
-
-
-def error_code(err: ClientError) -> str:
-    return str(err.response.get("Error", {}).get("Code", ""))
 
 
 def is_conditional_check_failed(err: ClientError) -> bool:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import ClientError
 
-from runtime.shared.dynamo import error_code
+from runtime.shared.aws import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient

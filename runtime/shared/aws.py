@@ -1,0 +1,109 @@
+"""AWS helpers every pipeline shares: the clients a pipeline is built with, error codes,
+BatchGetItem with its one retry policy, and DescribeTable's approximate item count."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem limit on keys per call
+BATCH_GET_ROUNDS = 5  # calls per chunk while DynamoDB leaves keys unprocessed
+BATCH_GET_BACKOFF_SECONDS = 0.05  # doubled after each round, at most BATCH_GET_BACKOFF_CAP_SECONDS
+BATCH_GET_BACKOFF_CAP_SECONDS = 1.0
+_deserializer = TypeDeserializer()
+
+
+class Clients:
+    """The SDK clients a pipeline is built with (runtime/<pipeline>/wiring.py).
+
+    Each is built on first use (at the first invocation, never at import time) and then kept for
+    the execution environment; tests and the embedded cloud inject their own by service name.
+    """
+
+    def __init__(self, **injected: Any) -> None:
+        self._clients: dict[str, Any] = dict(injected)
+
+    def _client(self, service: str) -> Any:
+        if service not in self._clients:
+            import boto3
+
+            config = None
+            if service == "s3":
+                from botocore.config import Config
+
+                # SigV4 for presigned URLs: the event log's pending tag is a signed header of an upload URL.
+                config = Config(signature_version="s3v4")
+            self._clients[service] = boto3.client(service, config=config)  # type: ignore[call-overload]
+        return self._clients[service]
+
+    @property
+    def dynamodb(self) -> DynamoDBClient:
+        return self._client("dynamodb")  # type: ignore[no-any-return]
+
+    @property
+    def s3(self) -> S3Client:
+        return self._client("s3")  # type: ignore[no-any-return]
+
+    @property
+    def sqs(self) -> SQSClient:
+        return self._client("sqs")  # type: ignore[no-any-return]
+
+    @property
+    def stepfunctions(self) -> SFNClient:
+        return self._client("stepfunctions")  # type: ignore[no-any-return]
+
+
+def error_code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+class KeysUnprocessed(RuntimeError):
+    """BatchGetItem still left keys unprocessed after every round (the SDK had retried each call)."""
+
+
+def batch_get_all(
+    client: DynamoDBClient,
+    keys_by_table: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    consistent: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every item of these keys (in DynamoDB's attribute form) that exists, per table, deserialized.
+
+    Calls carry at most BATCH_GET_LIMIT keys. Keys DynamoDB leaves unprocessed are asked again,
+    after a doubling backoff, for up to BATCH_GET_ROUNDS calls per chunk; then KeysUnprocessed.
+    """
+    pending = [(table, dict(key)) for table, keys in keys_by_table.items() for key in keys]
+    found: dict[str, list[dict[str, Any]]] = {table: [] for table in keys_by_table}
+    for start in range(0, len(pending), BATCH_GET_LIMIT):
+        request: dict[str, Any] = {}
+        for table, key in pending[start : start + BATCH_GET_LIMIT]:
+            request.setdefault(table, {"Keys": [], "ConsistentRead": consistent})["Keys"].append(key)
+        for round_number in range(BATCH_GET_ROUNDS):
+            response = client.batch_get_item(RequestItems=request)
+            for table, items in response.get("Responses", {}).items():
+                found[table].extend({name: _deserializer.deserialize(value) for name, value in item.items()} for item in items)
+            request = dict(response.get("UnprocessedKeys") or {})
+            if not request:
+                break
+            if round_number + 1 < BATCH_GET_ROUNDS:
+                sleep(min(BATCH_GET_BACKOFF_SECONDS * 2**round_number, BATCH_GET_BACKOFF_CAP_SECONDS))
+        if request:
+            left = sum(len(entry["Keys"]) for entry in request.values())
+            raise KeysUnprocessed(f"BatchGetItem left {left} keys unprocessed after {BATCH_GET_ROUNDS} rounds")
+    return found
+
+
+def approximate_item_count(client: DynamoDBClient, table_name: str) -> int:
+    """DescribeTable's ItemCount, which DynamoDB refreshes about every 6 hours: a progress total, never a check."""
+    return int(client.describe_table(TableName=table_name)["Table"].get("ItemCount", 0))
