@@ -2,16 +2,45 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aws_cdk import Token
+from aws_cdk import aws_events as events
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda import EventSourceMapping
 from aws_cdk.aws_s3 import IBucket
 
 from infra.compliance import acknowledge, logical_id, policy_of
 
-if TYPE_CHECKING:
-    from infra.event_log.construct import EventLog
+
+class EventLogResources(Protocol):
+    """What these acknowledgements name: EventLog's resources (a protocol, so this module does not
+    import the construct that calls it)."""
+
+    @property
+    def bucket(self) -> s3.IBucket: ...
+    @property
+    def access_log_bucket(self) -> s3.Bucket | None: ...
+    @property
+    def snapshot_dead_letter_queue(self) -> sqs.Queue: ...
+    @property
+    def payload_dead_letter_queue(self) -> sqs.Queue: ...
+    @property
+    def stream_failure_queue(self) -> sqs.Queue: ...
+    @property
+    def api_function(self) -> lambda_.Function: ...
+    @property
+    def router_function(self) -> lambda_.Function: ...
+    @property
+    def worker_function(self) -> lambda_.Function: ...
+    @property
+    def finalizer_function(self) -> lambda_.Function: ...
+    @property
+    def pending_check_function(self) -> lambda_.Function: ...
+    @property
+    def pending_check_schedule(self) -> events.Rule: ...
 
 
 def _wildcard_finding(bucket: IBucket, prefix: str) -> str:
@@ -19,7 +48,7 @@ def _wildcard_finding(bucket: IBucket, prefix: str) -> str:
     return f"AwsSolutions::AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{prefix}*]"
 
 
-def acknowledge_event_log(event_log: EventLog) -> None:
+def acknowledge_event_log(event_log: EventLogResources) -> None:
     for queue in (event_log.snapshot_dead_letter_queue, event_log.payload_dead_letter_queue):
         acknowledge(
             queue.node.default_child,  # type: ignore[arg-type]
@@ -80,7 +109,7 @@ _BUCKET_WILDCARD_REASONS = {
 }
 
 
-def acknowledge_imported_bucket(event_log: EventLog, owner_note: str) -> None:
+def acknowledge_imported_bucket(event_log: EventLogResources, owner_note: str) -> None:
     """For a stack that gave EventLog its own bucket (imported by name): acknowledge the object
     wildcards under payloads/ and snapshots/ of that bucket, with why they are needed and the
     owner's note on why the bucket may hold them (e.g. the prefixes are reserved for onceflow)."""

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.aws_secretsmanager import Secret
 
 from infra.compliance import acknowledge, logical_id, policy_of
 
-if TYPE_CHECKING:
-    from infra.taxi_etl.construct import TaxiEtlSaga
+
+class TaxiEtlResources(Protocol):
+    """What these acknowledgements name: TaxiEtlSaga's resources (a protocol, so this module does not
+    import the construct that calls it)."""
+
+    @property
+    def validate_function(self) -> lambda_.Function: ...
+    @property
+    def transform_function(self) -> lambda_.Function: ...
+    @property
+    def store_function(self) -> lambda_.Function: ...
+    @property
+    def flag_function(self) -> lambda_.Function: ...
+    @property
+    def api_function(self) -> lambda_.Function: ...
+    @property
+    def authorizer_function(self) -> lambda_.Function: ...
+    @property
+    def row_state_function(self) -> lambda_.Function: ...
+    @property
+    def state_machine(self) -> sfn.StateMachine: ...
+    @property
+    def execution_log_level(self) -> sfn.LogLevel: ...
+    @property
+    def api_key_secret(self) -> secretsmanager.ISecret: ...
 
 
-def acknowledge_taxi_etl(saga: TaxiEtlSaga) -> None:
+def acknowledge_taxi_etl(saga: TaxiEtlResources) -> None:
     dead_letter_reasons = {
         saga.validate_function: "Invoked synchronously by the state machine only; a failure returns to its Retry and Catch, "
         "which flag the rows, so there is no asynchronous event to keep.",
