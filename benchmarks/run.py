@@ -27,6 +27,7 @@ from devtools import reference
 from devtools.capacity import CapacityMeter
 from devtools.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.workload import Delivery, Workload, generate
+from runtime.runner_stats import contract as runner_stats_contract
 
 AWS_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-idempotent", action="store_true", help="skip row (c), the slowest on moto")
-    parser.add_argument("--only", choices=["runner-stats", "snapshots", "saga"], help="run one section")
+    # The runner-stats section is named after the pipeline's service.
+    parser.add_argument("--only", choices=[runner_stats_contract.SERVICE, "snapshots", "saga"], help="run one section")
     args = parser.parse_args(argv)
     os.environ.update(AWS_ENV)
 

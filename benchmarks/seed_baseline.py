@@ -33,6 +33,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 
 from devtools.lambda_context import FakeLambdaContext
 from devtools.reference import SeedOutcome
+from runtime.runner_stats.contract import KEY_RUN_ID, KEY_RUN_KEY, KEY_USER_ID
 
 __all__ = [
     "SeedTables",
@@ -46,7 +47,7 @@ __all__ = [
 Client = Any
 KinesisEvent = Mapping[str, Any]
 
-_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc", "distance_meters")
+_FIELDS = (KEY_USER_ID, KEY_RUN_ID, "sequence_id", "timestamp_utc", "distance_meters")
 
 
 class SeedTables(NamedTuple):
@@ -82,11 +83,11 @@ def create_seed_tables(client: Client, prefix: str = "seed") -> SeedTables:
         tendency=f"{prefix}-tendency",
         messages=f"{prefix}-messages",
     )
-    by_user_and_run = [("user_id", "N", "HASH"), ("run_id", "N", "RANGE")]
+    by_user_and_run = [(KEY_USER_ID, "N", "HASH"), (KEY_RUN_ID, "N", "RANGE")]
     _create_table(client, tables.context, by_user_and_run)
     _create_table(client, tables.run_stats, by_user_and_run)
-    _create_table(client, tables.tendency, [("user_id", "N", "HASH")])
-    _create_table(client, tables.messages, [("run_key", "S", "HASH"), ("sequence_id", "N", "RANGE")])
+    _create_table(client, tables.tendency, [(KEY_USER_ID, "N", "HASH")])
+    _create_table(client, tables.messages, [(KEY_RUN_KEY, "S", "HASH"), ("sequence_id", "N", "RANGE")])
     return tables
 
 
@@ -133,7 +134,7 @@ def _apply(client: Client, tables: SeedTables, message: _Message) -> None:
     user_id, run_id = _n(message.user_id), _n(message.run_id)
     response = client.get_item(
         TableName=tables.context,
-        Key={"user_id": user_id, "run_id": run_id},
+        Key={KEY_USER_ID: user_id, KEY_RUN_ID: run_id},
     )
     context: dict[str, Any] | None = response.get("Item")
     if context is not None and message.sequence_id <= Decimal(context["last_seq"]["N"]):
@@ -151,21 +152,21 @@ def _apply(client: Client, tables: SeedTables, message: _Message) -> None:
     client.put_item(
         TableName=tables.run_stats,
         Item={
-            "user_id": user_id,
-            "run_id": run_id,
+            KEY_USER_ID: user_id,
+            KEY_RUN_ID: run_id,
             "total_meters": _n(total),
             "total_seconds": _n(total_seconds),
             "first_ts": _n(first_ts),
         },
     )
-    tendency: dict[str, Any] = {"user_id": user_id, "current": _s(current)}
+    tendency: dict[str, Any] = {KEY_USER_ID: user_id, "current": _s(current)}
     if previous is not None:
         tendency["previous"] = _s(previous)
     client.put_item(TableName=tables.tendency, Item=tendency)
     client.put_item(
         TableName=tables.messages,
         Item={
-            "run_key": _s(f"{message.user_id}#{message.run_id}"),
+            KEY_RUN_KEY: _s(f"{message.user_id}#{message.run_id}"),
             "sequence_id": _n(message.sequence_id),
             "timestamp_utc": _n(message.timestamp_utc),
             "distance_meters": _n(message.distance_meters),
@@ -174,8 +175,8 @@ def _apply(client: Client, tables: SeedTables, message: _Message) -> None:
     client.put_item(
         TableName=tables.context,
         Item={
-            "user_id": user_id,
-            "run_id": run_id,
+            KEY_USER_ID: user_id,
+            KEY_RUN_ID: run_id,
             "last_seq": _n(message.sequence_id),
             "total_meters": _n(total),
             "first_ts": _n(first_ts),
@@ -239,24 +240,24 @@ def compare_with_reference(client: Client, tables: SeedTables, expected: SeedOut
     """Differences between the seed tables and what the seed's own semantics predict."""
     problems: list[str] = []
     run_stats = {
-        (_int(i, "user_id"), _int(i, "run_id")): (_int(i, "total_meters"), float(Decimal(i["total_seconds"]["N"])), _int(i, "first_ts"))
+        (_int(i, KEY_USER_ID), _int(i, KEY_RUN_ID)): (_int(i, "total_meters"), float(Decimal(i["total_seconds"]["N"])), _int(i, "first_ts"))
         for i in _scan(client, tables.run_stats)
     }
     if run_stats != {key: (run.total_meters, run.total_seconds, run.first_ts) for key, run in expected.runs.items()}:
         problems.append("run stats differ")
     tendencies = {
-        _int(i, "user_id"): (i["current"]["S"], i["previous"]["S"] if "previous" in i else None) for i in _scan(client, tables.tendency)
+        _int(i, KEY_USER_ID): (i["current"]["S"], i["previous"]["S"] if "previous" in i else None) for i in _scan(client, tables.tendency)
     }
     if tendencies != expected.tendencies:
         problems.append("tendencies differ")
     archived = set()
     for item in _scan(client, tables.messages):
-        user_id, run_id = (int(part) for part in item["run_key"]["S"].split("#"))
+        user_id, run_id = (int(part) for part in item[KEY_RUN_KEY]["S"].split("#"))
         archived.add((user_id, run_id, _int(item, "sequence_id")))
     if archived != expected.archived:
         problems.append("archived messages differ")
     contexts = {
-        (_int(i, "user_id"), _int(i, "run_id")): (_int(i, "last_seq"), _int(i, "total_meters")) for i in _scan(client, tables.context)
+        (_int(i, KEY_USER_ID), _int(i, KEY_RUN_ID)): (_int(i, "last_seq"), _int(i, "total_meters")) for i in _scan(client, tables.context)
     }
     last_seq = {key: max(s for u, r, s in expected.archived if (u, r) == key) for key in expected.runs}
     if contexts != {key: (last_seq[key], run.total_meters) for key, run in expected.runs.items()}:

@@ -30,8 +30,8 @@ from devtools.lambda_context import FakeLambdaContext
 from devtools.state import capture
 from devtools.template_resources import EmbeddedCloud, load_assembly, resources_of_type
 from devtools.workload import generate
+from runtime.runner_stats import contract as runner_stats_contract
 
-HANDLER = "runtime.runner_stats.handler.handler"
 # The default workload spans about 3 hours of device time; it starts this long before the replay.
 REPLAY_LEAD_MS = 4 * 3600 * 1000
 AWS_ENV = {
@@ -44,11 +44,11 @@ AWS_ENV = {
     "POWERTOOLS_LOG_LEVEL": "CRITICAL",
 }
 METRICS = {
-    "AcceptedMessages": "accepted",
-    "DuplicateMessages": "duplicates",
-    "StaleMessages": "stale",
-    "RejectedRecords": "rejected",
-    "CommitRetries": "retried",
+    runner_stats_contract.METRIC_ACCEPTED_MESSAGES: "accepted",
+    runner_stats_contract.METRIC_DUPLICATE_MESSAGES: "duplicates",
+    runner_stats_contract.METRIC_STALE_MESSAGES: "stale",
+    runner_stats_contract.METRIC_REJECTED_RECORDS: "rejected",
+    runner_stats_contract.METRIC_COMMIT_RETRIES: "retried",
 }
 
 
@@ -100,7 +100,7 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
     cloud = EmbeddedCloud(template).create(dynamodb=boto3.client("dynamodb"), sqs=boto3.client("sqs"), kinesis=boto3.client("kinesis"))
     # As in Lambda, the function's environment exists before its module is imported
     # (Powertools reads its settings when Logger and Metrics are created).
-    os.environ.update(cloud.function_environment(HANDLER))
+    os.environ.update(cloud.function_environment(runner_stats_contract.HANDLER))
     os.environ.update(AWS_ENV)
     from runtime.runner_stats import handler as handler_module
     from runtime.shared.dynamo import default_client
@@ -115,7 +115,7 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
     crash = WriteBoundaryCrasher(at=40, when="after").attach(default_client())
     throttle = ThrottledWrites(frozenset({75})).attach(default_client())
 
-    mapping = cloud.event_source_mapping(HANDLER)
+    mapping = cloud.event_source_mapping(runner_stats_contract.HANDLER)
     queue_url = cloud.names[f"{mapping['DestinationConfig']['OnFailure']['Destination']['Fn::GetAtt'][0]}.url"]
     sqs = boto3.client("sqs")
     counts: Counter[str] = Counter()

@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from devtools.workload import Delivery, DeviceMessage
+from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID
 
 __all__ = [
     "RunKey",
@@ -34,7 +35,7 @@ __all__ = [
 RunKey = tuple[int, int]
 """(user_id, run_id)"""
 
-_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc", "distance_meters")
+_FIELDS = (KEY_USER_ID, KEY_RUN_ID, "sequence_id", "timestamp_utc", "distance_meters")
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ from typing import Any
 
 from devtools.state import PipelineView, capture
 from devtools.template_resources import EmbeddedCloud, Template
+from runtime.runner_stats.contract import HANDLER
 from runtime.runner_stats.service import RunnerStatsService
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.runner_stats.store import DynamoRunStatsStore
-
-HANDLER = "runtime.runner_stats.handler.handler"
 
 
 def new_client(service: str = "dynamodb") -> Any:

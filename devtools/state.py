@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from runtime.runner_stats.contract import KEY_RECORD_ID, KEY_USER_ID
 from runtime.runner_stats.models import ArchivedMessage
 from runtime.runner_stats.store import DynamoRunStatsStore, RunStatsTables, context_from_item, tendency_from_item
 from runtime.shared.dynamo import from_attributes
@@ -66,7 +67,7 @@ def capture(client: Any, tables: RunStatsTables) -> PipelineView:
         )
     tendencies: dict[int, tuple[int | None, str | None, int | None, str | None]] = {}
     for item in _scan(client, tables.tendency):
-        record = tendency_from_item(int(item["user_id"]), item)
+        record = tendency_from_item(int(item[KEY_USER_ID]), item)
         current, previous = record.current, record.previous
         tendencies[record.user_id] = (
             current.run_id if current else None,
@@ -74,5 +75,5 @@ def capture(client: Any, tables: RunStatsTables) -> PipelineView:
             previous.run_id if previous else None,
             previous.label if previous else None,
         )
-    rejects = {str(item["record_id"]): str(item["reason"]) for item in _scan(client, tables.rejects)}
+    rejects = {str(item[KEY_RECORD_ID]): str(item["reason"]) for item in _scan(client, tables.rejects)}
     return PipelineView(runs, tendencies, rejects)

@@ -30,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID
+
 if TYPE_CHECKING:
     from devtools.esm import ShardRecord
 
@@ -76,11 +78,11 @@ class DeviceMessage:
     def to_dict(self) -> dict[str, int]:
         # Key order of the device wire format, so payload bytes look like the real thing.
         return {
-            "user_id": self.user_id,
+            KEY_USER_ID: self.user_id,
             "distance_meters": self.distance_meters,
             "timestamp_utc": self.timestamp_utc,
             "sequence_id": self.sequence_id,
-            "run_id": self.run_id,
+            KEY_RUN_ID: self.run_id,
         }
 
     def to_json(self) -> bytes:
@@ -211,7 +213,7 @@ def _malformed_payload(number: int, template: DeviceMessage) -> bytes:
         del fields["distance_meters"]
         body = fields
     elif shape == 3:
-        fields["user_id"] = str(template.user_id)
+        fields[KEY_USER_ID] = str(template.user_id)
         body = fields
     elif shape == 4:
         fields["distance_meters"] = -template.distance_meters

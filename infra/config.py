@@ -14,6 +14,8 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 
+from runtime.runner_stats import contract as runner_stats_contract
+
 
 class ConfigError(ValueError):
     """The environment configuration is invalid; synth stops before building anything."""
@@ -62,8 +64,10 @@ class RunnerStatsConfig:
             raise ConfigError("runner_stats.max_record_age_seconds must be 60..604800")
         if self.max_record_age_seconds > self.stream_retention_hours * 3600:
             raise ConfigError("runner_stats.max_record_age_seconds must not exceed the stream retention")
-        if not 1 <= self.archive_chunk_size <= 40:
-            raise ConfigError("runner_stats.archive_chunk_size must be 1..40 (keeps the run item near 1 KB)")
+        if not 1 <= self.archive_chunk_size <= runner_stats_contract.ARCHIVE_CHUNK_SIZE_MAX:
+            raise ConfigError(
+                f"runner_stats.archive_chunk_size must be 1..{runner_stats_contract.ARCHIVE_CHUNK_SIZE_MAX} (keeps the run item near 1 KB)"
+            )
         if self.gap_max_lag < 1 or self.gap_max_open < 1 or self.commit_attempts < 1:
             raise ConfigError("runner_stats gap bounds and commit_attempts must be >= 1")
         if not 3 <= self.timeout_seconds <= 900:

@@ -63,6 +63,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.progress import Progress
+from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID, OUTPUT_MESSAGES_TABLE, OUTPUT_RUN_STATS_TABLE, OUTPUT_TENDENCY_TABLE
 from runtime.runner_stats.logic import contains, fold, merge_tendency, tendency_label
 from runtime.runner_stats.models import (
     ArchiveChunk,
@@ -78,15 +79,15 @@ from runtime.runner_stats.models import (
     UserTendency,
 )
 from runtime.runner_stats.store import RUN_STATS_PROJECTION, DynamoRunStatsStore, RunStatsTables, context_from_item
-from runtime.shared.consistency import VersionConflict
 from runtime.shared.aws import error_code
+from runtime.shared.consistency import VersionConflict
 
 OUTPUT_NAMES = {
-    "RunStatsTableName": "run_stats_table",
-    "TendencyTableName": "tendency_table",
-    "MessagesTableName": "messages_table",
+    OUTPUT_RUN_STATS_TABLE: "run_stats_table",
+    OUTPUT_TENDENCY_TABLE: "tendency_table",
+    OUTPUT_MESSAGES_TABLE: "messages_table",
 }
-TOTALS = tuple(name for name in RUN_STATS_PROJECTION if name not in ("user_id", "run_id"))
+TOTALS = tuple(name for name in RUN_STATS_PROJECTION if name not in (KEY_USER_ID, KEY_RUN_ID))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

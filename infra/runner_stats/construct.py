@@ -20,12 +20,7 @@ from infra.config import EnvConfig
 from infra.lambda_factory import FunctionSpec, create_function
 from infra.resources import durable_table, encrypted_queue
 from infra.runner_stats.compliance import acknowledge_runner_stats
-
-HANDLER = "runtime.runner_stats.handler.handler"
-SERVICE = "runner-stats"
-# The runtime's settings object reads these names (runtime/runner_stats/settings.py); the
-# infra tests check the synthesized function against that module.
-_TABLE_ENV = ("RUN_STATS_TABLE", "TENDENCY_TABLE", "MESSAGES_TABLE", "REJECTS_TABLE")
+from runtime.runner_stats import contract
 
 
 @dataclass(frozen=True)
@@ -78,21 +73,21 @@ class RunnerStatsPipeline(Construct):
             self,
             "RunStatsTable",
             config,
-            dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER),
-            dynamodb.Attribute(name="run_id", type=dynamodb.AttributeType.NUMBER),
+            dynamodb.Attribute(name=contract.KEY_USER_ID, type=dynamodb.AttributeType.NUMBER),
+            dynamodb.Attribute(name=contract.KEY_RUN_ID, type=dynamodb.AttributeType.NUMBER),
         )
         self.tendency_table = durable_table(
-            self, "TendencyTable", config, dynamodb.Attribute(name="user_id", type=dynamodb.AttributeType.NUMBER)
+            self, "TendencyTable", config, dynamodb.Attribute(name=contract.KEY_USER_ID, type=dynamodb.AttributeType.NUMBER)
         )
         self.messages_table = durable_table(
             self,
             "MessagesTable",
             config,
-            dynamodb.Attribute(name="run_key", type=dynamodb.AttributeType.STRING),
-            dynamodb.Attribute(name="chunk", type=dynamodb.AttributeType.NUMBER),
+            dynamodb.Attribute(name=contract.KEY_RUN_KEY, type=dynamodb.AttributeType.STRING),
+            dynamodb.Attribute(name=contract.KEY_CHUNK, type=dynamodb.AttributeType.NUMBER),
         )
         self.rejects_table = durable_table(
-            self, "RejectsTable", config, dynamodb.Attribute(name="record_id", type=dynamodb.AttributeType.STRING)
+            self, "RejectsTable", config, dynamodb.Attribute(name=contract.KEY_RECORD_ID, type=dynamodb.AttributeType.STRING)
         )
         self.failure_queue = encrypted_queue(self, "FailureQueue", config)
 
@@ -100,31 +95,25 @@ class RunnerStatsPipeline(Construct):
             self,
             "Handler",
             FunctionSpec(
-                handler=HANDLER,
-                service=SERVICE,
+                handler=contract.HANDLER,
+                service=contract.SERVICE,
                 description="Folds device messages from Kinesis into exactly-once run statistics",
                 memory_mb=settings.memory_mb,
                 timeout_seconds=settings.timeout_seconds,
-                environment=dict(
-                    zip(
-                        _TABLE_ENV,
-                        (
-                            self.run_stats_table.table_name,
-                            self.tendency_table.table_name,
-                            self.messages_table.table_name,
-                            self.rejects_table.table_name,
-                        ),
-                        strict=True,
-                    ),
-                    GAP_MAX_LAG=str(settings.gap_max_lag),
-                    GAP_MAX_OPEN=str(settings.gap_max_open),
-                    ARCHIVE_CHUNK_SIZE=str(settings.archive_chunk_size),
-                    COMMIT_ATTEMPTS=str(settings.commit_attempts),
-                    MAX_MESSAGE_BYTES=str(settings.max_message_bytes),
-                    REJECT_PAYLOAD_MAX_BYTES=str(settings.reject_payload_max_bytes),
-                    TIMESTAMP_MAX_AGE_SECONDS=str(settings.timestamp_max_age_seconds),
-                    TIMESTAMP_MAX_AHEAD_SECONDS=str(settings.timestamp_max_ahead_seconds),
-                ),
+                environment={
+                    contract.ENV_RUN_STATS_TABLE: self.run_stats_table.table_name,
+                    contract.ENV_TENDENCY_TABLE: self.tendency_table.table_name,
+                    contract.ENV_MESSAGES_TABLE: self.messages_table.table_name,
+                    contract.ENV_REJECTS_TABLE: self.rejects_table.table_name,
+                    contract.ENV_GAP_MAX_LAG: str(settings.gap_max_lag),
+                    contract.ENV_GAP_MAX_OPEN: str(settings.gap_max_open),
+                    contract.ENV_ARCHIVE_CHUNK_SIZE: str(settings.archive_chunk_size),
+                    contract.ENV_COMMIT_ATTEMPTS: str(settings.commit_attempts),
+                    contract.ENV_MAX_MESSAGE_BYTES: str(settings.max_message_bytes),
+                    contract.ENV_REJECT_PAYLOAD_MAX_BYTES: str(settings.reject_payload_max_bytes),
+                    contract.ENV_TIMESTAMP_MAX_AGE_SECONDS: str(settings.timestamp_max_age_seconds),
+                    contract.ENV_TIMESTAMP_MAX_AHEAD_SECONDS: str(settings.timestamp_max_ahead_seconds),
+                },
             ),
             config,
         )

@@ -9,8 +9,8 @@ from constructs import Construct
 
 from infra.config import EnvConfig
 from infra.monitoring import FIVE_MINUTES, ONE_MINUTE, PipelineMonitoring, count
-from infra.runner_stats.construct import SERVICE as RUNNER_STATS_SERVICE
 from infra.runner_stats.construct import RunnerStatsPipeline
+from runtime.runner_stats import contract
 
 
 @dataclass(frozen=True)
@@ -45,27 +45,27 @@ class RunnerStatsMonitoring(PipelineMonitoring):
             thresholds.on_failure_messages,
         )
         self._alarm(
-            "RejectedRecords",
+            contract.METRIC_REJECTED_RECORDS,  # the alarm is named after its metric
             "Devices send records the handler rejects (kept in the rejects table with the reason).",
-            count("RejectedRecords", RUNNER_STATS_SERVICE),
+            count(contract.METRIC_REJECTED_RECORDS, contract.SERVICE),
             thresholds.rejected_per_5min,
         )
         self._alarm(
-            "StaleMessages",
+            contract.METRIC_STALE_MESSAGES,  # the alarm is named after its metric
             "Messages arrive for runs whose statistics already moved past them (late redeliveries or device clocks).",
-            count("StaleMessages", RUNNER_STATS_SERVICE),
+            count(contract.METRIC_STALE_MESSAGES, contract.SERVICE),
             thresholds.stale_per_5min,
         )
         self._alarm(
-            "SuspectJumps",
+            contract.METRIC_SUSPECT_JUMPS,  # the alarm is named after its metric
             "Devices send sequence ids far ahead of their runs; those messages are held, not applied, until the run corroborates them.",
-            count("SuspectJumps", RUNNER_STATS_SERVICE),
+            count(contract.METRIC_SUSPECT_JUMPS, contract.SERVICE),
             thresholds.suspect_jumps_per_5min,
         )
         self._alarm(
-            "DuplicateMessages",
+            contract.METRIC_DUPLICATE_MESSAGES,  # the alarm is named after its metric
             "A storm of duplicate messages: a producer or the event source is re-sending in a loop.",
-            count("DuplicateMessages", RUNNER_STATS_SERVICE),
+            count(contract.METRIC_DUPLICATE_MESSAGES, contract.SERVICE),
             thresholds.duplicate_per_5min,
         )
         self._alarm(
@@ -82,7 +82,15 @@ class RunnerStatsMonitoring(PipelineMonitoring):
         )
         self._graph(
             "Messages",
-            [count(name, RUNNER_STATS_SERVICE) for name in ("AcceptedMessages", "DuplicateMessages", "StaleMessages", "GapsClosed")],
+            [
+                count(name, contract.SERVICE)
+                for name in (
+                    contract.METRIC_ACCEPTED_MESSAGES,
+                    contract.METRIC_DUPLICATE_MESSAGES,
+                    contract.METRIC_STALE_MESSAGES,
+                    contract.METRIC_GAPS_CLOSED,
+                )
+            ],
         )
-        self._graph("Commit retries (stale-write guard lost a race)", [count("CommitRetries", RUNNER_STATS_SERVICE)])
+        self._graph("Commit retries (stale-write guard lost a race)", [count(contract.METRIC_COMMIT_RETRIES, contract.SERVICE)])
         self._dashboard()

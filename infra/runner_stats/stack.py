@@ -12,6 +12,7 @@ from infra.config import EnvConfig
 from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
 from infra.runner_stats.monitoring import RunnerStatsMonitoring, RunnerStatsMonitoringProps
 from infra.stacks import OnceflowStack
+from runtime.runner_stats import contract
 
 
 class RunnerStatsStack(OnceflowStack):
@@ -25,9 +26,9 @@ class RunnerStatsStack(OnceflowStack):
             "RunnerStatsMonitoring",
             RunnerStatsMonitoringProps(pipeline=self.pipeline, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
-        CfnOutput(self, "StreamName", value=self.pipeline.stream.stream_name)
-        CfnOutput(self, "RunStatsTableName", value=self.pipeline.run_stats_table.table_name)
+        CfnOutput(self, contract.OUTPUT_STREAM_NAME, value=self.pipeline.stream.stream_name)
+        CfnOutput(self, contract.OUTPUT_RUN_STATS_TABLE, value=self.pipeline.run_stats_table.table_name)
         # What the operator tools read (python -m ops.runner_stats_reprocess --stack <name>).
-        CfnOutput(self, "TendencyTableName", value=self.pipeline.tendency_table.table_name)
-        CfnOutput(self, "MessagesTableName", value=self.pipeline.messages_table.table_name)
-        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(self, contract.OUTPUT_TENDENCY_TABLE, value=self.pipeline.tendency_table.table_name)
+        CfnOutput(self, contract.OUTPUT_MESSAGES_TABLE, value=self.pipeline.messages_table.table_name)
+        CfnOutput(self, contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)

@@ -8,19 +8,20 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.runner_stats import contract
 from runtime.runner_stats.service import BatchReport, RunnerStatsService
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.runner_stats.store import DynamoRunStatsStore
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 _METRIC_NAMES = {
-    "accepted": "AcceptedMessages",
-    "duplicate": "DuplicateMessages",
-    "stale": "StaleMessages",
-    "suspect": "SuspectJumps",
-    "rejected": "RejectedRecords",
-    "retried": "CommitRetries",
-    "gaps_closed": "GapsClosed",
+    "accepted": contract.METRIC_ACCEPTED_MESSAGES,
+    "duplicate": contract.METRIC_DUPLICATE_MESSAGES,
+    "stale": contract.METRIC_STALE_MESSAGES,
+    "suspect": contract.METRIC_SUSPECT_JUMPS,
+    "rejected": contract.METRIC_REJECTED_RECORDS,
+    "retried": contract.METRIC_COMMIT_RETRIES,
+    "gaps_closed": contract.METRIC_GAPS_CLOSED,
 }
 
 

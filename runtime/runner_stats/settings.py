@@ -5,25 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runtime.runner_stats.contract import (
+    ARCHIVE_CHUNK_SIZE_MAX,
+    ENV_ARCHIVE_CHUNK_SIZE,
+    ENV_COMMIT_ATTEMPTS,
+    ENV_GAP_MAX_LAG,
+    ENV_GAP_MAX_OPEN,
+    ENV_MAX_MESSAGE_BYTES,
+    ENV_MESSAGES_TABLE,
+    ENV_REJECT_PAYLOAD_MAX_BYTES,
+    ENV_REJECTS_TABLE,
+    ENV_RUN_STATS_TABLE,
+    ENV_TENDENCY_TABLE,
+    ENV_TIMESTAMP_MAX_AGE_SECONDS,
+    ENV_TIMESTAMP_MAX_AHEAD_SECONDS,
+)
 from runtime.runner_stats.models import FoldPolicy, TimestampWindow
 from runtime.runner_stats.service import ServiceOptions
 from runtime.runner_stats.store import RunStatsTables
 from runtime.shared.settings import SettingsError, int_setting, require_str
-
-# The names the Lambda factory's callers set (infra/runner_stats/construct.py); an infra test
-# checks the synthesized function carries exactly these.
-ENV_RUN_STATS_TABLE = "RUN_STATS_TABLE"
-ENV_TENDENCY_TABLE = "TENDENCY_TABLE"
-ENV_MESSAGES_TABLE = "MESSAGES_TABLE"
-ENV_REJECTS_TABLE = "REJECTS_TABLE"
-ENV_GAP_MAX_LAG = "GAP_MAX_LAG"
-ENV_GAP_MAX_OPEN = "GAP_MAX_OPEN"
-ENV_ARCHIVE_CHUNK_SIZE = "ARCHIVE_CHUNK_SIZE"
-ENV_COMMIT_ATTEMPTS = "COMMIT_ATTEMPTS"
-ENV_MAX_MESSAGE_BYTES = "MAX_MESSAGE_BYTES"
-ENV_REJECT_PAYLOAD_MAX_BYTES = "REJECT_PAYLOAD_MAX_BYTES"
-ENV_TIMESTAMP_MAX_AGE_SECONDS = "TIMESTAMP_MAX_AGE_SECONDS"
-ENV_TIMESTAMP_MAX_AHEAD_SECONDS = "TIMESTAMP_MAX_AHEAD_SECONDS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,8 @@ class RunnerStatsSettings:
         max_ahead = int_setting(env, ENV_TIMESTAMP_MAX_AHEAD_SECONDS, window.max_ahead_ms // 1000)
         if max_age < 1 or max_ahead < 1:
             raise SettingsError(f"{ENV_TIMESTAMP_MAX_AGE_SECONDS} and {ENV_TIMESTAMP_MAX_AHEAD_SECONDS} must be >= 1")
-        if policy.archive_chunk_size > 40:
-            raise SettingsError(f"{ENV_ARCHIVE_CHUNK_SIZE} must be <= 40 so the run item stays near 1 KB")
+        if policy.archive_chunk_size > ARCHIVE_CHUNK_SIZE_MAX:
+            raise SettingsError(f"{ENV_ARCHIVE_CHUNK_SIZE} must be <= {ARCHIVE_CHUNK_SIZE_MAX} so the run item stays near 1 KB")
         return cls(
             tables=RunStatsTables(
                 run_stats=require_str(env, ENV_RUN_STATS_TABLE),

@@ -19,17 +19,12 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk.assertions import Match, Template
 
-import runtime.runner_stats.settings as runtime_settings
 from devtools.template_resources import PROJECT_ROOT, load_assembly, resources_of_type, synth_templates
 from infra.config import ConfigError, EnvConfig, load_config
-from infra.runner_stats.construct import HANDLER, RunnerStatsPipeline, RunnerStatsPipelineProps
-from runtime.runner_stats.settings import (
-    ENV_MESSAGES_TABLE,
-    ENV_REJECTS_TABLE,
-    ENV_RUN_STATS_TABLE,
-    ENV_TENDENCY_TABLE,
-    RunnerStatsSettings,
-)
+from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
+from runtime.runner_stats import contract
+from runtime.runner_stats.contract import ENV_MESSAGES_TABLE, ENV_REJECTS_TABLE, ENV_RUN_STATS_TABLE, ENV_TENDENCY_TABLE, HANDLER
+from runtime.runner_stats.settings import RunnerStatsSettings
 
 ENVS = ("dev", "prod")
 
@@ -39,10 +34,10 @@ EXPECTED = {
     "prod": {"batch_size": 1000, "batching_window": 5, "log_retention_days": 90, "removal": "Retain", "protected": True},
 }
 
-# Every name the runtime's settings module reads from the environment (ENV_* constants): the
-# drift guard between what infra sets and what the handler reads.
-RUNTIME_ENV_NAMES = {value for name, value in vars(runtime_settings).items() if name.startswith("ENV_")}
-RUNTIME_TABLE_ENV_NAMES = {value for name, value in vars(runtime_settings).items() if name.startswith("ENV_") and name.endswith("_TABLE")}
+# Every environment name the contract defines (ENV_* constants), which the settings object reads:
+# the drift guard between what infra sets and what the handler reads.
+RUNTIME_ENV_NAMES = {value for name, value in vars(contract).items() if name.startswith("ENV_")}
+RUNTIME_TABLE_ENV_NAMES = {value for name, value in vars(contract).items() if name.startswith("ENV_") and name.endswith("_TABLE")}
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 
 # Each table env var -> the key schema (HASH, RANGE) of the table it must point at.
