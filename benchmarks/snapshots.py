@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from runtime.event_log import contract as event_log_contract
 from runtime.event_log.cells import cell_name, order_key
 from runtime.event_log.logic import replay
 from runtime.event_log.models import (
@@ -149,14 +150,16 @@ def replay_peak(events: int) -> int:
 
 def reads_per_snapshot(template: dict[str, Any], *, snapshots: int = 5, every: int = 2000) -> list[tuple[int, int, int, int]]:
     """(snapshot, events read by its build, events since the previous snapshot, log size at its cut)."""
-    from devtools.event_log_world import API_HANDLER, EventLogWorld, embedded_event_log_cloud
+    from devtools.event_log_world import EventLogWorld, embedded_event_log_cloud
     from devtools.moto_patches import VirtualClock
     from devtools.sheet_workload import sheet_edits
 
     clock = VirtualClock()
     rows = []
     with embedded_event_log_cloud(clock):
-        world = EventLogWorld.create(template, clock, overrides={API_HANDLER: {"SNAPSHOT_EVERY": str(every)}})
+        world = EventLogWorld.create(
+            template, clock, overrides={event_log_contract.HANDLER_API: {event_log_contract.ENV_SNAPSHOT_EVERY: str(every)}}
+        )
         world.append_edits(LOG, sheet_edits(seed=17, count=snapshots * every))
         reads: list[int] = []
 
@@ -170,7 +173,7 @@ def reads_per_snapshot(template: dict[str, Any], *, snapshots: int = 5, every: i
         problems = world.verify(LOG)
         if problems:
             raise RuntimeError(f"snapshots differ from the replay: {problems[:3]}")
-        markers = [item for item in world.entries(LOG) if item["kind"] == "Snapshot"]
+        markers = [item for item in world.entries(LOG) if item["kind"] == EntryKind.SNAPSHOT]
         for item, read in zip(markers, reads, strict=True):
             rows.append((int(item["snapshot"]), read, int(item["cut"]) - int(item["previous_cut"]), int(item["cut"])))
     return rows
@@ -178,13 +181,16 @@ def reads_per_snapshot(template: dict[str, Any], *, snapshots: int = 5, every: i
 
 def redone_after_crashes(template: dict[str, Any], *, events: int = 2000, chunk_bytes: int = 4096) -> tuple[int, list[int]]:
     """(chunks of the snapshot, chunks written again after a crash right after chunk k, for each k)."""
-    from devtools.event_log_world import API_HANDLER, WORKER_HANDLER, EventLogWorld, embedded_event_log_cloud
+    from devtools.event_log_world import EventLogWorld, embedded_event_log_cloud
     from devtools.faults import SimulatedCrash
     from devtools.moto_patches import VirtualClock
     from devtools.sheet_workload import sheet_edits
     from runtime.event_log.objects import S3Objects
 
-    overrides = {API_HANDLER: {"SNAPSHOT_EVERY": str(events)}, WORKER_HANDLER: {"CHUNK_BYTES": str(chunk_bytes)}}
+    overrides = {
+        event_log_contract.HANDLER_API: {event_log_contract.ENV_SNAPSHOT_EVERY: str(events)},
+        event_log_contract.HANDLER_WORKER: {event_log_contract.ENV_CHUNK_BYTES: str(chunk_bytes)},
+    }
 
     def run(crash_after: int | None) -> tuple[int, int]:
         clock = VirtualClock()
@@ -215,7 +221,7 @@ def redone_after_crashes(template: dict[str, Any], *, events: int = 2000, chunk_
             world.drain([world.snapshot_source(invoke)])
             if world.verify(LOG):
                 raise RuntimeError(f"crash after chunk {crash_after}: {world.verify(LOG)[:3]}")
-            [root_key] = [item["root"] for item in world.entries(LOG) if item["kind"] == "Snapshot"]
+            [root_key] = [item["root"] for item in world.entries(LOG) if item["kind"] == EntryKind.SNAPSHOT]
             total = len(world.snapshot_cells(root_key)[0]["chunks"])
             return total, written
 

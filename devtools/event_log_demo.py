@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from devtools.event_log_world import API_HANDLER, WORKER_HANDLER, Clients, EventLogWorld, edit_request, embedded_event_log_cloud
+from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
 from devtools.faults import WriteBoundaryCrasher
 from devtools.lambda_context import ClockedLambdaContext
 from devtools.moto_patches import VirtualClock
 from devtools.sheet_workload import sheet_edits
-from runtime.event_log.models import SideEffectMessage
+from runtime.event_log import contract as event_log_contract
+from runtime.event_log.models import EntryKind, SideEffectMessage
 from runtime.event_log.objects import S3Objects
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 
@@ -93,7 +94,7 @@ class Chaos:
                 world.clients.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
     def invoker(self, world: EventLogWorld) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        timeout = world.function_timeout(WORKER_HANDLER)
+        timeout = world.function_timeout(event_log_contract.HANDLER_WORKER)
 
         def invoke(event: dict[str, Any]) -> dict[str, Any]:
             clients = Clients.new()
@@ -123,7 +124,10 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
     chaos = Chaos(rng)
     CountingWorker.outcomes.clear()
     edits = sheet_edits(seed=seed, count=events)
-    settings = {API_HANDLER: {"SNAPSHOT_EVERY": str(max(10, events // SNAPSHOTS))}, WORKER_HANDLER: {"CHUNK_BYTES": str(CHUNK_BYTES)}}
+    settings = {
+        event_log_contract.HANDLER_API: {event_log_contract.ENV_SNAPSHOT_EVERY: str(max(10, events // SNAPSHOTS))},
+        event_log_contract.HANDLER_WORKER: {event_log_contract.ENV_CHUNK_BYTES: str(CHUNK_BYTES)},
+    }
     with embedded_event_log_cloud(clock):
         world = EventLogWorld.create(template, clock, overrides=settings, seed=seed)
         service = world.service()
@@ -143,15 +147,15 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
         # later snapshots often arrive before earlier ones.
         world.drain(sources)
         problems = world.verify(LOG)
-        markers = [item for item in world.entries(LOG) if item["kind"] == "Snapshot"]
+        markers = [item for item in world.entries(LOG) if item["kind"] == EntryKind.SNAPSHOT]
         chunk_total = sum(len(world.snapshot_cells(item["root"])[0]["chunks"]) for item in markers if item.get("root"))
         crashes = snapshot_source.stats.function_errors
         head = world.log_store().read_head(LOG)
+    snapshot_every = settings[event_log_contract.HANDLER_API][event_log_contract.ENV_SNAPSHOT_EVERY]
     lines = [
         "",
         "onceflow demo: event log + snapshots on an embedded AWS (moto), resources from the synthesized dev template",
-        f"  settings              a Snapshot entry every {settings[API_HANDLER]['SNAPSHOT_EVERY']} events, "
-        f"chunks of {CHUNK_BYTES // 1024} KiB",
+        f"  settings              a Snapshot entry every {snapshot_every} events, chunks of {CHUNK_BYTES // 1024} KiB",
         f"  cell events appended  {head.next_position - 1:>7}  (client retries answered as duplicates: {retried_appends})",
         f"  snapshots             {len(markers):>7}  built {head.built}, {chunk_total} chunks in their roots",
         f"  snapshot deliveries   {snapshot_source.stats.delivered:>7}  (duplicates injected {chaos.counts['duplicated']}, "

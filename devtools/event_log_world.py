@@ -21,6 +21,7 @@ from devtools.sheet_workload import Edit
 from devtools.sqs_esm import SqsEventSource, next_visible_at, queue_depth
 from devtools.table_stream import TableStream, dynamodb_stream_event, filter_patterns
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from runtime.event_log import contract as event_log_contract
 from runtime.event_log.finalizer_handler import handle_payload_event
 from runtime.event_log.logic import chain_digest, decode_chunk, replay
 from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
@@ -33,10 +34,6 @@ from runtime.event_log.store import DynamoLogStore, DynamoPendingStore, entry_fr
 from runtime.event_log.worker_handler import handle_snapshot_event
 from runtime.shared.observability import metrics
 
-API_HANDLER = "runtime.event_log.api_handler.handler"
-ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
-WORKER_HANDLER = "runtime.event_log.worker_handler.handler"
-FINALIZER_HANDLER = "runtime.event_log.finalizer_handler.handler"
 REGION = "us-east-1"
 
 
@@ -96,8 +93,8 @@ class EventLogWorld:
         def environment(handler: str) -> dict[str, str]:
             return {**cloud.function_environment(handler), **(overrides or {}).get(handler, {})}
 
-        api = ApiSettings.from_env(environment(API_HANDLER))
-        mapping = cloud.event_source_mapping(ROUTER_HANDLER)
+        api = ApiSettings.from_env(environment(event_log_contract.HANDLER_API))
+        mapping = cloud.event_source_mapping(event_log_contract.HANDLER_ROUTER)
         stream_arn = clients.dynamodb.describe_table(TableName=api.log_table)["Table"]["LatestStreamArn"]
         return cls(
             template=template,
@@ -105,9 +102,9 @@ class EventLogWorld:
             clock=clock,
             clients=clients,
             api=api,
-            router=RouterSettings.from_env(environment(ROUTER_HANDLER)),
-            worker=WorkerSettings.from_env(environment(WORKER_HANDLER)),
-            finalizer=FinalizerSettings.from_env(environment(FINALIZER_HANDLER)),
+            router=RouterSettings.from_env(environment(event_log_contract.HANDLER_ROUTER)),
+            worker=WorkerSettings.from_env(environment(event_log_contract.HANDLER_WORKER)),
+            finalizer=FinalizerSettings.from_env(environment(event_log_contract.HANDLER_FINALIZER)),
             stream=TableStream(api.log_table, stream_arn, filter_patterns(mapping)),
             rng=random.Random(seed),
         )
@@ -156,7 +153,9 @@ class EventLogWorld:
         self, event: Mapping[str, Any], *, worker: SnapshotWorker | None = None, context: ClockedLambdaContext | None = None
     ) -> dict[str, Any]:
         snapshot_worker = worker or self.snapshot_worker()
-        used_context = context or ClockedLambdaContext(clock=self.clock, timeout_seconds=self.function_timeout(WORKER_HANDLER))
+        used_context = context or ClockedLambdaContext(
+            clock=self.clock, timeout_seconds=self.function_timeout(event_log_contract.HANDLER_WORKER)
+        )
         try:
             return handle_snapshot_event(
                 event, used_context, snapshot_worker, SqsQueue(client=self.clients.sqs), self.worker.options.queue_url
@@ -181,7 +180,7 @@ class EventLogWorld:
         records = self.stream.poll()
         if not records:
             return 0
-        mapping = self.cloud.event_source_mapping(ROUTER_HANDLER)
+        mapping = self.cloud.event_source_mapping(event_log_contract.HANDLER_ROUTER)
         esm = EventSourceMapping(
             self.invoke_router,
             batch_size=int(mapping["BatchSize"]),
@@ -284,7 +283,7 @@ class EventLogWorld:
         if built and (head.built != built[-1].number or head.built_root != built[-1].root):
             problems.append(f"the last-snapshot pointer is at {head.built}, the newest built snapshot is {built[-1].number}")
         objects = S3Objects(self.worker.bucket, client=self.clients.s3)
-        strays = sorted(set(objects.keys(f"snapshots/{log_id}/")) - referenced)
+        strays = sorted(set(objects.keys(f"{event_log_contract.SNAPSHOTS_PREFIX}{log_id}/")) - referenced)
         if strays:
             problems.append(f"{len(strays)} snapshot objects no root names, e.g. {strays[:3]}")
         pending = [p for p in DynamoPendingStore(self.worker.pending_table, client=self.clients.dynamodb).scan() if p.log_id == log_id]
@@ -297,7 +296,7 @@ class EventLogWorld:
         problems: list[str] = []
         s3 = self.clients.s3
         in_log = {event.event.payload.key for event in events if event.event.payload is not None}
-        for key in S3Objects(self.worker.bucket, client=s3).keys(f"payloads/{log_id}/"):
+        for key in S3Objects(self.worker.bucket, client=s3).keys(f"{event_log_contract.PAYLOADS_PREFIX}{log_id}/"):
             tags = s3.get_object_tagging(Bucket=self.worker.bucket, Key=key)["TagSet"]
             if key in in_log and tags:
                 problems.append(f"payload {key} is in the log but still tagged {tags}")

@@ -14,6 +14,7 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 
+from runtime.event_log import contract as event_log_contract
 from runtime.runner_stats import contract as runner_stats_contract
 
 
@@ -84,7 +85,6 @@ class RunnerStatsConfig:
             raise ConfigError("runner_stats.timestamp_max_ahead_seconds must be 1..86400 (a second to a day after arrival)")
 
 
-SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
 QUEUE_RETENTION_SECONDS = 14 * 24 * 3600  # SQS's longest, on every queue of the project
 
 
@@ -116,7 +116,7 @@ class EventLogConfig:
     lease_seconds: int = 600  # longer than the worker's timeout: an expired lease's holder is dead
     handoff_margin_seconds: int = 30
     backoff_base_seconds: int = 2
-    backoff_cap_seconds: int = SQS_MAX_VISIBILITY_SECONDS
+    backoff_cap_seconds: int = event_log_contract.SQS_MAX_VISIBILITY_SECONDS
     snapshot_max_receives: int = 24  # deferrals and hand-offs count too; then the DLQ
     finalizer_max_receives: int = 5
     finalizer_timeout_seconds: int = 30
@@ -138,6 +138,13 @@ class EventLogConfig:
         """A pending row untouched this long, with no live lease, is stuck: a dead worker's message
         comes back after the visibility timeout, and a successor may take over once the lease ends."""
         return self.snapshot_visibility_seconds + self.lease_seconds
+
+    @property
+    def max_claims_to_resend(self) -> int:
+        """The pending check re-sends a stuck row's build message only while it has been claimed
+        fewer times than this: two queues' worth of receives. A build that keeps dying beyond that
+        is a poison build; re-sending it forever would bypass the DLQ."""
+        return 2 * self.snapshot_max_receives
 
     @property
     def longest_deferral_seconds(self) -> int:
@@ -168,7 +175,7 @@ class EventLogConfig:
             raise ConfigError("event_log.lease_seconds must be shorter than the queue's visibility timeout (6 x worker timeout)")
         if not 1 <= self.handoff_margin_seconds < self.worker_timeout_seconds:
             raise ConfigError("event_log.handoff_margin_seconds must be shorter than the worker timeout")
-        if not 1 <= self.backoff_base_seconds <= self.backoff_cap_seconds <= SQS_MAX_VISIBILITY_SECONDS:
+        if not 1 <= self.backoff_base_seconds <= self.backoff_cap_seconds <= event_log_contract.SQS_MAX_VISIBILITY_SECONDS:
             raise ConfigError("event_log backoff must be 1 s..12 h (SQS's longest visibility timeout)")
         if not 1 <= self.snapshot_max_receives <= 1000 or not 1 <= self.finalizer_max_receives <= 1000:
             raise ConfigError("event_log max receives must be 1..1000 (bounded, then the DLQ)")

@@ -22,11 +22,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.progress import Progress
+from runtime.event_log import contract as event_log_contract
 from runtime.event_log.models import PendingSnapshot
 from runtime.event_log.pending_check import PendingReport, PendingStatus, PendingView, StuckRules, check, format_duration
 from runtime.event_log.store import DynamoPendingStore
 
-PENDING_TABLE_OUTPUT = "PendingTableName"
+PENDING_TABLE_OUTPUT = event_log_contract.OUTPUT_PENDING_TABLE
 COLUMNS = ("LOG ID", "SEQ", "AGE", "LAST MODIFIED (UTC)", "RETRIES", "CLAIM HOLDER", "LEASE", "STATUS")
 
 

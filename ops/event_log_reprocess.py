@@ -25,17 +25,18 @@ from decimal import Decimal
 from typing import Any
 
 from ops.progress import Progress
+from runtime.event_log import contract as event_log_contract
 from runtime.event_log.models import EntryKind, SideEffect, SideEffectMessage
 from runtime.event_log.objects import ObjectMissing, S3Objects, SqsQueue
 from runtime.event_log.parsing import LOG_ID, side_effect_request_id
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
 
 OUTPUT_NAMES = {
-    "LogTableName": "log_table",
-    "PendingTableName": "pending_table",
-    "BucketName": "bucket",
-    "SnapshotQueueUrl": "snapshot_queue_url",
-    "PayloadQueueUrl": "payload_queue_url",
+    event_log_contract.OUTPUT_LOG_TABLE: "log_table",
+    event_log_contract.OUTPUT_PENDING_TABLE: "pending_table",
+    event_log_contract.OUTPUT_BUCKET: "bucket",
+    event_log_contract.OUTPUT_SNAPSHOT_QUEUE_URL: "snapshot_queue_url",
+    event_log_contract.OUTPUT_PAYLOAD_QUEUE_URL: "payload_queue_url",
 }
 
 
@@ -96,7 +97,7 @@ class Reprocessor:
             if progress:
                 progress.advance()
             kind = item["kind"]
-            seq = Decimal(item["seq"])
+            seq = Decimal(item[event_log_contract.KEY_SEQ])
             if kind == EntryKind.SNAPSHOT.value and not item.get("root"):
                 holder = self.pending.get(log_id, seq)
                 if holder is not None and holder.active and holder.modified >= time.time() - self.lease_seconds:

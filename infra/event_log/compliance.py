@@ -13,6 +13,7 @@ from aws_cdk.aws_lambda import EventSourceMapping
 from aws_cdk.aws_s3 import IBucket
 
 from infra.compliance import acknowledge, logical_id, policy_of
+from runtime.event_log import contract
 
 
 class EventLogResources(Protocol):
@@ -98,13 +99,13 @@ def acknowledge_event_log(event_log: EventLogResources) -> None:
 
 
 _BUCKET_WILDCARD_REASONS = {
-    ("api_function", "payloads/"): "Presigned uploads and completion checks act on objects named "
+    ("api_function", contract.PAYLOADS_PREFIX): "Presigned uploads and completion checks act on objects named "
     "payloads/<log>/<hash of the request id>, created at run time; the prefix is as narrow as a static policy gets.",
-    ("api_function", "snapshots/"): "Readers get presigned downloads of snapshot chunks whose keys are hashes "
+    ("api_function", contract.SNAPSHOTS_PREFIX): "Readers get presigned downloads of snapshot chunks whose keys are hashes "
     "computed at build time; read-only and limited to the snapshots/ prefix.",
-    ("worker_function", "snapshots/"): "The worker writes, reads and deletes chunk objects whose keys are hashes "
+    ("worker_function", contract.SNAPSHOTS_PREFIX): "The worker writes, reads and deletes chunk objects whose keys are hashes "
     "computed at build time; limited to the snapshots/ prefix of this bucket.",
-    ("finalizer_function", "payloads/"): "Removes the pending tag of payload objects named at run time; "
+    ("finalizer_function", contract.PAYLOADS_PREFIX): "Removes the pending tag of payload objects named at run time; "
     "s3:DeleteObjectTagging only, limited to the payloads/ prefix of this bucket.",
 }
 

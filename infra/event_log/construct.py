@@ -31,21 +31,8 @@ from infra.config import EnvConfig, EventLogConfig
 from infra.event_log.compliance import acknowledge_event_log
 from infra.lambda_factory import FunctionSpec, create_function
 from infra.resources import durable_table, encrypted_queue, throttled_http_api
+from runtime.event_log import contract
 
-API_HANDLER = "runtime.event_log.api_handler.handler"
-ROUTER_HANDLER = "runtime.event_log.router_handler.handler"
-WORKER_HANDLER = "runtime.event_log.worker_handler.handler"
-FINALIZER_HANDLER = "runtime.event_log.finalizer_handler.handler"
-PENDING_CHECK_HANDLER = "runtime.event_log.pending_check_handler.handler"
-WORKER_SERVICE = "event-log-snapshots"
-PENDING_CHECK_SERVICE = "event-log-pending-check"
-# The worker's per-message outcomes, as metric name suffixes (runtime.event_log.snapshots.Outcome).
-SNAPSHOT_OUTCOMES = ("Built", "AlreadyBuilt", "Duplicate", "Deferred", "HandedOff", "Superseded")
-SEGMENT_INDEX = "SegmentEvents"  # runtime.event_log.store.SEGMENT_INDEX
-# The entries with a side effect (runtime.event_log.models.SIDE_EFFECT_KINDS).
-SIDE_EFFECT_KINDS = ("Snapshot", "LargePayload")
-PAYLOADS_PREFIX = "payloads/"
-SNAPSHOTS_PREFIX = "snapshots/"
 ROUTES = (
     ("/logs/{logId}/entries", apigw.HttpMethod.POST),
     ("/logs/{logId}/payloads", apigw.HttpMethod.POST),
@@ -108,16 +95,16 @@ class EventLog(Construct):
             self,
             "LogTable",
             config,
-            dynamodb.Attribute(name="log_id", type=dynamodb.AttributeType.STRING),
-            dynamodb.Attribute(name="seq", type=dynamodb.AttributeType.NUMBER),
+            dynamodb.Attribute(name=contract.KEY_LOG_ID, type=dynamodb.AttributeType.STRING),
+            dynamodb.Attribute(name=contract.KEY_SEQ, type=dynamodb.AttributeType.NUMBER),
             stream=dynamodb.StreamViewType.NEW_IMAGE,
         )
         # Sparse: only cell events carry these keys. Lists one segment's events in cell order,
         # so a snapshot is a merge of two sorted streams and never holds the sheet in memory.
         self.log_table.add_global_secondary_index(
-            index_name=SEGMENT_INDEX,
-            partition_key=dynamodb.Attribute(name="segment_key", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="cell_order", type=dynamodb.AttributeType.STRING),
+            index_name=contract.INDEX_SEGMENT_EVENTS,
+            partition_key=dynamodb.Attribute(name=contract.KEY_SEGMENT, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=contract.KEY_CELL_ORDER, type=dynamodb.AttributeType.STRING),
             projection_type=dynamodb.ProjectionType.INCLUDE,
             non_key_attributes=["kind", "cell", "value", "payload_key", "payload_bytes", "request_id", "segment"],
         )
@@ -125,8 +112,8 @@ class EventLog(Construct):
             self,
             "PendingSnapshotsTable",
             config,
-            dynamodb.Attribute(name="log_id", type=dynamodb.AttributeType.STRING),
-            dynamodb.Attribute(name="seq", type=dynamodb.AttributeType.NUMBER),
+            dynamodb.Attribute(name=contract.KEY_LOG_ID, type=dynamodb.AttributeType.STRING),
+            dynamodb.Attribute(name=contract.KEY_SEQ, type=dynamodb.AttributeType.NUMBER),
         )
         self.access_log_bucket = None
         self.bucket = props.bucket or self._bucket(config)
@@ -164,21 +151,21 @@ class EventLog(Construct):
             self,
             "ApiHandler",
             FunctionSpec(
-                handler=API_HANDLER,
-                service="event-log-api",
+                handler=contract.HANDLER_API,
+                service=contract.SERVICE_API,
                 description="Event log API: idempotent appends, large payloads, latest snapshot",
                 memory_mb=settings.api_memory_mb,
                 timeout_seconds=settings.api_timeout_seconds,
                 environment={
-                    "LOG_TABLE": self.log_table.table_name,
-                    "BUCKET": self.bucket.bucket_name,
-                    "SNAPSHOT_EVERY": str(settings.snapshot_every),
-                    "MAX_VALUE_BYTES": str(settings.max_value_bytes),
-                    "MAX_BODY_BYTES": str(settings.max_body_bytes),
-                    "PAYLOAD_MAX_BYTES": str(settings.payload_max_bytes),
-                    "PENDING_TAG": settings.pending_tag,
-                    "URL_EXPIRY_SECONDS": str(settings.url_expiry_seconds),
-                    "READ_PAGE_LIMIT": str(settings.read_page_limit),
+                    contract.ENV_LOG_TABLE: self.log_table.table_name,
+                    contract.ENV_BUCKET: self.bucket.bucket_name,
+                    contract.ENV_SNAPSHOT_EVERY: str(settings.snapshot_every),
+                    contract.ENV_MAX_VALUE_BYTES: str(settings.max_value_bytes),
+                    contract.ENV_MAX_BODY_BYTES: str(settings.max_body_bytes),
+                    contract.ENV_PAYLOAD_MAX_BYTES: str(settings.payload_max_bytes),
+                    contract.ENV_PENDING_TAG: settings.pending_tag,
+                    contract.ENV_URL_EXPIRY_SECONDS: str(settings.url_expiry_seconds),
+                    contract.ENV_READ_PAGE_LIMIT: str(settings.read_page_limit),
                 },
             ),
             config,
@@ -194,13 +181,16 @@ class EventLog(Construct):
         )
         self.api_function.add_to_role_policy(
             iam.PolicyStatement(
-                actions=["s3:PutObject", "s3:PutObjectTagging"], resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")]
+                actions=["s3:PutObject", "s3:PutObjectTagging"], resources=[self.bucket.arn_for_objects(f"{contract.PAYLOADS_PREFIX}*")]
             )
         )
         self.api_function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"],
-                resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*"), self.bucket.arn_for_objects(f"{SNAPSHOTS_PREFIX}*")],
+                resources=[
+                    self.bucket.arn_for_objects(f"{contract.PAYLOADS_PREFIX}*"),
+                    self.bucket.arn_for_objects(f"{contract.SNAPSHOTS_PREFIX}*"),
+                ],
             )
         )
 
@@ -221,11 +211,14 @@ class EventLog(Construct):
             self,
             "RouterHandler",
             FunctionSpec(
-                handler=ROUTER_HANDLER,
-                service="event-log-router",
+                handler=contract.HANDLER_ROUTER,
+                service=contract.SERVICE_ROUTER,
                 description="Turns inserted Snapshot and LargePayload log entries into SQS side-effect messages",
                 timeout_seconds=settings.router_timeout_seconds,
-                environment={"SNAPSHOT_QUEUE_URL": self.snapshot_queue.queue_url, "PAYLOAD_QUEUE_URL": self.payload_queue.queue_url},
+                environment={
+                    contract.ENV_SNAPSHOT_QUEUE_URL: self.snapshot_queue.queue_url,
+                    contract.ENV_PAYLOAD_QUEUE_URL: self.payload_queue.queue_url,
+                },
             ),
             config,
         )
@@ -247,7 +240,7 @@ class EventLog(Construct):
                 lambda_.FilterCriteria.filter(
                     {
                         "eventName": lambda_.FilterRule.is_equal("INSERT"),
-                        "dynamodb": {"NewImage": {"kind": {"S": lambda_.FilterRule.or_(*SIDE_EFFECT_KINDS)}}},
+                        "dynamodb": {"NewImage": {"kind": {"S": lambda_.FilterRule.or_(*contract.SIDE_EFFECT_KINDS)}}},
                     }
                 )
             ],
@@ -259,21 +252,21 @@ class EventLog(Construct):
             self,
             "SnapshotWorker",
             FunctionSpec(
-                handler=WORKER_HANDLER,
-                service=WORKER_SERVICE,
+                handler=contract.HANDLER_WORKER,
+                service=contract.SERVICE_WORKER,
                 description="Builds snapshots in log order with claims, checkpoints and hand-offs",
                 memory_mb=settings.worker_memory_mb,
                 timeout_seconds=settings.worker_timeout_seconds,
                 environment={
-                    "LOG_TABLE": self.log_table.table_name,
-                    "PENDING_TABLE": self.pending_table.table_name,
-                    "BUCKET": self.bucket.bucket_name,
-                    "SNAPSHOT_QUEUE_URL": self.snapshot_queue.queue_url,
-                    "CHUNK_BYTES": str(settings.chunk_bytes),
-                    "LEASE_SECONDS": str(settings.lease_seconds),
-                    "HANDOFF_MARGIN_MS": str(settings.handoff_margin_seconds * 1000),
-                    "BACKOFF_BASE_SECONDS": str(settings.backoff_base_seconds),
-                    "BACKOFF_CAP_SECONDS": str(settings.backoff_cap_seconds),
+                    contract.ENV_LOG_TABLE: self.log_table.table_name,
+                    contract.ENV_PENDING_TABLE: self.pending_table.table_name,
+                    contract.ENV_BUCKET: self.bucket.bucket_name,
+                    contract.ENV_SNAPSHOT_QUEUE_URL: self.snapshot_queue.queue_url,
+                    contract.ENV_CHUNK_BYTES: str(settings.chunk_bytes),
+                    contract.ENV_LEASE_SECONDS: str(settings.lease_seconds),
+                    contract.ENV_HANDOFF_MARGIN_MS: str(settings.handoff_margin_seconds * 1000),
+                    contract.ENV_BACKOFF_BASE_SECONDS: str(settings.backoff_base_seconds),
+                    contract.ENV_BACKOFF_CAP_SECONDS: str(settings.backoff_cap_seconds),
                 },
             ),
             config,
@@ -283,19 +276,20 @@ class EventLog(Construct):
             iam.PolicyStatement(actions=["dynamodb:GetItem", "dynamodb:UpdateItem"], resources=[self.log_table.table_arn])
         )
         self.worker_function.add_to_role_policy(
-            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{self.log_table.table_arn}/index/{SEGMENT_INDEX}"])
+            iam.PolicyStatement(actions=["dynamodb:Query"], resources=[f"{self.log_table.table_arn}/index/{contract.INDEX_SEGMENT_EVENTS}"])
         )
         self.pending_table.grant(self.worker_function, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
         self.worker_function.add_to_role_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], resources=[self.bucket.arn_for_objects(f"{SNAPSHOTS_PREFIX}*")]
+                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                resources=[self.bucket.arn_for_objects(f"{contract.SNAPSHOTS_PREFIX}*")],
             )
         )
         self.worker_function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{SNAPSHOTS_PREFIX}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{contract.SNAPSHOTS_PREFIX}*"]}},
             )
         )
         # Re-enqueues a stuck predecessor, or its own message when a duplicate deleted it.
@@ -314,36 +308,37 @@ class EventLog(Construct):
             self,
             "PayloadFinalizer",
             FunctionSpec(
-                handler=FINALIZER_HANDLER,
-                service="event-log-payloads",
+                handler=contract.HANDLER_FINALIZER,
+                service=contract.SERVICE_FINALIZER,
                 description="Removes the pending tag of large payloads the log now holds",
                 timeout_seconds=settings.finalizer_timeout_seconds,
-                environment={"BUCKET": self.bucket.bucket_name, "PAYLOAD_QUEUE_URL": self.payload_queue.queue_url},
+                environment={contract.ENV_BUCKET: self.bucket.bucket_name, contract.ENV_PAYLOAD_QUEUE_URL: self.payload_queue.queue_url},
             ),
             config,
         )
         self.finalizer_function = created.function
         self.finalizer_function.add_to_role_policy(
-            iam.PolicyStatement(actions=["s3:DeleteObjectTagging"], resources=[self.bucket.arn_for_objects(f"{PAYLOADS_PREFIX}*")])
+            iam.PolicyStatement(actions=["s3:DeleteObjectTagging"], resources=[self.bucket.arn_for_objects(f"{contract.PAYLOADS_PREFIX}*")])
         )
         self.finalizer_function.add_event_source(sources.SqsEventSource(self.payload_queue, batch_size=10, report_batch_item_failures=True))
 
     def _add_pending_check(self, config: EnvConfig) -> None:
         settings = config.event_log
         environment = {
-            "PENDING_TABLE": self.pending_table.table_name,
-            "STUCK_AFTER_SECONDS": str(settings.stuck_after_seconds),
-            "LEASE_SECONDS": str(settings.lease_seconds),
-            "RESEND_STUCK_SNAPSHOTS": "true" if settings.resend_stuck_snapshots else "false",
+            contract.ENV_PENDING_TABLE: self.pending_table.table_name,
+            contract.ENV_STUCK_AFTER_SECONDS: str(settings.stuck_after_seconds),
+            contract.ENV_LEASE_SECONDS: str(settings.lease_seconds),
+            contract.ENV_RESEND_STUCK_SNAPSHOTS: "true" if settings.resend_stuck_snapshots else "false",
         }
         if settings.resend_stuck_snapshots:
-            environment["SNAPSHOT_QUEUE_URL"] = self.snapshot_queue.queue_url
+            environment[contract.ENV_SNAPSHOT_QUEUE_URL] = self.snapshot_queue.queue_url
+            environment[contract.ENV_MAX_CLAIMS_TO_RESEND] = str(settings.max_claims_to_resend)
         created = create_function(
             self,
             "PendingCheck",
             FunctionSpec(
-                handler=PENDING_CHECK_HANDLER,
-                service=PENDING_CHECK_SERVICE,
+                handler=contract.HANDLER_PENDING_CHECK,
+                service=contract.SERVICE_PENDING_CHECK,
                 description="Publishes the oldest pending snapshot's age and counts stuck builds",
                 timeout_seconds=60,
                 environment=environment,
@@ -392,7 +387,7 @@ class EventLog(Construct):
                 # Uploaded but never completed: the log never mentions them.
                 s3.LifecycleRule(
                     id="ExpirePendingPayloads",
-                    prefix=PAYLOADS_PREFIX,
+                    prefix=contract.PAYLOADS_PREFIX,
                     tag_filters={tag_name: tag_value},
                     expiration=Duration.days(settings.pending_expiry_days),
                 ),

@@ -10,9 +10,10 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.config import EnvConfig
-from infra.event_log.construct import PENDING_CHECK_SERVICE, SNAPSHOT_OUTCOMES, WORKER_SERVICE, EventLog
+from infra.event_log.construct import EventLog
 from infra.lambda_factory import METRICS_NAMESPACE
 from infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
+from runtime.event_log import contract
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ class EventLogMonitoring(PipelineMonitoring):
             "A snapshot has been pending too long, or the scheduled pending check stopped reporting.",
             cloudwatch.Metric(
                 namespace=METRICS_NAMESPACE,
-                metric_name="OldestPendingSnapshotAgeSeconds",
-                dimensions_map={"service": PENDING_CHECK_SERVICE},
+                metric_name=contract.METRIC_OLDEST_PENDING_SNAPSHOT_AGE,
+                dimensions_map={"service": contract.SERVICE_PENDING_CHECK},
                 statistic="Maximum",
                 period=check_period,
             ),
@@ -79,13 +80,13 @@ class EventLogMonitoring(PipelineMonitoring):
             missing=cloudwatch.TreatMissingData.BREACHING,
         )
         self._alarm(
-            "StuckSnapshotsResent",
+            contract.METRIC_STUCK_SNAPSHOTS_RESENT,
             "The pending check re-sent the build message of a stuck snapshot: its message was lost or dead-lettered;"
             " the build is being recovered automatically, find out why it stalled.",
             cloudwatch.Metric(
                 namespace=METRICS_NAMESPACE,
-                metric_name="StuckSnapshotsResent",
-                dimensions_map={"service": PENDING_CHECK_SERVICE},
+                metric_name=contract.METRIC_STUCK_SNAPSHOTS_RESENT,
+                dimensions_map={"service": contract.SERVICE_PENDING_CHECK},
                 statistic="Sum",
                 period=check_period,
             ),
@@ -96,8 +97,8 @@ class EventLogMonitoring(PipelineMonitoring):
             "A snapshot took long to build, across its hand-offs.",
             cloudwatch.Metric(
                 namespace=METRICS_NAMESPACE,
-                metric_name="SnapshotBuildSeconds",
-                dimensions_map={"service": WORKER_SERVICE},
+                metric_name=contract.METRIC_SNAPSHOT_BUILD_SECONDS,
+                dimensions_map={"service": contract.SERVICE_WORKER},
                 statistic="Maximum",
                 period=FIVE_MINUTES,
             ),
@@ -116,10 +117,10 @@ class EventLogMonitoring(PipelineMonitoring):
             cloudwatch.MathExpression(expression=" + ".join(errors), using_metrics=dict(errors), label="Errors", period=FIVE_MINUTES),
             thresholds.errors_per_5min,
         )
-        self._graph("Stuck pending snapshots", [count("StuckPendingSnapshots", PENDING_CHECK_SERVICE)])
+        self._graph("Stuck pending snapshots", [count(contract.METRIC_STUCK_PENDING_SNAPSHOTS, contract.SERVICE_PENDING_CHECK)])
         self._graph(
             "Snapshot messages",
-            [count(f"Snapshots{outcome}", WORKER_SERVICE) for outcome in SNAPSHOT_OUTCOMES],
+            [count(metric, contract.SERVICE_WORKER) for metric in contract.METRIC_SNAPSHOT_OUTCOMES.values()],
         )
         self._graph("Errors by function", list(errors.values()))
         self._dashboard()

@@ -12,6 +12,7 @@ from infra.config import EnvConfig
 from infra.event_log.construct import EventLog, EventLogProps
 from infra.event_log.monitoring import EventLogMonitoring, EventLogMonitoringProps
 from infra.stacks import OnceflowStack
+from runtime.event_log import contract
 
 
 class EventLogStack(OnceflowStack):
@@ -31,11 +32,11 @@ class EventLogStack(OnceflowStack):
             "EventLogMonitoring",
             EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
-        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
-        CfnOutput(self, "ApiUrl", value=self.event_log.http_api.api_endpoint)
-        CfnOutput(self, "LogTableName", value=self.event_log.log_table.table_name)
-        CfnOutput(self, "BucketName", value=self.event_log.bucket.bucket_name)
+        CfnOutput(self, contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(self, contract.OUTPUT_API_URL, value=self.event_log.http_api.api_endpoint)
+        CfnOutput(self, contract.OUTPUT_LOG_TABLE, value=self.event_log.log_table.table_name)
+        CfnOutput(self, contract.OUTPUT_BUCKET, value=self.event_log.bucket.bucket_name)
         # What the operator tools read (python -m ops.event_log_reprocess --stack <name>).
-        CfnOutput(self, "PendingTableName", value=self.event_log.pending_table.table_name)
-        CfnOutput(self, "SnapshotQueueUrl", value=self.event_log.snapshot_queue.queue_url)
-        CfnOutput(self, "PayloadQueueUrl", value=self.event_log.payload_queue.queue_url)
+        CfnOutput(self, contract.OUTPUT_PENDING_TABLE, value=self.event_log.pending_table.table_name)
+        CfnOutput(self, contract.OUTPUT_SNAPSHOT_QUEUE_URL, value=self.event_log.snapshot_queue.queue_url)
+        CfnOutput(self, contract.OUTPUT_PAYLOAD_QUEUE_URL, value=self.event_log.payload_queue.queue_url)

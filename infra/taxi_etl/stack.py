@@ -12,6 +12,7 @@ from infra.config import EnvConfig
 from infra.stacks import OnceflowStack
 from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
 from infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
+from runtime.event_log import contract as event_log_contract
 
 
 class TaxiEtlStack(OnceflowStack):
@@ -31,8 +32,8 @@ class TaxiEtlStack(OnceflowStack):
             "TaxiEtlMonitoring",
             TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
-        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
-        CfnOutput(self, "ApiUrl", value=self.saga.http_api.api_endpoint)
+        CfnOutput(self, event_log_contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(self, event_log_contract.OUTPUT_API_URL, value=self.saga.http_api.api_endpoint)
         # The ARN, not the key: `aws secretsmanager get-secret-value --secret-id <arn>` reads it.
         CfnOutput(self, "ApiKeySecretArn", value=self.saga.api_key_secret.secret_arn)
         CfnOutput(self, "StateMachineArn", value=self.saga.state_machine.state_machine_arn)

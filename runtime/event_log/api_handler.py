@@ -19,6 +19,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.event_log import contract
 from runtime.event_log.objects import S3Objects
 from runtime.event_log.parsing import (
     InvalidRequest,
@@ -72,8 +73,8 @@ def request_body() -> dict[str, Any]:
 
 # Each expected refusal, its HTTP status and the metric that counts it.
 REFUSALS: dict[type[Exception], tuple[int, str | None]] = {
-    InvalidRequest: (400, "InvalidRequests"),
-    AppendConflict: (409, "AppendConflicts"),
+    InvalidRequest: (400, contract.METRIC_INVALID_REQUESTS),
+    AppendConflict: (409, contract.METRIC_APPEND_CONFLICTS),
     PayloadNotUploaded: (409, None),
     PayloadAlreadyUploaded: (409, None),
     RequestMismatch: (422, None),
@@ -98,7 +99,9 @@ for _refused in REFUSALS:
 def append_entry(log_id: str) -> Response[str]:
     request = parse_append(log_id, request_body(), max_value_bytes=settings().max_value_bytes)
     result = service().append(request)
-    metrics.add_metric(name="DuplicateAppends" if result.duplicate else "Appends", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(
+        name=contract.METRIC_DUPLICATE_APPENDS if result.duplicate else contract.METRIC_APPENDS, unit=MetricUnit.Count, value=1
+    )
     return json_response(200 if result.duplicate else 201, asdict(result))
 
 
@@ -115,7 +118,9 @@ def complete_payload(log_id: str) -> Response[str]:
     result = service().complete_upload(
         parse_log_id(log_id), parse_request_id(body.get("request_id")), parse_position(body.get("position")), parse_cell(body.get("cell"))
     )
-    metrics.add_metric(name="DuplicateAppends" if result.duplicate else "Appends", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(
+        name=contract.METRIC_DUPLICATE_APPENDS if result.duplicate else contract.METRIC_APPENDS, unit=MetricUnit.Count, value=1
+    )
     return json_response(200 if result.duplicate else 201, asdict(result))
 
 

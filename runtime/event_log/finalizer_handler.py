@@ -9,6 +9,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.event_log import contract
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import MessageQueue, PayloadObjects, S3Objects, SqsQueue
 from runtime.event_log.settings import FinalizerSettings
@@ -36,7 +37,7 @@ def queue() -> SqsQueue:
 def handle_payload_event(event: Mapping[str, Any], payloads: PayloadObjects, messages: MessageQueue, queue_url: str) -> dict[str, Any]:
     def finalize(message: SideEffectMessage, _: Mapping[str, Any]) -> bool:
         finalize_payload(payloads, message)
-        metrics.add_metric(name="PayloadsFinalized", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.METRIC_PAYLOADS_FINALIZED, unit=MetricUnit.Count, value=1)
         return True
 
     return {"batchItemFailures": process_batch(list(event.get("Records", [])), SideEffect.FINALIZE_PAYLOAD, messages, queue_url, finalize)}

@@ -28,11 +28,6 @@ from enum import StrEnum
 from runtime.event_log.models import PendingSnapshot, SideEffect, SideEffectMessage
 from runtime.event_log.parsing import side_effect_request_id
 
-# A stuck row is re-sent automatically only while it has been claimed fewer times than this:
-# two queues' worth of receives (2 x the snapshot queue's maxReceiveCount of 24). A build that
-# keeps dying beyond that is a poison build; re-sending it forever would bypass the DLQ.
-MAX_CLAIMS_TO_RESEND = 48
-
 
 class PendingStatus(StrEnum):
     BUILDING = "building"
@@ -123,7 +118,7 @@ def check(rows: Iterable[PendingSnapshot], now: float, rules: StuckRules) -> Pen
     return PendingReport(tuple(views))
 
 
-def recovery_messages(report: PendingReport, max_claims: int = MAX_CLAIMS_TO_RESEND) -> list[SideEffectMessage]:
+def recovery_messages(report: PendingReport, max_claims: int) -> list[SideEffectMessage]:
     """The router's build message again, for every stuck row: its holder died with no message
     left, or it has no holder and its message is overdue (lost, or in the DLQ). Safe and
     idempotent: the request id is the router's own, and every path of the worker drops or
@@ -131,7 +126,8 @@ def recovery_messages(report: PendingReport, max_claims: int = MAX_CLAIMS_TO_RES
     otherwise the claim takes over and resumes from the checkpoint; claims stay conditional).
     Once a worker claims it, the row is no longer stuck, so a later check does not send again.
     A build that keeps failing is re-sent only while it has been claimed fewer than `max_claims`
-    times; after that it stays stuck, for the operator."""
+    times (configured: two queues' worth of receives); after that it is a poison build, and
+    re-sending it forever would bypass the DLQ: it stays stuck, for the operator."""
     effect = SideEffect.BUILD_SNAPSHOT
     return [
         SideEffectMessage(effect, view.log_id, view.seq, side_effect_request_id(effect, view.log_id, view.seq))

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.event_log import contract
 from runtime.event_log.models import PendingSnapshot, SideEffectMessage
 from runtime.event_log.objects import MessageQueue, SqsQueue
 from runtime.event_log.pending_check import PendingReport, PendingStatus, check, format_duration, recovery_messages
@@ -52,9 +53,9 @@ def clock() -> float:
 
 def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: float, messages: MessageQueue | None) -> PendingReport:
     report = check(pending.scan(consistent_read=False), now, config.rules)
-    metrics.add_metric(name="OldestPendingSnapshotAgeSeconds", unit=MetricUnit.Seconds, value=round(report.oldest_age_seconds, 3))
-    metrics.add_metric(name="PendingSnapshots", unit=MetricUnit.Count, value=len(report.views))
-    metrics.add_metric(name="StuckPendingSnapshots", unit=MetricUnit.Count, value=len(report.stuck))
+    metrics.add_metric(name=contract.METRIC_OLDEST_PENDING_SNAPSHOT_AGE, unit=MetricUnit.Seconds, value=round(report.oldest_age_seconds, 3))
+    metrics.add_metric(name=contract.METRIC_PENDING_SNAPSHOTS, unit=MetricUnit.Count, value=len(report.views))
+    metrics.add_metric(name=contract.METRIC_STUCK_PENDING_SNAPSHOTS, unit=MetricUnit.Count, value=len(report.stuck))
     for view in report.stuck[:MAX_LOGGED]:
         logger.warning(
             "stuck pending snapshot",
@@ -73,9 +74,9 @@ def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: f
     resend: list[SideEffectMessage] = []
     failed: list[str] = []
     if config.resend_queue_url and messages is not None:
-        resend = recovery_messages(report)
+        resend = recovery_messages(report, config.max_claims_to_resend)
         failed = messages.send(config.resend_queue_url, resend) if resend else []
-    metrics.add_metric(name="StuckSnapshotsResent", unit=MetricUnit.Count, value=len(resend) - len(failed))
+    metrics.add_metric(name=contract.METRIC_STUCK_SNAPSHOTS_RESENT, unit=MetricUnit.Count, value=len(resend) - len(failed))
     if failed:
         raise RuntimeError(f"SQS refused {len(failed)} of {len(resend)} build messages; the next run sends them again")
     logger.info(

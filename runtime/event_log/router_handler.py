@@ -8,6 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.event_log import contract
 from runtime.event_log.objects import SqsQueue
 from runtime.event_log.settings import RouterSettings
 from runtime.event_log.side_effects import StreamRouter
@@ -29,7 +30,7 @@ def router() -> StreamRouter:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     records = event.get("Records", [])
     report = router().route(records)
-    metrics.add_metric(name="SideEffectsSent", unit=MetricUnit.Count, value=report.sent)
+    metrics.add_metric(name=contract.METRIC_SIDE_EFFECTS_SENT, unit=MetricUnit.Count, value=report.sent)
     if report.failures:
         logger.warning("reporting batch item failures", extra={"failures": len(report.failures), "records": len(records)})
     return {"batchItemFailures": report.batch_item_failures()}

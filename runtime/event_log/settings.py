@@ -1,7 +1,8 @@
 """The event-log handlers' settings: each handler reads its environment once, validated, frozen.
 
-The names are the ones infra/event_log/construct.py sets; an infra test checks that every
-synthesized function carries exactly the variables its settings class reads.
+The names are the contract's (runtime/event_log/contract.py), which infra/event_log/construct.py
+sets; an infra test checks that every synthesized function carries exactly the variables its
+settings class reads.
 """
 
 from __future__ import annotations
@@ -9,33 +10,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runtime.event_log.contract import (
+    ENV_BACKOFF_BASE_SECONDS,
+    ENV_BACKOFF_CAP_SECONDS,
+    ENV_BUCKET,
+    ENV_CHUNK_BYTES,
+    ENV_HANDOFF_MARGIN_MS,
+    ENV_LEASE_SECONDS,
+    ENV_LOG_TABLE,
+    ENV_MAX_BODY_BYTES,
+    ENV_MAX_CLAIMS_TO_RESEND,
+    ENV_MAX_VALUE_BYTES,
+    ENV_PAYLOAD_MAX_BYTES,
+    ENV_PAYLOAD_QUEUE_URL,
+    ENV_PENDING_TABLE,
+    ENV_PENDING_TAG,
+    ENV_READ_PAGE_LIMIT,
+    ENV_RESEND_STUCK_SNAPSHOTS,
+    ENV_SNAPSHOT_EVERY,
+    ENV_SNAPSHOT_QUEUE_URL,
+    ENV_STUCK_AFTER_SECONDS,
+    ENV_URL_EXPIRY_SECONDS,
+    SQS_MAX_VISIBILITY_SECONDS,
+)
 from runtime.event_log.pending_check import StuckRules
 from runtime.event_log.service import LogOptions
 from runtime.event_log.side_effects import RouterQueues
 from runtime.event_log.snapshots import WorkerOptions
-from runtime.shared.settings import SettingsError, int_setting, require_str
+from runtime.shared.settings import SettingsError, int_setting, require_int, require_str
 
-ENV_LOG_TABLE = "LOG_TABLE"
-ENV_PENDING_TABLE = "PENDING_TABLE"
-ENV_BUCKET = "BUCKET"
-ENV_SNAPSHOT_QUEUE_URL = "SNAPSHOT_QUEUE_URL"
-ENV_PAYLOAD_QUEUE_URL = "PAYLOAD_QUEUE_URL"
-ENV_SNAPSHOT_EVERY = "SNAPSHOT_EVERY"
-ENV_MAX_VALUE_BYTES = "MAX_VALUE_BYTES"
-ENV_MAX_BODY_BYTES = "MAX_BODY_BYTES"
-ENV_PAYLOAD_MAX_BYTES = "PAYLOAD_MAX_BYTES"
-ENV_PENDING_TAG = "PENDING_TAG"
-ENV_URL_EXPIRY_SECONDS = "URL_EXPIRY_SECONDS"
-ENV_READ_PAGE_LIMIT = "READ_PAGE_LIMIT"
-ENV_CHUNK_BYTES = "CHUNK_BYTES"
-ENV_LEASE_SECONDS = "LEASE_SECONDS"
-ENV_HANDOFF_MARGIN_MS = "HANDOFF_MARGIN_MS"
-ENV_BACKOFF_BASE_SECONDS = "BACKOFF_BASE_SECONDS"
-ENV_BACKOFF_CAP_SECONDS = "BACKOFF_CAP_SECONDS"
-ENV_STUCK_AFTER_SECONDS = "STUCK_AFTER_SECONDS"
-ENV_RESEND_STUCK_SNAPSHOTS = "RESEND_STUCK_SNAPSHOTS"
-
-SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
 # Longer than the dev queue's visibility timeout (6 x 300 s) plus the lease: by then a dead
 # worker's message came back and a successor claimed the row, unless the message is gone.
 DEFAULT_STUCK_AFTER_SECONDS = 3600
@@ -140,11 +143,14 @@ class FinalizerSettings:
 @dataclass(frozen=True, slots=True)
 class PendingCheckSettings:
     """The scheduled stuck-pending check. With RESEND_STUCK_SNAPSHOTS true (the default), every
-    stuck row gets its build message again on `resend_queue_url`; false leaves recovery to the operator."""
+    stuck row claimed fewer than `max_claims_to_resend` times gets its build message again on
+    `resend_queue_url` (infra sets the cap: two queues' worth of receives); false leaves recovery
+    to the operator."""
 
     pending_table: str
     rules: StuckRules
     resend_queue_url: str | None = None
+    max_claims_to_resend: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PendingCheckSettings:
@@ -159,4 +165,5 @@ class PendingCheckSettings:
             pending_table=require_str(env, ENV_PENDING_TABLE),
             rules=StuckRules(lease_seconds=lease, stuck_after_seconds=stuck_after),
             resend_queue_url=require_str(env, ENV_SNAPSHOT_QUEUE_URL) if resend else None,
+            max_claims_to_resend=require_int(env, ENV_MAX_CLAIMS_TO_RESEND) if resend else 0,
         )

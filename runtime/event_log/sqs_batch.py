@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runtime.event_log import contract
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import MessageQueue
 from runtime.event_log.parsing import PoisonMessage, parse_message
@@ -40,7 +41,7 @@ def process_batch(
                 "poison message; it goes to the DLQ after the queue's retries",
                 extra={"message_id": message_id, "reason": str(err), "receives": receives},
             )
-            metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=contract.METRIC_POISON_MESSAGES, unit=MetricUnit.Count, value=1)
             delay = full_jitter_backoff(receives, base_seconds=1, cap_seconds=POISON_RETRY_CAP_SECONDS)
             queue.change_visibility(queue_url, str(record.get("receiptHandle", "")), delay)
             failures.append({"itemIdentifier": message_id})

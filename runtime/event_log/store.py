@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from botocore.exceptions import ClientError
 
+from runtime.event_log import contract
 from runtime.event_log.cells import order_key
 from runtime.event_log.models import (
     BuildState,
@@ -44,9 +45,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import PutTypeDef, UpdateTypeDef
 
 HEAD_SEQ = 0
-SEGMENT_INDEX = "SegmentEvents"
-SEGMENT_INDEX_PARTITION = "segment_key"
-SEGMENT_INDEX_SORT = "cell_order"
+SEGMENT_INDEX = contract.INDEX_SEGMENT_EVENTS
+SEGMENT_INDEX_PARTITION = contract.KEY_SEGMENT
+SEGMENT_INDEX_SORT = contract.KEY_CELL_ORDER
 _PAGE_LIMIT = 500  # items per segment-index page: bounds what a build holds at once
 WRITE_TOKEN = "write_token"  # on log entries: the ClientRequestToken of the transaction that wrote it
 

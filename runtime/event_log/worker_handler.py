@@ -9,6 +9,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.event_log import contract
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import MessageQueue, S3Objects, SqsQueue
 from runtime.event_log.settings import WorkerSettings
@@ -46,14 +47,14 @@ def handle_snapshot_event(
         outcome = snapshot_worker.handle(
             message, str(record["receiptHandle"]), context.get_remaining_time_in_millis, context.aws_request_id
         )
-        metrics.add_metric(name=f"Snapshots{outcome.value.title().replace('_', '')}", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.METRIC_SNAPSHOT_OUTCOMES[outcome.value], unit=MetricUnit.Count, value=1)
         logger.info("snapshot message handled", extra={"log_id": message.log_id, "seq": str(message.seq), "outcome": outcome.value})
         return not outcome.keeps_message
 
     failures = process_batch(list(event.get("Records", [])), SideEffect.BUILD_SNAPSHOT, messages, queue_url, build)
-    metrics.add_metric(name="SnapshotChunksWritten", unit=MetricUnit.Count, value=snapshot_worker.progress.chunks_written)
+    metrics.add_metric(name=contract.METRIC_SNAPSHOT_CHUNKS_WRITTEN, unit=MetricUnit.Count, value=snapshot_worker.progress.chunks_written)
     for seconds in snapshot_worker.progress.build_seconds:
-        metrics.add_metric(name="SnapshotBuildSeconds", unit=MetricUnit.Seconds, value=round(seconds, 3))
+        metrics.add_metric(name=contract.METRIC_SNAPSHOT_BUILD_SECONDS, unit=MetricUnit.Seconds, value=round(seconds, 3))
     return {"batchItemFailures": failures}
 
 

@@ -27,3 +27,9 @@ def int_setting(env: Mapping[str, str], name: str, default: int, *, minimum: int
     if value < minimum:
         raise SettingsError(f"environment variable {name} must be >= {minimum}, got {value}")
     return value
+
+
+def require_int(env: Mapping[str, str], name: str, *, minimum: int = 1) -> int:
+    """An integer setting with no default: infra always sets it."""
+    require_str(env, name)
+    return int_setting(env, name, minimum, minimum=minimum)

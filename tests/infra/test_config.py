@@ -14,7 +14,8 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
 from devtools.template_resources import PROJECT_ROOT, load_assembly
-from infra.config import ENVIRONMENTS, SQS_MAX_VISIBILITY_SECONDS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
+from infra.config import ENVIRONMENTS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
+from runtime.event_log.contract import SQS_MAX_VISIBILITY_SECONDS
 
 ENVS = ("dev", "prod")
 

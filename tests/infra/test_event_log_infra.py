@@ -92,8 +92,15 @@ ENVIRONMENT_NAMES = {
         "BACKOFF_CAP_SECONDS",
     },
     FINALIZER: {"BUCKET", "PAYLOAD_QUEUE_URL"},
-    # SNAPSHOT_QUEUE_URL only when config.event_log.resend_stuck_snapshots is on (on in both environments)
-    PENDING_CHECK: {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_STUCK_SNAPSHOTS", "SNAPSHOT_QUEUE_URL"},
+    # SNAPSHOT_QUEUE_URL and the resend cap only when config.event_log.resend_stuck_snapshots is on (on in both environments)
+    PENDING_CHECK: {
+        "PENDING_TABLE",
+        "STUCK_AFTER_SECONDS",
+        "LEASE_SECONDS",
+        "RESEND_STUCK_SNAPSHOTS",
+        "SNAPSHOT_QUEUE_URL",
+        "MAX_CLAIMS_TO_RESEND",
+    },
 }
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 
@@ -629,7 +636,7 @@ def test_settings_class_reads_exactly_the_expected_names(handler: str) -> None:
     values = {name: "x" for names in ENVIRONMENT_NAMES.values() for name in names}
     numbers = {"SNAPSHOT_EVERY", "MAX_VALUE_BYTES", "MAX_BODY_BYTES", "PAYLOAD_MAX_BYTES", "URL_EXPIRY_SECONDS", "READ_PAGE_LIMIT"}
     numbers |= {"CHUNK_BYTES", "LEASE_SECONDS", "HANDOFF_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_CAP_SECONDS"}
-    numbers |= {"STUCK_AFTER_SECONDS"}
+    numbers |= {"STUCK_AFTER_SECONDS", "MAX_CLAIMS_TO_RESEND"}
     values |= {name: "1000" for name in numbers} | {"MAX_BODY_BYTES": "16384", "PENDING_TAG": "onceflow-pending=true"}
     values |= {"RESEND_STUCK_SNAPSHOTS": "true"}
     environment = RecordingEnvironment(values)
@@ -859,7 +866,7 @@ def test_construct_requires_its_props_type(tmp_path: Path) -> None:
 
 def test_the_router_filter_names_exactly_the_runtime_side_effect_kinds() -> None:
     # Given the kinds the runtime gives a side effect, and the infra's filter (infra never imports runtime)
-    from infra.event_log.construct import SIDE_EFFECT_KINDS as FILTERED
+    from runtime.event_log.contract import SIDE_EFFECT_KINDS as FILTERED
     from runtime.event_log.models import SIDE_EFFECT_KINDS
 
     # When they are compared
@@ -867,3 +874,23 @@ def test_the_router_filter_names_exactly_the_runtime_side_effect_kinds() -> None
     assert (
         sorted(kind.value for kind in SIDE_EFFECT_KINDS) == sorted(FILTERED) == sorted(ROUTER_FILTER["dynamodb"]["NewImage"]["kind"]["S"])
     )
+
+
+def test_every_snapshot_outcome_has_its_metric_in_the_contract() -> None:
+    # Given the worker's outcomes (runtime) and the contract's outcome metrics
+    from runtime.event_log.contract import METRIC_SNAPSHOT_OUTCOMES
+    from runtime.event_log.snapshots import Outcome
+
+    # Then each outcome has exactly one metric name, and no metric names an outcome that does not exist
+    assert set(METRIC_SNAPSHOT_OUTCOMES) == {outcome.value for outcome in Outcome}
+    assert len(set(METRIC_SNAPSHOT_OUTCOMES.values())) == len(Outcome)
+
+
+def test_the_pending_check_resend_cap_is_two_queues_worth_of_receives(template_json: dict[str, Any], config: EnvConfig) -> None:
+    # Given the pending check's environment and the snapshot queue's redrive policy
+    _, fn = function(template_json, PENDING_CHECK)
+    queues = [r for r in template_json["Resources"].values() if r["Type"] == "AWS::SQS::Queue" and "RedrivePolicy" in r["Properties"]]
+    receives = {queue["Properties"]["RedrivePolicy"]["maxReceiveCount"] for queue in queues}
+    # Then the cap is twice the snapshot queue's maxReceiveCount (the one configured value, passed, not copied)
+    assert config.event_log.snapshot_max_receives in receives
+    assert fn["Properties"]["Environment"]["Variables"]["MAX_CLAIMS_TO_RESEND"] == str(2 * config.event_log.snapshot_max_receives)

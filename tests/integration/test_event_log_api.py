@@ -15,11 +15,12 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
-from devtools.event_log_world import API_HANDLER, EventLogWorld
+from devtools.event_log_world import EventLogWorld
 from devtools.lambda_context import FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import api_handler
 from runtime.event_log import objects as objects_module
+from runtime.event_log.contract import HANDLER_API
 from runtime.shared import dynamo, observability
 from tests.events.loader import load_event
 
@@ -35,7 +36,7 @@ def clear_cold_start_caches() -> None:
 @pytest.fixture
 def api(log_world: EventLogWorld, monkeypatch: pytest.MonkeyPatch) -> Iterator[EventLogWorld]:
     """The function's environment set (with the small test settings), no client left from other tests."""
-    environment = {**log_world.cloud.function_environment(API_HANDLER), "SNAPSHOT_EVERY": "20"}
+    environment = {**log_world.cloud.function_environment(HANDLER_API), "SNAPSHOT_EVERY": "20"}
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(observability.metrics, "namespace", environment["POWERTOOLS_METRICS_NAMESPACE"])

@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 
-from devtools.event_log_world import WORKER_HANDLER, EventLogWorld
+from devtools.event_log_world import EventLogWorld
 from devtools.faults import SimulatedCrash
 from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_pending
 from runtime.event_log import objects as objects_module
 from runtime.event_log import pending_check_handler
+from runtime.event_log.contract import HANDLER_WORKER
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import parse_message, side_effect_request_id
@@ -425,7 +426,7 @@ def test_build_seconds_span_the_whole_build_across_a_takeover_and_are_published(
     successor = log_world.snapshot_worker()
 
     def invoke(event: dict[str, Any]) -> dict[str, Any]:
-        context: Any = ClockedLambdaContext(clock=log_world.clock, timeout_seconds=log_world.function_timeout(WORKER_HANDLER))
+        context: Any = ClockedLambdaContext(clock=log_world.clock, timeout_seconds=log_world.function_timeout(HANDLER_WORKER))
         try:
             queue = SqsQueue(client=log_world.clients.sqs)
             return handle_snapshot_event(event, context, successor, queue, log_world.worker.options.queue_url)
@@ -451,7 +452,7 @@ def test_a_handling_that_builds_nothing_publishes_no_build_seconds(log_world: Ev
     published: list[dict[str, Any]] = []
 
     def keep(event: dict[str, Any]) -> dict[str, Any]:
-        context: Any = ClockedLambdaContext(clock=log_world.clock, timeout_seconds=log_world.function_timeout(WORKER_HANDLER))
+        context: Any = ClockedLambdaContext(clock=log_world.clock, timeout_seconds=log_world.function_timeout(HANDLER_WORKER))
         worker = log_world.snapshot_worker()
         try:
             queue = SqsQueue(client=log_world.clients.sqs)

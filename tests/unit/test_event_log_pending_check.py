@@ -10,7 +10,6 @@ import pytest
 from runtime.event_log.models import BuildState, PendingSnapshot, SideEffect
 from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.pending_check import (
-    MAX_CLAIMS_TO_RESEND,
     PendingStatus,
     StuckRules,
     check,
@@ -21,6 +20,7 @@ from runtime.event_log.pending_check import (
 
 NOW = 1_800_000_000.0
 RULES = StuckRules(lease_seconds=600, stuck_after_seconds=3600)
+MAX_CLAIMS_TO_RESEND = 48  # dev and prod: 2 x the snapshot queue's maxReceiveCount of 24
 
 
 def row(
@@ -113,7 +113,7 @@ def test_every_stuck_row_is_resent_with_the_routers_request_id_while_under_the_c
         row(created_ago=9000, modified_ago=8000, active="dead", seq="100.5", increment=MAX_CLAIMS_TO_RESEND),
     ]
     # When the recovery messages are computed
-    messages = recovery_messages(check(rows, NOW, RULES))
+    messages = recovery_messages(check(rows, NOW, RULES), MAX_CLAIMS_TO_RESEND)
     # Then the two stuck rows under the cap are re-sent, as the router's own messages (same deterministic request id)
     assert [(message.effect, message.log_id, message.seq) for message in messages] == [
         (SideEffect.BUILD_SNAPSHOT, "sheet-1", Decimal("20.5")),

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.event_log.contract import SQS_MAX_VISIBILITY_SECONDS
 from runtime.event_log.pending_check import StuckRules
 from runtime.event_log.service import LogOptions
 from runtime.event_log.settings import (
-    SQS_MAX_VISIBILITY_SECONDS,
     ApiSettings,
     FinalizerSettings,
     PendingCheckSettings,
@@ -32,6 +32,7 @@ FINALIZER_ENV = {"BUCKET": "onceflow-dev-logs-bucket", "PAYLOAD_QUEUE_URL": PAYL
 CHECK_ENV = {
     "PENDING_TABLE": "onceflow-dev-pending",
     "SNAPSHOT_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/onceflow-dev-snapshots",
+    "MAX_CLAIMS_TO_RESEND": "48",
 }
 
 
@@ -274,8 +275,8 @@ def test_finalizer_settings_require_their_variables(name: str) -> None:
 # --- PendingCheckSettings ----------------------------------------------------------------------
 
 
-def test_pending_check_settings_with_only_the_table_and_queue_use_the_defaults() -> None:
-    # Given the check's two required variables
+def test_pending_check_settings_with_only_the_table_queue_and_cap_use_the_defaults() -> None:
+    # Given the check's three required variables
     # When its settings are read
     settings = PendingCheckSettings.from_env(CHECK_ENV)
     # Then the lease is the worker's default, the threshold an hour, and stuck rows are re-sent
@@ -283,6 +284,7 @@ def test_pending_check_settings_with_only_the_table_and_queue_use_the_defaults()
         pending_table="onceflow-dev-pending",
         rules=StuckRules(lease_seconds=600, stuck_after_seconds=3600),
         resend_queue_url=CHECK_ENV["SNAPSHOT_QUEUE_URL"],
+        max_claims_to_resend=48,
     )
 
 
@@ -299,6 +301,21 @@ def test_pending_check_settings_read_every_variable() -> None:
     # Then each lands in its field
     assert settings.rules == StuckRules(lease_seconds=1200, stuck_after_seconds=6600)
     assert settings.resend_queue_url == SNAPSHOT_QUEUE
+    assert settings.max_claims_to_resend == 48
+
+
+def test_the_resend_cap_is_required_while_re_sending_and_ignored_when_off() -> None:
+    # Given re-sending on without the cap, or with a cap that is not a positive integer
+    # Then SettingsError names the variable (infra always sets it: two queues' worth of receives)
+    with pytest.raises(SettingsError, match="environment variable MAX_CLAIMS_TO_RESEND is required"):
+        PendingCheckSettings.from_env(without(CHECK_ENV, "MAX_CLAIMS_TO_RESEND"))
+    for bad in ("0", "-3", "lots"):
+        with pytest.raises(SettingsError, match="MAX_CLAIMS_TO_RESEND must be"):
+            PendingCheckSettings.from_env(CHECK_ENV | {"MAX_CLAIMS_TO_RESEND": bad})
+    # Given re-sending off: no cap is needed
+    off = PendingCheckSettings.from_env(without(CHECK_ENV, "MAX_CLAIMS_TO_RESEND") | {"RESEND_STUCK_SNAPSHOTS": "false"})
+    assert off.resend_queue_url is None
+    assert off.max_claims_to_resend == 0
 
 
 def test_a_lease_longer_than_the_default_threshold_raises_the_default() -> None:
