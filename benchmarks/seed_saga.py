@@ -37,6 +37,7 @@ from unittest import mock
 
 from devtools.capacity import CapacityMeter
 from devtools.taxi_world import ACCOUNT, client, embedded_saga_cloud, function_arn, state_transitions
+from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.trips import Accepted, transform_tuple, validate_line
 
 VALIDATION_TABLE, TRANSFORMATION_TABLE, STORE_TABLE = "validationStatus", "transformationStatus", "storeStatus"
@@ -121,9 +122,9 @@ def seed_definition() -> dict[str, Any]:
             "Validate": _task("validate", "ValidationPassed"),
             "ValidationPassed": _passed("Transform", otherwise="FlagValidation"),
             "Transform": _task("transform", "TransformationPassed", catch_to="FlagValidation"),
-            "TransformationPassed": _passed("Store", otherwise="FlagTransformation"),
+            "TransformationPassed": _passed(taxi_etl_contract.PHASE_STORE, otherwise="FlagTransformation"),
             "FlagTransformation": _flags("flag_transformation", "flag_validation", next_state="TransformationFailed"),
-            "Store": _task("store", "Stored", catch_to="FlagStore"),
+            taxi_etl_contract.PHASE_STORE: _task("store", "Stored", catch_to="FlagStore"),
             "FlagStore": _flags("flag_store", "flag_transformation", "flag_validation", next_state="StoreFailed"),
             "FlagValidation": _task("flag_validation", "ValidationFailed"),
             "Stored": {"Type": "Succeed"},
@@ -153,7 +154,11 @@ class SeedFunctions:
         }
 
     def _put_status(self, table: str, transaction_id: int, raw_tuple: str) -> None:
-        item = {"StoreRequestId": {"N": str(transaction_id)}, "RawTuple": {"S": raw_tuple}, "StatusReason": {"N": "0"}}
+        item = {
+            taxi_etl_contract.KEY_STORE_REQUEST_ID: {"N": str(transaction_id)},
+            "RawTuple": {"S": raw_tuple},
+            "StatusReason": {"N": "0"},
+        }
         self.dynamodb.put_item(TableName=table, Item=item)
 
     def validate(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +185,7 @@ class SeedFunctions:
         transaction_id, transformed = int(event["transactionId"]), str(event["tuple"])
         self._put_status(STORE_TABLE, transaction_id, transformed)
         cells = transformed.split("\t")
-        item: dict[str, Any] = {"StoreRequestId": {"N": str(transaction_id)}, "EntryIdx": {"N": "0"}}
+        item: dict[str, Any] = {taxi_etl_contract.KEY_STORE_REQUEST_ID: {"N": str(transaction_id)}, "EntryIdx": {"N": "0"}}
         for (name, kind), cell in zip(TRIP_ATTRIBUTES, cells, strict=False):
             item[name] = {kind: cell or "0"} if kind == "N" else {"S": cell}
         self.dynamodb.put_item(TableName=FINAL_TABLE, Item=item)
@@ -191,7 +196,7 @@ class SeedFunctions:
         reason = int(event.get("reason") or 0) or 3
         self.dynamodb.update_item(
             TableName=table,
-            Key={"StoreRequestId": {"N": str(event["transactionId"])}},
+            Key={taxi_etl_contract.KEY_STORE_REQUEST_ID: {"N": str(event["transactionId"])}},
             UpdateExpression="SET StatusReason = :reason",
             ConditionExpression="attribute_exists(StoreRequestId)",
             ExpressionAttributeValues={":reason": {"N": str(reason)}},
@@ -200,18 +205,21 @@ class SeedFunctions:
 
 
 def create_seed_tables(dynamodb: Any) -> None:
-    number_key = [{"AttributeName": "StoreRequestId", "AttributeType": "N"}]
+    number_key = [{"AttributeName": taxi_etl_contract.KEY_STORE_REQUEST_ID, "AttributeType": "N"}]
     for table in (VALIDATION_TABLE, TRANSFORMATION_TABLE, STORE_TABLE):
         dynamodb.create_table(
             TableName=table,
             AttributeDefinitions=number_key,
-            KeySchema=[{"AttributeName": "StoreRequestId", "KeyType": "HASH"}],
+            KeySchema=[{"AttributeName": taxi_etl_contract.KEY_STORE_REQUEST_ID, "KeyType": "HASH"}],
             BillingMode="PAY_PER_REQUEST",
         )
     dynamodb.create_table(
         TableName=FINAL_TABLE,
         AttributeDefinitions=[*number_key, {"AttributeName": "EntryIdx", "AttributeType": "N"}],
-        KeySchema=[{"AttributeName": "StoreRequestId", "KeyType": "HASH"}, {"AttributeName": "EntryIdx", "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": taxi_etl_contract.KEY_STORE_REQUEST_ID, "KeyType": "HASH"},
+            {"AttributeName": "EntryIdx", "KeyType": "RANGE"},
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
 

@@ -48,6 +48,7 @@ from devtools.taxi_world import TaxiWorld, embedded_saga_cloud, state_transition
 from devtools.template_resources import resources_of_type
 from infra.config import EnvConfig, load_config
 from runtime.shared.observability import logger, metrics
+from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.requests import content_id
 from runtime.taxi_etl.trips import Accepted, validate_line
 
@@ -88,7 +89,7 @@ ACCESS_LOG_VALUES = {
     "$context.status": "202",
     "$context.responseLatency": "48",
 }
-SERVICE = "taxi-etl-transformation"  # the longest of the functions' service names
+SERVICE = taxi_etl_contract.SERVICE_TRANSFORM  # the longest of the functions' service names
 TRACE_ID = "Root=1-67891233-abcdef012345678912345678;Parent=53995c3f42cd8ad8;Sampled=1"
 LOG_ORDER = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 
@@ -253,11 +254,11 @@ def measure(template: dict[str, Any], design: str, label: str, requests: list[li
                 route = "POST /trips" if len(request) == 1 else "POST /trips/batch"
                 if design == "baseline":
                     # A fresh id per request, as the seed's hash + time + PRNG gives.
-                    status, _ = world.post("/trips", request[0], idempotency_key=f"request-{number}")
+                    status, _ = world.post(taxi_etl_contract.ROUTE_TRIP, request[0], idempotency_key=f"request-{number}")
                 elif len(request) == 1:
-                    status, _ = world.post("/trips", request[0])
+                    status, _ = world.post(taxi_etl_contract.ROUTE_TRIP, request[0])
                 else:
-                    status, _ = world.post("/trips/batch", "\n".join(request))
+                    status, _ = world.post(taxi_etl_contract.ROUTE_TRIP_BATCH, "\n".join(request))
                 duplicates += status == 200
                 access_bytes += access_log_bytes(template, route)
         executions = world.executions()
@@ -327,7 +328,7 @@ def flagged_row_error_bytes(template: dict[str, Any]) -> int:
     with embedded_saga_cloud():
         world = TaxiWorld.create(template)
         with world.serving_api():
-            world.post("/trips", bad_at_validation(sample_lines()[0]))
+            world.post(taxi_etl_contract.ROUTE_TRIP, bad_at_validation(sample_lines()[0]))
         (execution,) = world.executions()
         history = world.history(execution["name"])
         return ingested_bytes(

@@ -103,7 +103,10 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
     os.environ.update(cloud.function_environment(runner_stats_contract.HANDLER))
     os.environ.update(AWS_ENV)
     from runtime.runner_stats import handler as handler_module
-    from runtime.shared.dynamo import default_client
+    from runtime.runner_stats import wiring
+    from runtime.runner_stats.settings import RunnerStatsSettings
+    from runtime.shared.aws import Clients
+    from runtime.shared.observability import instrumented
 
     stream = next(iter(resources_of_type(template, "AWS::Kinesis::Stream")))
     kinesis = boto3.client("kinesis")
@@ -112,8 +115,13 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
         kinesis.put_records(StreamName=stream, Records=[{"Data": d.data, "PartitionKey": d.partition_key} for d in chunk])
 
     # Faults: the process dies right after the 40th write landed, and the 75th write is throttled.
-    crash = WriteBoundaryCrasher(at=40, when="after").attach(default_client())
-    throttle = ThrottledWrites(frozenset({75})).attach(default_client())
+    dynamodb = boto3.client("dynamodb")
+    crash = WriteBoundaryCrasher(at=40, when="after").attach(dynamodb)
+    throttle = ThrottledWrites(frozenset({75})).attach(dynamodb)
+    # The deployed entry point's work (handle) with the same observability wrapper, on that client.
+    settings = RunnerStatsSettings.from_env(cloud.function_environment(runner_stats_contract.HANDLER))
+    deps = wiring.build(settings, Clients(dynamodb=dynamodb))
+    entry_point = instrumented(lambda event, context: handler_module.handle(event, context, deps))
 
     mapping = cloud.event_source_mapping(runner_stats_contract.HANDLER)
     queue_url = cloud.names[f"{mapping['DestinationConfig']['OnFailure']['Destination']['Fn::GetAtt'][0]}.url"]
@@ -124,7 +132,7 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):
-                return handler_module.handler(event, FakeLambdaContext())  # type: ignore[no-any-return]
+                return entry_point(event, FakeLambdaContext())  # type: ignore[no-any-return]
         finally:
             counts.update(read_emf_counts(captured.getvalue()))
 
@@ -140,7 +148,7 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
     )
     esm.drain(KinesisShard(kinesis, stream))
 
-    view = capture(default_client(), handler_module.settings().tables)
+    view = capture(dynamodb, settings.tables)
     return report(workload, view, counts, esm, crash.crashed, throttle.writes >= 75)
 
 

@@ -4,17 +4,21 @@ handler's settings from the synthesized function environment, and helpers to dri
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from devtools.lambda_context import FakeLambdaContext
 from devtools.state import PipelineView, capture
 from devtools.template_resources import EmbeddedCloud, Template
+from runtime.runner_stats import handler, wiring
 from runtime.runner_stats.contract import HANDLER
 from runtime.runner_stats.service import RunnerStatsService
 from runtime.runner_stats.settings import RunnerStatsSettings
-from runtime.runner_stats.store import DynamoRunStatsStore
+from runtime.runner_stats.wiring import RunnerStatsDeps
+from runtime.shared.aws import Clients
 
 
 def new_client(service: str = "dynamodb") -> Any:
@@ -28,6 +32,8 @@ class RunnerStatsWorld:
     cloud: EmbeddedCloud
     client: Any
     settings: RunnerStatsSettings
+    counts: Counter[str] = field(default_factory=Counter)  # the handler's metrics, summed over invocations
+    _counts_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def create(cls, template: Template, *, settings_overrides: dict[str, str] | None = None) -> RunnerStatsWorld:
@@ -40,17 +46,21 @@ class RunnerStatsWorld:
     def environment(self) -> dict[str, str]:
         return self.cloud.function_environment(HANDLER)
 
+    def deps(self, client: Any | None = None) -> RunnerStatsDeps:
+        """The pipeline as the handler builds it, on this world's client or another (say, one with faults);
+        its counts go to this world's `counts`, not the process-wide Metrics (worlds run handlers in threads)."""
+        return replace(wiring.build(self.settings, Clients(dynamodb=client or self.client)), count=self._count)
+
+    def _count(self, name: str, value: int) -> None:
+        with self._counts_lock:
+            self.counts[name] += value
+
     def service(self, client: Any | None = None) -> RunnerStatsService:
-        store = DynamoRunStatsStore(
-            self.settings.tables,
-            client=client or self.client,
-            reject_payload_max_bytes=self.settings.reject_payload_max_bytes,
-        )
-        return RunnerStatsService(store, self.settings.options)
+        return self.deps(client).service
 
     def invoke(self, event: dict[str, Any], client: Any | None = None) -> dict[str, Any]:
-        report = self.service(client).process(event.get("Records", []))
-        return {"batchItemFailures": report.batch_item_failures()}
+        """Drive the real entry point with this world's pipeline."""
+        return handler.handle(event, FakeLambdaContext(), self.deps(client))
 
     def view(self) -> PipelineView:
         return capture(self.client, self.settings.tables)

@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 from devtools.faults import SimulatedCrash
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld, embedded_saga_cloud, state_transitions
+from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.models import Phase
 
 SINGLE_ROWS = 300  # the first rows go one per request; the rest in batches
@@ -73,13 +74,15 @@ def push(world: TaxiWorld, rng: random.Random) -> tuple[Sent, int]:
     world.invocations.before = crash_some
 
     def accepted(body: dict[str, Any], batch: list[int]) -> None:
-        for store_request_id, index in zip(body.get("StoreRequestIds") or [body["StoreRequestId"]], batch, strict=True):
+        for store_request_id, index in zip(
+            body.get("StoreRequestIds") or [body[taxi_etl_contract.KEY_STORE_REQUEST_ID]], batch, strict=True
+        ):
             sent.lines[store_request_id] = lines[index]
             sent.expected.setdefault(store_request_id, fates[index])
 
     singles = list(range(SINGLE_ROWS))
     for index in singles + rng.sample(singles, CLIENT_RETRIES):
-        status, body = world.post("/trips", lines[index])
+        status, body = world.post(taxi_etl_contract.ROUTE_TRIP, lines[index])
         sent.requests[f"single {status}"] += 1
         accepted(body, [index])
     # One more single request whose store keeps failing (the trips table throttles it past every retry).
@@ -87,20 +90,20 @@ def push(world: TaxiWorld, rng: random.Random) -> tuple[Sent, int]:
     status, body = post_with_failing_store(world, lines[doomed])
     sent.requests[f"single {status}"] += 1
     accepted(body, [doomed])
-    sent.expected[body["StoreRequestId"]] = "store"
+    sent.expected[body[taxi_etl_contract.KEY_STORE_REQUEST_ID]] = "store"
     for start in range(SINGLE_ROWS, len(lines) - 1, BATCH_LINES):
         batch = list(range(start, min(start + BATCH_LINES, len(lines) - 1)))
-        status, body = world.post("/trips/batch", "\n".join(lines[index] for index in batch))
+        status, body = world.post(taxi_etl_contract.ROUTE_TRIP_BATCH, "\n".join(lines[index] for index in batch))
         sent.requests[f"batch {status}"] += 1
         accepted(body, batch)
     for _ in range(REFUSED):
-        status, _ = world.post("/trips", ",".join(lines[rng.randrange(len(lines))].split(",")[:5]))
+        status, _ = world.post(taxi_etl_contract.ROUTE_TRIP, ",".join(lines[rng.randrange(len(lines))].split(",")[:5]))
         sent.requests[f"refused {status}"] += 1
     return sent, len(crashed)
 
 
 def post_with_failing_store(world: TaxiWorld, line: str) -> tuple[int, dict[str, Any]]:
-    trips_table = world.environment(STORE_HANDLER)["FINAL_TABLE"]
+    trips_table = world.environment(STORE_HANDLER)[taxi_etl_contract.ENV_FINAL_TABLE]
 
     def throttle(params: dict[str, Any], **_: Any) -> None:
         if params.get("TableName") == trips_table:
@@ -108,7 +111,7 @@ def post_with_failing_store(world: TaxiWorld, line: str) -> tuple[int, dict[str,
 
     world.dynamodb.meta.events.register("before-parameter-build.dynamodb.PutItem", throttle)
     try:
-        return world.post("/trips", line)
+        return world.post(taxi_etl_contract.ROUTE_TRIP, line)
     finally:
         world.dynamodb.meta.events.unregister("before-parameter-build.dynamodb.PutItem", throttle)
 

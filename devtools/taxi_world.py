@@ -22,6 +22,7 @@ from unittest import mock
 from devtools.lambda_context import FakeLambdaContext
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from runtime.shared.observability import metrics
+from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.flag_handler import handle_flag
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.settings import FlagSettings, PhaseSettings, StoreSettings
@@ -32,13 +33,13 @@ from runtime.taxi_etl.validate_handler import handle_validation
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
-VALIDATE_HANDLER = "runtime.taxi_etl.validate_handler.handler"
-TRANSFORM_HANDLER = "runtime.taxi_etl.transform_handler.handler"
-STORE_HANDLER = "runtime.taxi_etl.store_handler.handler"
-FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
-API_HANDLER = "runtime.taxi_etl.api_handler.handler"
-AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
-ROW_STATE_HANDLER = "runtime.taxi_etl.row_state_handler.handler"
+VALIDATE_HANDLER = taxi_etl_contract.HANDLER_VALIDATE
+TRANSFORM_HANDLER = taxi_etl_contract.HANDLER_TRANSFORM
+STORE_HANDLER = taxi_etl_contract.HANDLER_STORE
+FLAG_HANDLER = taxi_etl_contract.HANDLER_FLAG
+API_HANDLER = taxi_etl_contract.HANDLER_API
+AUTHORIZER_HANDLER = taxi_etl_contract.HANDLER_AUTHORIZER
+ROW_STATE_HANDLER = taxi_etl_contract.HANDLER_ROW_STATE
 TEST_API_KEY = "k3y-for-the-embedded-cloud-only-0123456789abcdef"
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
@@ -187,17 +188,17 @@ class TaxiWorld:
         for page in self.dynamodb.get_paginator("scan").paginate(TableName=name, ConsistentRead=True):
             for attributes in page["Items"]:
                 item = from_attributes(attributes)
-                items[str(item["StoreRequestId"])] = item
+                items[str(item[taxi_etl_contract.KEY_STORE_REQUEST_ID])] = item
         return items
 
     def final_items(self) -> dict[str, dict[str, Any]]:
-        return self.table_items("FINAL_TABLE")
+        return self.table_items(taxi_etl_contract.ENV_FINAL_TABLE)
 
     def status_rows(self) -> dict[Phase, dict[str, dict[str, Any]]]:
         return {
-            Phase.VALIDATION: self.table_items("VALIDATION_STATUS_TABLE"),
-            Phase.TRANSFORMATION: self.table_items("TRANSFORMATION_STATUS_TABLE"),
-            Phase.STORE: self.table_items("STORE_STATUS_TABLE"),
+            Phase.VALIDATION: self.table_items(taxi_etl_contract.ENV_VALIDATION_STATUS_TABLE),
+            Phase.TRANSFORMATION: self.table_items(taxi_etl_contract.ENV_TRANSFORMATION_STATUS_TABLE),
+            Phase.STORE: self.table_items(taxi_etl_contract.ENV_STORE_STATUS_TABLE),
         }
 
     def executions(self) -> list[dict[str, Any]]:
@@ -255,7 +256,9 @@ class TaxiWorld:
         for cached in (row_state_handler.settings, row_state_handler.reader):
             cached.cache_clear()
         path = f"/trips/{store_request_id}"
-        event = http_api_event(path, None, method="GET", route=ROW_STATE_ROUTE_KEY, path_parameters={"StoreRequestId": store_request_id})
+        event = http_api_event(
+            path, None, method="GET", route=ROW_STATE_ROUTE_KEY, path_parameters={taxi_etl_contract.KEY_STORE_REQUEST_ID: store_request_id}
+        )
         try:
             with mock.patch.dict(os.environ, self.environment(ROW_STATE_HANDLER)):
                 response = row_state_handler.handler(event, FakeLambdaContext())  # type: ignore[arg-type]

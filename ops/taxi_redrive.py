@@ -78,17 +78,18 @@ from botocore.exceptions import ClientError
 
 from ops.progress import Progress
 from runtime.shared.aws import error_code
+from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import redrive_submission
 from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusRow
 from runtime.taxi_etl.workflow import RequestConflict, StepFunctionsWorkflow
 
 OUTPUT_NAMES = {
-    "StateMachineArn": "state_machine_arn",
-    "TripsTableName": "trips_table",
-    "ValidationStatusTableName": "validation_status_table",
-    "TransformationStatusTableName": "transformation_status_table",
-    "StoreStatusTableName": "store_status_table",
+    taxi_etl_contract.OUTPUT_STATE_MACHINE_ARN: "state_machine_arn",
+    taxi_etl_contract.OUTPUT_TRIPS_TABLE: "trips_table",
+    taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_VALIDATION]: "validation_status_table",
+    taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_TRANSFORMATION]: "transformation_status_table",
+    taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_STORE]: "store_status_table",
 }
 PHASE_BY_REASON = {int(phase.reason): phase for phase in Phase}
 MESSAGE_SHOWN = 160  # characters of StatusMessage in a listing

@@ -32,22 +32,8 @@ from infra.config import EnvConfig, TaxiEtlConfig
 from infra.lambda_factory import FunctionSpec, create_function
 from infra.resources import durable_table, throttled_http_api
 from infra.taxi_etl.compliance import acknowledge_taxi_etl
+from runtime.taxi_etl import contract
 
-STORE_REQUEST_ID = "StoreRequestId"  # runtime.taxi_etl.store.KEY
-PHASES = ("Validation", "Transformation", "Store")  # runtime.taxi_etl.models.Phase, title-cased
-HANDLERS = {
-    "Validation": "runtime.taxi_etl.validate_handler.handler",
-    "Transformation": "runtime.taxi_etl.transform_handler.handler",
-    "Store": "runtime.taxi_etl.store_handler.handler",
-}
-FLAG_HANDLER = "runtime.taxi_etl.flag_handler.handler"
-API_HANDLER = "runtime.taxi_etl.api_handler.handler"
-ROW_STATE_HANDLER = "runtime.taxi_etl.row_state_handler.handler"
-AUTHORIZER_HANDLER = "runtime.taxi_etl.authorizer_handler.handler"
-FLAG_SERVICE = "taxi-etl-flag"
-AUTHORIZER_SERVICE = "taxi-etl-authorizer"
-ROUTES = ("/trips", "/trips/batch")  # one CSV line; a batch of lines
-ROW_STATE_ROUTE = "/trips/{StoreRequestId}"  # what became of one row
 # Lambda's own transient failures: always worth retrying with backoff.
 LAMBDA_SERVICE_ERRORS = [
     "Lambda.ServiceException",
@@ -58,7 +44,7 @@ LAMBDA_SERVICE_ERRORS = [
 ]
 AUTHORIZER_TIMEOUT_SECONDS = 10  # API Gateway waits at most 10 s for a Lambda authorizer
 # The task's input is not rows: no retry can fix it, so it goes straight to the flag step.
-NON_RETRYABLE_ERRORS = ["PhaseInputError"]
+NON_RETRYABLE_ERRORS = [contract.ERROR_PHASE_INPUT]
 
 
 @dataclass(frozen=True)
@@ -115,7 +101,7 @@ class TaxiEtlSaga(Construct):
         config = props.config
         settings = config.taxi_etl
 
-        key = dynamodb.Attribute(name=STORE_REQUEST_ID, type=dynamodb.AttributeType.STRING)
+        key = dynamodb.Attribute(name=contract.KEY_STORE_REQUEST_ID, type=dynamodb.AttributeType.STRING)
         self.validation_status_table = durable_table(self, "ValidationStatusTable", config, key)
         self.transformation_status_table = durable_table(self, "TransformationStatusTable", config, key)
         self.store_status_table = durable_table(self, "StoreStatusTable", config, key)
@@ -138,9 +124,9 @@ class TaxiEtlSaga(Construct):
     def status_tables(self) -> dict[str, dynamodb.Table]:
         """Phase name -> its status table, in phase order."""
         return {
-            "Validation": self.validation_status_table,
-            "Transformation": self.transformation_status_table,
-            "Store": self.store_status_table,
+            contract.PHASE_VALIDATION: self.validation_status_table,
+            contract.PHASE_TRANSFORMATION: self.transformation_status_table,
+            contract.PHASE_STORE: self.store_status_table,
         }
 
     # --- functions ------------------------------------------------------------------------------
@@ -159,35 +145,37 @@ class TaxiEtlSaga(Construct):
 
     def _add_phase_functions(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
         descriptions = {
-            "Validation": "Taxi saga Validate: checks each row against the TLC yellow-trip data dictionary",
-            "Transformation": "Taxi saga Transform: names for codes, UTC timestamps, tab-separated",
-            "Store": "Taxi saga Store: writes each row's typed item once to the trips table",
+            contract.PHASE_VALIDATION: "Taxi saga Validate: checks each row against the TLC yellow-trip data dictionary",
+            contract.PHASE_TRANSFORMATION: "Taxi saga Transform: names for codes, UTC timestamps, tab-separated",
+            contract.PHASE_STORE: "Taxi saga Store: writes each row's typed item once to the trips table",
         }
         functions: dict[str, lambda_.Function] = {}
         for phase, table in self.status_tables.items():
-            environment = {"STATUS_TABLE": table.table_name}
-            if phase == "Store":
-                environment["FINAL_TABLE"] = self.final_table.table_name
-            spec = self._phase_spec(settings, HANDLERS[phase], f"taxi-etl-{phase.lower()}", descriptions[phase], environment)
+            environment = {contract.ENV_STATUS_TABLE: table.table_name}
+            if phase == contract.PHASE_STORE:
+                environment[contract.ENV_FINAL_TABLE] = self.final_table.table_name
+            spec = self._phase_spec(
+                settings, contract.PHASE_HANDLERS[phase], contract.PHASE_SERVICES[phase], descriptions[phase], environment
+            )
             functions[phase] = create_function(self, f"{phase}Function", spec, config).function
             # The status row: a conditional update (it never clears a flag, keeps a redrive's generation).
             table.grant(functions[phase], "dynamodb:UpdateItem")
-        self.validate_function = functions["Validation"]
-        self.transform_function = functions["Transformation"]
-        self.store_function = functions["Store"]
+        self.validate_function = functions[contract.PHASE_VALIDATION]
+        self.transform_function = functions[contract.PHASE_TRANSFORMATION]
+        self.store_function = functions[contract.PHASE_STORE]
         # The typed item: a conditional put, so a retry is a no-op.
         self.final_table.grant(self.store_function, "dynamodb:PutItem")
 
         flag_spec = self._phase_spec(
             settings,
-            FLAG_HANDLER,
-            FLAG_SERVICE,
+            contract.HANDLER_FLAG,
+            contract.SERVICE_FLAG,
             "Taxi saga flag steps: sets a failed row's reason in every status table its transaction touched",
             {
-                "VALIDATION_STATUS_TABLE": self.validation_status_table.table_name,
-                "TRANSFORMATION_STATUS_TABLE": self.transformation_status_table.table_name,
-                "STORE_STATUS_TABLE": self.store_status_table.table_name,
-                "FINAL_TABLE": self.final_table.table_name,
+                contract.ENV_VALIDATION_STATUS_TABLE: self.validation_status_table.table_name,
+                contract.ENV_TRANSFORMATION_STATUS_TABLE: self.transformation_status_table.table_name,
+                contract.ENV_STORE_STATUS_TABLE: self.store_status_table.table_name,
+                contract.ENV_FINAL_TABLE: self.final_table.table_name,
             },
         )
         self.flag_function = create_function(self, "FlagFunction", flag_spec, config).function
@@ -236,7 +224,7 @@ class TaxiEtlSaga(Construct):
         next_state: sfn.IChainable = stored
         # Built back to front: each phase continues into the next one.
         for phase, function in reversed(
-            list(zip(PHASES, (self.validate_function, self.transform_function, self.store_function), strict=True))
+            list(zip(contract.PHASES, (self.validate_function, self.transform_function, self.store_function), strict=True))
         ):
             failed = sfn.Fail(self, f"{phase}Failed", error_path="$.flag.error", cause_path="$.flag.cause")
             flag = self._invoke(
@@ -298,16 +286,16 @@ class TaxiEtlSaga(Construct):
 
     def _add_api(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
         api_spec = FunctionSpec(
-            handler=API_HANDLER,
-            service="taxi-etl-api",
+            handler=contract.HANDLER_API,
+            service=contract.SERVICE_API,
             description="Taxi saga API: one execution per request, named by its StoreRequestId",
             timeout_seconds=settings.api_timeout_seconds,
             environment={
-                "STATE_MACHINE_ARN": self.state_machine.state_machine_arn,
-                "WORKFLOW_TYPE": settings.workflow_type.value,
-                "BATCH_MAX_LINES": str(settings.batch_max_lines),
-                "BATCH_MAX_BYTES": str(settings.batch_max_bytes),
-                "MAX_LINE_BYTES": str(settings.max_line_bytes),
+                contract.ENV_STATE_MACHINE_ARN: self.state_machine.state_machine_arn,
+                contract.ENV_WORKFLOW_TYPE: settings.workflow_type.value,
+                contract.ENV_BATCH_MAX_LINES: str(settings.batch_max_lines),
+                contract.ENV_BATCH_MAX_BYTES: str(settings.batch_max_bytes),
+                contract.ENV_MAX_LINE_BYTES: str(settings.max_line_bytes),
             },
         )
         self.api_function = create_function(self, "ApiFunction", api_spec, config).function
@@ -316,14 +304,14 @@ class TaxiEtlSaga(Construct):
         self.state_machine.grant_execution(self.api_function, "states:DescribeExecution")
 
         authorizer_spec = FunctionSpec(
-            handler=AUTHORIZER_HANDLER,
-            service=AUTHORIZER_SERVICE,
+            handler=contract.HANDLER_AUTHORIZER,
+            service=contract.SERVICE_AUTHORIZER,
             description="Taxi saga API authorizer: constant-time compare with the key in Secrets Manager",
             timeout_seconds=AUTHORIZER_TIMEOUT_SECONDS,
             environment={
-                "API_KEY_SECRET_ID": self.api_key_secret.secret_arn,
-                "SECRET_CACHE_SECONDS": str(settings.secret_cache_seconds),
-                "SECRET_REFRESH_FLOOR_SECONDS": str(settings.secret_refresh_floor_seconds),
+                contract.ENV_API_KEY_SECRET_ID: self.api_key_secret.secret_arn,
+                contract.ENV_SECRET_CACHE_SECONDS: str(settings.secret_cache_seconds),
+                contract.ENV_SECRET_REFRESH_FLOOR_SECONDS: str(settings.secret_refresh_floor_seconds),
             },
         )
         self.authorizer_function = create_function(self, "AuthorizerFunction", authorizer_spec, config).function
@@ -348,22 +336,22 @@ class TaxiEtlSaga(Construct):
             extra_log_fields={"authorizerError": "$context.authorizer.error"},
         )
         integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
-        for path in ROUTES:
+        for path in (contract.ROUTE_TRIP, contract.ROUTE_TRIP_BATCH):
             self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.POST], integration=integration)
         self._add_row_state_route(config, settings)
 
     def _add_row_state_route(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
         """GET /trips/{StoreRequestId}: its own function, which may only read the four tables."""
         spec = FunctionSpec(
-            handler=ROW_STATE_HANDLER,
-            service="taxi-etl-row-state",
+            handler=contract.HANDLER_ROW_STATE,
+            service=contract.SERVICE_ROW_STATE,
             description="Taxi saga API: what became of one row (pending, stored or flagged), read-only",
             timeout_seconds=settings.api_timeout_seconds,
             environment={
-                "VALIDATION_STATUS_TABLE": self.validation_status_table.table_name,
-                "TRANSFORMATION_STATUS_TABLE": self.transformation_status_table.table_name,
-                "STORE_STATUS_TABLE": self.store_status_table.table_name,
-                "FINAL_TABLE": self.final_table.table_name,
+                contract.ENV_VALIDATION_STATUS_TABLE: self.validation_status_table.table_name,
+                contract.ENV_TRANSFORMATION_STATUS_TABLE: self.transformation_status_table.table_name,
+                contract.ENV_STORE_STATUS_TABLE: self.store_status_table.table_name,
+                contract.ENV_FINAL_TABLE: self.final_table.table_name,
             },
         )
         self.row_state_function = create_function(self, "RowStateFunction", spec, config).function
@@ -374,7 +362,7 @@ class TaxiEtlSaga(Construct):
             if table.encryption_key is not None:
                 table.encryption_key.grant_decrypt(self.row_state_function)
         self.http_api.add_routes(
-            path=ROW_STATE_ROUTE,
+            path=contract.ROUTE_ROW_STATE,
             methods=[apigw.HttpMethod.GET],
             integration=HttpLambdaIntegration("RowStateIntegration", self.row_state_function),
         )

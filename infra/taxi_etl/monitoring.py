@@ -11,7 +11,8 @@ from constructs import Construct
 from infra.config import EnvConfig
 from infra.lambda_factory import METRICS_NAMESPACE
 from infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
-from infra.taxi_etl.construct import AUTHORIZER_SERVICE, FLAG_SERVICE, TaxiEtlSaga
+from infra.taxi_etl.construct import TaxiEtlSaga
+from runtime.taxi_etl import contract
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,13 @@ class TaxiEtlMonitoring(PipelineMonitoring):
             self._alarm(
                 f"Flagged{phase.title()}",
                 f"Executions whose rows the {phase} flag step flagged.",
-                count("ExecutionsFlagged", FLAG_SERVICE, phase=phase),
+                count(contract.METRIC_EXECUTIONS_FLAGGED, contract.SERVICE_FLAG, phase=phase),
                 threshold,
             )
         self._alarm(
             "AuthorizerDenials",
             "The authorizer refused keys (counted per uncached decision: API Gateway caches them).",
-            count("RequestsDenied", AUTHORIZER_SERVICE),
+            count(contract.METRIC_REQUESTS_DENIED, contract.SERVICE_AUTHORIZER),
             thresholds.authorizer_denials_per_5min,
         )
         self._alarm(

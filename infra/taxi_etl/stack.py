@@ -12,7 +12,7 @@ from infra.config import EnvConfig
 from infra.stacks import OnceflowStack
 from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
 from infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
-from runtime.event_log import contract as event_log_contract
+from runtime.taxi_etl import contract
 
 
 class TaxiEtlStack(OnceflowStack):
@@ -32,11 +32,11 @@ class TaxiEtlStack(OnceflowStack):
             "TaxiEtlMonitoring",
             TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
         )
-        CfnOutput(self, event_log_contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
-        CfnOutput(self, event_log_contract.OUTPUT_API_URL, value=self.saga.http_api.api_endpoint)
+        CfnOutput(self, contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(self, contract.OUTPUT_API_URL, value=self.saga.http_api.api_endpoint)
         # The ARN, not the key: `aws secretsmanager get-secret-value --secret-id <arn>` reads it.
-        CfnOutput(self, "ApiKeySecretArn", value=self.saga.api_key_secret.secret_arn)
-        CfnOutput(self, "StateMachineArn", value=self.saga.state_machine.state_machine_arn)
-        CfnOutput(self, "TripsTableName", value=self.saga.final_table.table_name)
+        CfnOutput(self, contract.OUTPUT_API_KEY_SECRET_ARN, value=self.saga.api_key_secret.secret_arn)
+        CfnOutput(self, contract.OUTPUT_STATE_MACHINE_ARN, value=self.saga.state_machine.state_machine_arn)
+        CfnOutput(self, contract.OUTPUT_TRIPS_TABLE, value=self.saga.final_table.table_name)
         for phase, table in self.saga.status_tables.items():
-            CfnOutput(self, f"{phase}StatusTableName", value=table.table_name)
+            CfnOutput(self, contract.OUTPUT_STATUS_TABLES[phase], value=table.table_name)

@@ -8,11 +8,12 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.runner_stats import contract
-from runtime.runner_stats.service import BatchReport, RunnerStatsService
+from runtime.runner_stats import contract, wiring
+from runtime.runner_stats.service import BatchReport
 from runtime.runner_stats.settings import RunnerStatsSettings
-from runtime.runner_stats.store import DynamoRunStatsStore
-from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.runner_stats.wiring import CountSink, RunnerStatsDeps
+from runtime.shared.aws import Clients
+from runtime.shared.observability import instrumented, logger
 
 _METRIC_NAMES = {
     "accepted": contract.METRIC_ACCEPTED_MESSAGES,
@@ -32,23 +33,26 @@ def settings() -> RunnerStatsSettings:
 
 
 @functools.cache
-def service() -> RunnerStatsService:
+def deps() -> RunnerStatsDeps:
     """Built on the first invocation (cold start), never at import time."""
-    config = settings()
-    store = DynamoRunStatsStore(config.tables, reject_payload_max_bytes=config.reject_payload_max_bytes)
-    return RunnerStatsService(store, config.options)
+    return wiring.build(settings(), Clients())
 
 
-def publish(report: BatchReport) -> None:
+def publish(report: BatchReport, count: CountSink) -> None:
     for count_name, metric_name in _METRIC_NAMES.items():
-        metrics.add_metric(name=metric_name, unit=MetricUnit.Count, value=report.counts[count_name])
+        count(metric_name, report.counts[count_name])
+
+
+def handle(event: dict[str, Any], context: LambdaContext, deps: RunnerStatsDeps) -> dict[str, Any]:
+    """The entry point's work, with its dependencies injected (the world, the demo and the tests call this)."""
+    records = event.get("Records", [])
+    report = deps.service.process(records)
+    publish(report, deps.count)
+    if report.failures:
+        logger.warning("reporting batch item failures", extra={"failures": len(report.failures), "records": len(records)})
+    return {"batchItemFailures": report.batch_item_failures()}
 
 
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    records = event.get("Records", [])
-    report = service().process(records)
-    publish(report)
-    if report.failures:
-        logger.warning("reporting batch item failures", extra={"failures": len(report.failures), "records": len(records)})
-    return {"batchItemFailures": report.batch_item_failures()}
+    return handle(event, context, deps())

@@ -22,7 +22,7 @@ metrics = Metrics()
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 
-__all__ = ["MetricUnit", "add_dimensioned_metric", "instrumented", "logger", "metrics", "tracer"]
+__all__ = ["MetricUnit", "add_dimensioned_metric", "count_metric", "instrumented", "logger", "metrics", "tracer"]
 
 
 def instrumented(handler: HandlerT) -> HandlerT:
@@ -44,3 +44,8 @@ def add_dimensioned_metric(name: str, value: float, **dimensions: str) -> None:
     with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=metrics.namespace) as metric:
         for dimension, dimension_value in dimensions.items():
             metric.add_dimension(name=dimension, value=dimension_value)
+
+
+def count_metric(name: str, value: int) -> None:
+    """A count on the package's Metrics, flushed when the instrumented handler returns."""
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.requests import (
     InvalidRequest,
     PayloadTooLarge,
@@ -54,7 +55,7 @@ REFUSALS: dict[type[Exception], int] = {PayloadTooLarge: 413, InvalidRequest: 40
 
 def refusal(error: Exception) -> Response[str]:
     status = next(code for kind, code in REFUSALS.items() if isinstance(error, kind))
-    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=contract.METRIC_REQUESTS_REFUSED, unit=MetricUnit.Count, value=1)
     return json_response(status, {"error": str(error)})
 
 
@@ -71,8 +72,10 @@ def request_text(max_bytes: int) -> tuple[str, str | None]:
 def start(submission: Submission) -> tuple[int, dict[str, Any]]:
     started = workflow().start(submission.execution_name, submission.execution_input())
     duplicate = started.outcome == StartOutcome.DUPLICATE
-    metrics.add_metric(name="DuplicateRequests" if duplicate else "ExecutionsStarted", unit=MetricUnit.Count, value=1)
-    metrics.add_metric(name="RowsSubmitted", unit=MetricUnit.Count, value=len(submission.rows))
+    metrics.add_metric(
+        name=contract.METRIC_DUPLICATE_REQUESTS if duplicate else contract.METRIC_EXECUTIONS_STARTED, unit=MetricUnit.Count, value=1
+    )
+    metrics.add_metric(name=contract.METRIC_ROWS_SUBMITTED, unit=MetricUnit.Count, value=len(submission.rows))
     logger.info("submitted", extra={"execution": submission.execution_name, "rows": len(submission.rows), "duplicate": duplicate})
     return (200 if duplicate else 202), {"execution": submission.execution_name, "duplicate": duplicate}
 

@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.api_key import ApiKeyCheck
 from runtime.taxi_etl.settings import AuthorizerSettings
 
@@ -48,7 +49,7 @@ def authorize(event: Mapping[str, Any], check: ApiKeyCheck) -> dict[str, bool]:
     presented = headers.get("authorization") if isinstance(headers, Mapping) else None
     allowed = check.allows(presented if isinstance(presented, str) else None)
     if not allowed:
-        metrics.add_metric(name="RequestsDenied", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.METRIC_REQUESTS_DENIED, unit=MetricUnit.Count, value=1)
         logger.info("request denied", extra={"route": event.get("routeKey"), "key_present": bool(presented)})
     return {"isAuthorized": allowed}
 

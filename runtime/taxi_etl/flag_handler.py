@@ -15,6 +15,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.observability import add_dimensioned_metric, instrumented, logger
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import Phase, parse_flag_request
 from runtime.taxi_etl.phases import flag
 from runtime.taxi_etl.settings import FlagSettings
@@ -43,9 +44,9 @@ def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], f
     outcome = flag(request, status, final)
     # Alarms watch executions per phase; the dashboard splits rows by phase and reason.
     if outcome.flagged:
-        add_dimensioned_metric("ExecutionsFlagged", 1, phase=request.phase.value)
+        add_dimensioned_metric(contract.METRIC_EXECUTIONS_FLAGGED, 1, phase=request.phase.value)
     for detail, rows in outcome.by_detail:
-        add_dimensioned_metric("RowsFlagged", rows, phase=request.phase.value, reason=detail)
+        add_dimensioned_metric(contract.METRIC_ROWS_FLAGGED, rows, phase=request.phase.value, reason=detail)
     logger.info(
         "rows flagged",
         extra={"phase": request.phase.value, "flagged": outcome.flagged, "caught": request.error.name if request.error else None},

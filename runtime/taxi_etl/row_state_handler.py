@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import InvalidRequest
 from runtime.taxi_etl.row_state import parse_row_id, row_state
@@ -49,7 +50,7 @@ def json_response(status: int, body: dict[str, Any]) -> Response[str]:
 
 
 def refusal(error: InvalidRequest) -> Response[str]:
-    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=contract.METRIC_REQUESTS_REFUSED, unit=MetricUnit.Count, value=1)
     return json_response(400, {"error": str(error)})
 
 
@@ -65,7 +66,7 @@ def lookup(store_request_id: str | None, rows: RowReader) -> tuple[int, dict[str
             "StoreRequestId": row_id,
             "error": "no phase has seen this id: it was never accepted, or was accepted moments ago and its execution has not started",
         }
-    metrics.add_metric(name="RowStatesRead", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=contract.METRIC_ROW_STATES_READ, unit=MetricUnit.Count, value=1)
     logger.info("row state read", extra={"StoreRequestId": row_id, "state": state.state.value})
     return 200, state.to_json()
 

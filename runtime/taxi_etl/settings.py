@@ -1,6 +1,6 @@
 """The taxi saga handlers' settings: each handler reads its environment once, validated, frozen.
 
-The names are the ones infra/taxi_etl/construct.py sets; an infra test checks that every
+The names are the contract's (runtime/taxi_etl/contract.py), which infra/taxi_etl/construct.py sets; an infra test checks that every
 synthesized function carries exactly the variables its settings class reads.
 """
 
@@ -10,20 +10,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runtime.shared.settings import SettingsError, int_setting, require_str
-
-ENV_STATUS_TABLE = "STATUS_TABLE"
-ENV_FINAL_TABLE = "FINAL_TABLE"
-ENV_VALIDATION_STATUS_TABLE = "VALIDATION_STATUS_TABLE"
-ENV_TRANSFORMATION_STATUS_TABLE = "TRANSFORMATION_STATUS_TABLE"
-ENV_STORE_STATUS_TABLE = "STORE_STATUS_TABLE"
-ENV_STATE_MACHINE_ARN = "STATE_MACHINE_ARN"
-ENV_WORKFLOW_TYPE = "WORKFLOW_TYPE"
-ENV_BATCH_MAX_LINES = "BATCH_MAX_LINES"
-ENV_BATCH_MAX_BYTES = "BATCH_MAX_BYTES"
-ENV_MAX_LINE_BYTES = "MAX_LINE_BYTES"
-ENV_API_KEY_SECRET_ID = "API_KEY_SECRET_ID"
-ENV_SECRET_CACHE_SECONDS = "SECRET_CACHE_SECONDS"
-ENV_SECRET_REFRESH_FLOOR_SECONDS = "SECRET_REFRESH_FLOOR_SECONDS"
+from runtime.taxi_etl.contract import (
+    ENV_API_KEY_SECRET_ID,
+    ENV_BATCH_MAX_BYTES,
+    ENV_BATCH_MAX_LINES,
+    ENV_FINAL_TABLE,
+    ENV_MAX_LINE_BYTES,
+    ENV_SECRET_CACHE_SECONDS,
+    ENV_SECRET_REFRESH_FLOOR_SECONDS,
+    ENV_STATE_MACHINE_ARN,
+    ENV_STATUS_TABLE,
+    ENV_STORE_STATUS_TABLE,
+    ENV_TRANSFORMATION_STATUS_TABLE,
+    ENV_VALIDATION_STATUS_TABLE,
+    ENV_WORKFLOW_TYPE,
+)
 
 WORKFLOW_TYPES = ("STANDARD", "EXPRESS")
 

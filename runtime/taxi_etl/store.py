@@ -34,13 +34,14 @@ from runtime.shared.dynamo import (
     is_conditional_check_failed,
     to_attributes,
 )
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.trips import Reason, same_trip
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-KEY = "StoreRequestId"
+KEY = contract.KEY_STORE_REQUEST_ID
 RAW_TUPLE = "RawTuple"
 STATUS_REASON = "StatusReason"
 STATUS_DETAIL = "StatusDetail"

@@ -14,6 +14,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.observability import MetricUnit, add_dimensioned_metric, instrumented, metrics
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phases import run_store
 from runtime.taxi_etl.settings import StoreSettings
@@ -33,11 +34,11 @@ def tables() -> tuple[DynamoStatusTable, DynamoFinalTable]:
 
 def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTable) -> dict[str, Any]:
     report = run_store(parse_rows(event), status, final)
-    metrics.add_metric(name="RowsStored", unit=MetricUnit.Count, value=report.stored)
-    metrics.add_metric(name="RowsAlreadyStored", unit=MetricUnit.Count, value=report.already_stored)
+    metrics.add_metric(name=contract.METRIC_ROWS_STORED, unit=MetricUnit.Count, value=report.stored)
+    metrics.add_metric(name=contract.METRIC_ROWS_ALREADY_STORED, unit=MetricUnit.Count, value=report.already_stored)
     # Real trips stored with something odd about them, by finding: the dashboard's data-quality graph.
     for finding, rows in report.findings:
-        add_dimensioned_metric("RowsStoredWithFinding", rows, finding=finding.value)
+        add_dimensioned_metric(contract.METRIC_ROWS_STORED_WITH_FINDING, rows, finding=finding.value)
     return report.result.to_json()
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.observability import MetricUnit, instrumented, metrics
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phases import run_transformation
 from runtime.taxi_etl.settings import PhaseSettings
@@ -29,8 +30,8 @@ def status_table() -> DynamoStatusTable:
 
 def handle_transformation(event: Mapping[str, Any], status: StatusTable) -> dict[str, Any]:
     result = run_transformation(parse_rows(event), status)
-    metrics.add_metric(name="RowsTransformed", unit=MetricUnit.Count, value=len(result.passed))
-    metrics.add_metric(name="RowsRejectedByTransformation", unit=MetricUnit.Count, value=len(result.rejected))
+    metrics.add_metric(name=contract.METRIC_ROWS_TRANSFORMED, unit=MetricUnit.Count, value=len(result.passed))
+    metrics.add_metric(name=contract.METRIC_ROWS_REJECTED_BY_TRANSFORMATION, unit=MetricUnit.Count, value=len(result.rejected))
     return result.to_json()
 
 

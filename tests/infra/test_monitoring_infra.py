@@ -145,7 +145,7 @@ STREAM_FAILURE_QUEUE = "EventLogStreamFailureQueue2D32FEEA"
 # The pending check's own variables (runtime/event_log/settings.py, PendingCheckSettings); the
 # snapshot queue's URL only when config.event_log.resend_stuck_snapshots is on (the default).
 PENDING_CHECK_ENV_NAMES = {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_STUCK_SNAPSHOTS"}
-PENDING_CHECK_RESEND_ENV_NAMES = {"SNAPSHOT_QUEUE_URL"}
+PENDING_CHECK_RESEND_ENV_NAMES = {"SNAPSHOT_QUEUE_URL", "MAX_CLAIMS_TO_RESEND"}
 SQS_SEND = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -873,6 +873,7 @@ def test_pending_check_environment_is_exactly_what_its_settings_read(event_log_j
         lease_seconds=config.event_log.lease_seconds, stuck_after_seconds=config.event_log.stuck_after_seconds
     )
     assert settings.resend_queue_url == "dummy-snapshot_queue_url"
+    assert settings.max_claims_to_resend == 2 * config.event_log.snapshot_max_receives
 
 
 def test_a_check_with_re_sending_off_gets_no_queue(variant_templates: dict[str, dict[str, Any]]) -> None:

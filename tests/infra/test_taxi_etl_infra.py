@@ -1086,15 +1086,20 @@ def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(templ
     assert set(resources_of_type(template_json, "AWS::Logs::LogGroup")) == log_groups | {STATE_MACHINE_LOGS, API_ACCESS_LOGS}
 
 
-def test_handler_paths_are_the_constructs_constants() -> None:
-    # Given the handler paths written out here and the construct's constants
+def test_handler_paths_are_the_contracts_constants() -> None:
+    # Given the handler paths written out here, the contract's constants and the construct's
     from infra.taxi_etl import construct as taxi_etl
+    from runtime.taxi_etl import contract
+    from runtime.taxi_etl.models import Phase, PhaseInputError
 
     # When they are compared
     # Then they are the same, so the functions found above are the ones the construct means
-    assert taxi_etl.HANDLERS == PHASE_HANDLERS
-    assert (taxi_etl.FLAG_HANDLER, taxi_etl.API_HANDLER, taxi_etl.AUTHORIZER_HANDLER) == (FLAG, API, AUTHORIZER)
+    assert contract.PHASE_HANDLERS == PHASE_HANDLERS
+    assert (contract.HANDLER_FLAG, contract.HANDLER_API, contract.HANDLER_AUTHORIZER) == (FLAG, API, AUTHORIZER)
     assert taxi_etl.LAMBDA_SERVICE_ERRORS == LAMBDA_SERVICE_ERRORS
+    # and the contract's phases and error name are the runtime's (the state machine's Retry names the error class)
+    assert tuple(phase.value.title() for phase in Phase) == contract.PHASES
+    assert PhaseInputError.__name__ == contract.ERROR_PHASE_INPUT
 
 
 # --- 8. the secret and the outputs ---------------------------------------------------------------

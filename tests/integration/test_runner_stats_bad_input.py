@@ -123,6 +123,9 @@ def test_a_batch_mixing_good_and_bad_records(world: RunnerStatsWorld) -> None:
     assert [m.sequence_id for m in run_b.archived] == [1, 2]
     assert run_b.total_meters == Decimal("150.5") and run_b.total_seconds == Decimal(60)
     assert view.tendencies == {3000: (3091019, "good job", None, None), 3001: (77, "fine", None, None)}
+    # And the entry point counted what it did, as its metrics (7 good messages applied, every bad record rejected)
+    assert world.counts["AcceptedMessages"] == 7
+    assert world.counts["RejectedRecords"] == len(expected)
 
 
 def test_redelivering_the_mixed_batch_changes_nothing(world: RunnerStatsWorld) -> None:

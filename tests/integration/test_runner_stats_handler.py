@@ -21,7 +21,7 @@ from devtools.template_resources import Template
 from runtime.runner_stats import handler as handler_module
 from runtime.runner_stats.models import RunKey
 from runtime.runner_stats.store import DynamoRunStatsStore
-from runtime.shared import dynamo, observability
+from runtime.shared import observability
 from tests.events.loader import load_event
 
 RUN = RunKey(3000, 3091019)
@@ -29,8 +29,8 @@ BASE_TS = 1_509_547_364_734
 
 
 def clear_cold_start_caches() -> None:
-    """Forget the settings, service and client built at a 'cold start' (another test's environment)."""
-    for cached in (getattr(handler_module, "settings", None), handler_module.service, dynamo.default_client):
+    """Forget the settings and the pipeline built at a 'cold start' (another test's environment)."""
+    for cached in (getattr(handler_module, "settings", None), handler_module.deps):
         if cached is not None:
             cached.cache_clear()
 

@@ -1,0 +1,83 @@
+"""The taxi ETL saga's contract: every name that crosses layers (infra, runtime, ops, devtools,
+benchmarks, tests), defined once. Constants only; it imports nothing from the project."""
+
+from __future__ import annotations
+
+from typing import Final
+
+HANDLER_VALIDATE: Final = "runtime.taxi_etl.validate_handler.handler"
+HANDLER_TRANSFORM: Final = "runtime.taxi_etl.transform_handler.handler"
+HANDLER_STORE: Final = "runtime.taxi_etl.store_handler.handler"
+HANDLER_FLAG: Final = "runtime.taxi_etl.flag_handler.handler"
+HANDLER_API: Final = "runtime.taxi_etl.api_handler.handler"
+HANDLER_ROW_STATE: Final = "runtime.taxi_etl.row_state_handler.handler"
+HANDLER_AUTHORIZER: Final = "runtime.taxi_etl.authorizer_handler.handler"
+
+# The saga's phases as the state machine and the stack outputs name them (runtime.taxi_etl.models.Phase, title-cased).
+PHASE_VALIDATION: Final = "Validation"
+PHASE_TRANSFORMATION: Final = "Transformation"
+PHASE_STORE: Final = "Store"
+PHASES: Final = (PHASE_VALIDATION, PHASE_TRANSFORMATION, PHASE_STORE)
+PHASE_HANDLERS: Final = {PHASE_VALIDATION: HANDLER_VALIDATE, PHASE_TRANSFORMATION: HANDLER_TRANSFORM, PHASE_STORE: HANDLER_STORE}
+
+# POWERTOOLS_SERVICE_NAME of each function, the `service` dimension of its metrics.
+SERVICE_VALIDATE: Final = "taxi-etl-validation"
+SERVICE_TRANSFORM: Final = "taxi-etl-transformation"
+SERVICE_STORE: Final = "taxi-etl-store"
+SERVICE_FLAG: Final = "taxi-etl-flag"
+SERVICE_API: Final = "taxi-etl-api"
+SERVICE_ROW_STATE: Final = "taxi-etl-row-state"
+SERVICE_AUTHORIZER: Final = "taxi-etl-authorizer"
+PHASE_SERVICES: Final = {PHASE_VALIDATION: SERVICE_VALIDATE, PHASE_TRANSFORMATION: SERVICE_TRANSFORM, PHASE_STORE: SERVICE_STORE}
+
+# The functions' environment (runtime/taxi_etl/settings.py reads them; the construct sets them).
+ENV_STATUS_TABLE: Final = "STATUS_TABLE"
+ENV_FINAL_TABLE: Final = "FINAL_TABLE"
+ENV_VALIDATION_STATUS_TABLE: Final = "VALIDATION_STATUS_TABLE"
+ENV_TRANSFORMATION_STATUS_TABLE: Final = "TRANSFORMATION_STATUS_TABLE"
+ENV_STORE_STATUS_TABLE: Final = "STORE_STATUS_TABLE"
+ENV_STATE_MACHINE_ARN: Final = "STATE_MACHINE_ARN"
+ENV_WORKFLOW_TYPE: Final = "WORKFLOW_TYPE"
+ENV_BATCH_MAX_LINES: Final = "BATCH_MAX_LINES"
+ENV_BATCH_MAX_BYTES: Final = "BATCH_MAX_BYTES"
+ENV_MAX_LINE_BYTES: Final = "MAX_LINE_BYTES"
+ENV_API_KEY_SECRET_ID: Final = "API_KEY_SECRET_ID"
+ENV_SECRET_CACHE_SECONDS: Final = "SECRET_CACHE_SECONDS"
+ENV_SECRET_REFRESH_FLOOR_SECONDS: Final = "SECRET_REFRESH_FLOOR_SECONDS"
+
+# The handlers' EMF counts (namespace from the Lambda factory, dimension `service`, plus their own where named).
+METRIC_ROWS_VALIDATED: Final = "RowsValidated"
+METRIC_ROWS_REJECTED_BY_VALIDATION: Final = "RowsRejectedByValidation"
+METRIC_ROWS_TRANSFORMED: Final = "RowsTransformed"
+METRIC_ROWS_REJECTED_BY_TRANSFORMATION: Final = "RowsRejectedByTransformation"
+METRIC_ROWS_STORED: Final = "RowsStored"
+METRIC_ROWS_ALREADY_STORED: Final = "RowsAlreadyStored"
+METRIC_ROWS_STORED_WITH_FINDING: Final = "RowsStoredWithFinding"  # dimension `finding`
+METRIC_EXECUTIONS_FLAGGED: Final = "ExecutionsFlagged"  # dimension `phase`
+METRIC_ROWS_FLAGGED: Final = "RowsFlagged"  # dimensions `phase`, `reason`
+METRIC_REQUESTS_DENIED: Final = "RequestsDenied"
+METRIC_REQUESTS_REFUSED: Final = "RequestsRefused"
+METRIC_DUPLICATE_REQUESTS: Final = "DuplicateRequests"
+METRIC_EXECUTIONS_STARTED: Final = "ExecutionsStarted"
+METRIC_ROWS_SUBMITTED: Final = "RowsSubmitted"
+METRIC_ROW_STATES_READ: Final = "RowStatesRead"
+
+# Every table's key: the status tables and the trips table are keyed by the row's id.
+KEY_STORE_REQUEST_ID: Final = "StoreRequestId"
+ROUTE_TRIP: Final = "/trips"  # one CSV line
+ROUTE_TRIP_BATCH: Final = "/trips/batch"  # a batch of lines
+ROUTE_ROW_STATE: Final = "/trips/{StoreRequestId}"  # what became of one row
+# The error a phase raises for input that is not rows; the state machine never retries it.
+ERROR_PHASE_INPUT: Final = "PhaseInputError"
+
+# Stack outputs (what ops/ reads from the deployed stack); each phase's status table is "<Phase>StatusTableName".
+OUTPUT_DASHBOARD: Final = "DashboardName"
+OUTPUT_API_URL: Final = "ApiUrl"
+OUTPUT_API_KEY_SECRET_ARN: Final = "ApiKeySecretArn"
+OUTPUT_STATE_MACHINE_ARN: Final = "StateMachineArn"
+OUTPUT_TRIPS_TABLE: Final = "TripsTableName"
+OUTPUT_STATUS_TABLES: Final = {
+    PHASE_VALIDATION: "ValidationStatusTableName",
+    PHASE_TRANSFORMATION: "TransformationStatusTableName",
+    PHASE_STORE: "StoreStatusTableName",
+}
