@@ -9,6 +9,7 @@ Retry's wait is recorded instead of slept, so a test reads the end state right a
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import os
@@ -21,15 +22,13 @@ from unittest import mock
 
 from devtools.lambda_context import FakeLambdaContext
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from runtime.shared.aws import Clients
 from runtime.shared.observability import metrics
 from runtime.taxi_etl import contract as taxi_etl_contract
-from runtime.taxi_etl.flag_handler import handle_flag
+from runtime.taxi_etl import flag_handler, store_handler, transform_handler, validate_handler, wiring
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.settings import FlagSettings, PhaseSettings, StoreSettings
-from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusTable
-from runtime.taxi_etl.store_handler import handle_store
-from runtime.taxi_etl.transform_handler import handle_transformation
-from runtime.taxi_etl.validate_handler import handle_validation
+from runtime.taxi_etl.store import DynamoStatusTable
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -92,6 +91,8 @@ class TaxiWorld:
     secrets: Any
     state_machine_arn: str
     secret_arn: str
+    # The API function's own Step Functions client (faults attach here, as to the deployed function's).
+    api_stepfunctions: Any = field(default_factory=lambda: client("stepfunctions"))
     routes: dict[str, Invoke] = field(default_factory=dict)  # function logical id -> in-process handler
     invocations: Invocations = field(default_factory=Invocations)
     retry_waits: list[float] = field(default_factory=list)  # the Retry waits moto skipped (from embedded_saga_cloud)
@@ -124,21 +125,18 @@ class TaxiWorld:
         return self.cloud.function_environment(handler)
 
     def _route_tasks(self) -> None:
-        validate = PhaseSettings.from_env(self.environment(VALIDATE_HANDLER))
-        transform = PhaseSettings.from_env(self.environment(TRANSFORM_HANDLER))
-        store = StoreSettings.from_env(self.environment(STORE_HANDLER))
-        flagging = FlagSettings.from_env(self.environment(FLAG_HANDLER))
-        status: dict[Phase, StatusTable] = {
-            Phase.VALIDATION: self.status_table(flagging.validation_table),
-            Phase.TRANSFORMATION: self.status_table(flagging.transformation_table),
-            Phase.STORE: self.status_table(flagging.store_table),
-        }
-        final = DynamoFinalTable(store.final_table, client=self.dynamodb)
+        # Each task goes to its real entry point, built through the wiring on this world's client.
+        clients = Clients(dynamodb=self.dynamodb)
+        validate = wiring.build(PhaseSettings.from_env(self.environment(VALIDATE_HANDLER)), clients)
+        transform = wiring.build(PhaseSettings.from_env(self.environment(TRANSFORM_HANDLER)), clients)
+        store = wiring.build(StoreSettings.from_env(self.environment(STORE_HANDLER)), clients)
+        flagging = wiring.build(FlagSettings.from_env(self.environment(FLAG_HANDLER)), clients)
+        context = FakeLambdaContext()
         handlers: dict[str, Invoke] = {
-            VALIDATE_HANDLER: lambda event: handle_validation(event, self.status_table(validate.status_table)),
-            TRANSFORM_HANDLER: lambda event: handle_transformation(event, self.status_table(transform.status_table)),
-            STORE_HANDLER: lambda event: handle_store(event, self.status_table(store.status_table), final),
-            FLAG_HANDLER: lambda event: handle_flag(event, status, DynamoFinalTable(flagging.final_table, client=self.dynamodb)),
+            VALIDATE_HANDLER: lambda event: validate_handler.handle(event, context, validate),
+            TRANSFORM_HANDLER: lambda event: transform_handler.handle(event, context, transform),
+            STORE_HANDLER: lambda event: store_handler.handle(event, context, store),
+            FLAG_HANDLER: lambda event: flag_handler.handle(event, context, flagging),
         }
         self.routes = {find_function(self.template, handler): self._observed(handler, invoke) for handler, invoke in handlers.items()}
 
@@ -219,14 +217,19 @@ class TaxiWorld:
     @contextmanager
     def serving_api(self) -> Iterator[None]:
         """The API function's synthesized environment, and its cold-start caches emptied around it."""
-        from runtime.taxi_etl import api_handler, workflow
+        from runtime.taxi_etl import api_handler
 
         def cold_start() -> None:
-            for cached in (api_handler.settings, api_handler.workflow, workflow.default_client):
+            for cached in (api_handler.settings, api_handler.deps):
                 cached.cache_clear()
 
         cold_start()
         environment = self.environment(API_HANDLER)
+        # The deployed entry point builds its pipeline through the wiring, on the API's own client.
+        built = api_handler.deps
+        api_handler.deps = functools.cache(  # type: ignore[method-assign]
+            lambda: wiring.build(api_handler.settings(), Clients(stepfunctions=self.api_stepfunctions))
+        )
         namespace = metrics.namespace  # read by Powertools at import; the function's own is set here
         metrics.namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
         try:
@@ -234,6 +237,7 @@ class TaxiWorld:
                 yield
         finally:
             metrics.namespace = namespace
+            api_handler.deps = built  # type: ignore[method-assign]
             cold_start()
             metrics.clear_metrics()
 
@@ -253,7 +257,7 @@ class TaxiWorld:
         with that function's synthesized environment and a cold start."""
         from runtime.taxi_etl import row_state_handler
 
-        for cached in (row_state_handler.settings, row_state_handler.reader):
+        for cached in (row_state_handler.settings, row_state_handler.deps):
             cached.cache_clear()
         path = f"/trips/{store_request_id}"
         event = http_api_event(
@@ -263,7 +267,7 @@ class TaxiWorld:
             with mock.patch.dict(os.environ, self.environment(ROW_STATE_HANDLER)):
                 response = row_state_handler.handler(event, FakeLambdaContext())  # type: ignore[arg-type]
         finally:
-            for cached in (row_state_handler.settings, row_state_handler.reader):
+            for cached in (row_state_handler.settings, row_state_handler.deps):
                 cached.cache_clear()
             metrics.clear_metrics()
         return int(response["statusCode"]), json.loads(response["body"])

@@ -215,7 +215,9 @@ class Redriver:
             import boto3
 
             client = self._stepfunctions or boto3.client("stepfunctions")
-            self._workflow = StepFunctionsWorkflow.for_state_machine(self.resources.state_machine_arn, client=client)
+            # Ask the deployed state machine its type: only Standard deduplicates starts.
+            kind = client.describe_state_machine(stateMachineArn=self.resources.state_machine_arn)["type"]
+            self._workflow = StepFunctionsWorkflow(self.resources.state_machine_arn, deduplicates=kind == "STANDARD", client=client)
         return self._workflow
 
     @property

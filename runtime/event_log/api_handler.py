@@ -19,8 +19,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract
-from runtime.event_log.objects import S3Objects
+from runtime.event_log import contract, wiring
 from runtime.event_log.parsing import (
     InvalidRequest,
     parse_after,
@@ -31,9 +30,10 @@ from runtime.event_log.parsing import (
     parse_position,
     parse_request_id,
 )
-from runtime.event_log.service import AppendConflict, EventLogService, PayloadAlreadyUploaded, PayloadNotUploaded, RequestMismatch
+from runtime.event_log.service import AppendConflict, PayloadAlreadyUploaded, PayloadNotUploaded, RequestMismatch
 from runtime.event_log.settings import ApiSettings
-from runtime.event_log.store import DynamoLogStore
+from runtime.event_log.wiring import ApiDeps
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 app = APIGatewayHttpResolver()
@@ -46,14 +46,14 @@ def settings() -> ApiSettings:
 
 
 @functools.cache
-def objects() -> S3Objects:
-    return S3Objects(settings().bucket)
-
-
-@functools.cache
-def service() -> EventLogService:
+def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return EventLogService(DynamoLogStore(settings().log_table), objects(), settings().options)
+    return wiring.build(settings(), Clients())
+
+
+def current() -> ApiDeps:
+    """The dependencies of the request being resolved (handle() appends them to the resolver's context)."""
+    return app.context["deps"]  # type: ignore[no-any-return]
 
 
 def json_response(status: int, body: dict[str, Any]) -> Response[str]:
@@ -68,7 +68,7 @@ def request_body() -> dict[str, Any]:
             raw = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as err:
             raise InvalidRequest("the request body is not valid base64") from err
-    return parse_json_object(raw, max_bytes=settings().max_body_bytes)
+    return parse_json_object(raw, max_bytes=current().settings.max_body_bytes)
 
 
 # Each expected refusal, its HTTP status and the metric that counts it.
@@ -97,8 +97,8 @@ for _refused in REFUSALS:
 
 @app.post("/logs/<log_id>/entries")
 def append_entry(log_id: str) -> Response[str]:
-    request = parse_append(log_id, request_body(), max_value_bytes=settings().max_value_bytes)
-    result = service().append(request)
+    request = parse_append(log_id, request_body(), max_value_bytes=current().settings.max_value_bytes)
+    result = current().service.append(request)
     metrics.add_metric(
         name=contract.METRIC_DUPLICATE_APPENDS if result.duplicate else contract.METRIC_APPENDS, unit=MetricUnit.Count, value=1
     )
@@ -108,14 +108,14 @@ def append_entry(log_id: str) -> Response[str]:
 @app.post("/logs/<log_id>/payloads")
 def create_payload(log_id: str) -> Response[str]:
     body = request_body()
-    upload = service().create_upload(parse_log_id(log_id), parse_request_id(body.get("request_id")))
+    upload = current().service.create_upload(parse_log_id(log_id), parse_request_id(body.get("request_id")))
     return json_response(200, upload)
 
 
 @app.post("/logs/<log_id>/payloads/complete")
 def complete_payload(log_id: str) -> Response[str]:
     body = request_body()
-    result = service().complete_upload(
+    result = current().service.complete_upload(
         parse_log_id(log_id), parse_request_id(body.get("request_id")), parse_position(body.get("position")), parse_cell(body.get("cell"))
     )
     metrics.add_metric(
@@ -127,13 +127,18 @@ def complete_payload(log_id: str) -> Response[str]:
 @app.get("/logs/<log_id>/snapshot")
 def latest_snapshot(log_id: str) -> Response[str]:
     after = parse_after(app.current_event.get_query_string_value("after"))
-    page = service().read_latest(parse_log_id(log_id), objects(), settings().read_page_limit, after)
+    page = current().service.read_latest(parse_log_id(log_id), current().objects, current().settings.read_page_limit, after)
     if page is None:
         return json_response(404, {"error": f"log {log_id} has no entries"})
     return json_response(200, page)
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: ApiDeps) -> dict[str, Any]:
+    logger.debug("request", extra={"route": event.get("routeKey")})
+    app.append_context(deps=deps)  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
+    return app.resolve(event, context)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    logger.debug("request", extra={"route": event.get("routeKey")})
-    return app.resolve(event, context)
+    return handle(event, context, deps())

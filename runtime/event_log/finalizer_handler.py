@@ -9,12 +9,14 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract
+from runtime.event_log import contract, wiring
 from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.objects import MessageQueue, PayloadObjects, S3Objects, SqsQueue
+from runtime.event_log.objects import MessageQueue, PayloadObjects
 from runtime.event_log.settings import FinalizerSettings
 from runtime.event_log.side_effects import finalize_payload
 from runtime.event_log.sqs_batch import process_batch
+from runtime.event_log.wiring import FinalizerDeps
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, metrics
 
 
@@ -25,13 +27,9 @@ def settings() -> FinalizerSettings:
 
 
 @functools.cache
-def objects() -> S3Objects:
-    return S3Objects(settings().bucket)
-
-
-@functools.cache
-def queue() -> SqsQueue:
-    return SqsQueue()
+def deps() -> FinalizerDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
 def handle_payload_event(event: Mapping[str, Any], payloads: PayloadObjects, messages: MessageQueue, queue_url: str) -> dict[str, Any]:
@@ -43,6 +41,10 @@ def handle_payload_event(event: Mapping[str, Any], payloads: PayloadObjects, mes
     return {"batchItemFailures": process_batch(list(event.get("Records", [])), SideEffect.FINALIZE_PAYLOAD, messages, queue_url, finalize)}
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: FinalizerDeps) -> dict[str, Any]:
+    return handle_payload_event(event, deps.objects, deps.queue, deps.settings.queue_url)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_payload_event(event, objects(), queue(), settings().queue_url)
+    return handle(event, context, deps())

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract
+from runtime.event_log import contract, wiring
 from runtime.event_log.models import PendingSnapshot, SideEffectMessage
-from runtime.event_log.objects import MessageQueue, SqsQueue
+from runtime.event_log.objects import MessageQueue
 from runtime.event_log.pending_check import PendingReport, PendingStatus, check, format_duration, recovery_messages
 from runtime.event_log.settings import PendingCheckSettings
-from runtime.event_log.store import DynamoPendingStore
+from runtime.event_log.wiring import PendingCheckDeps
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 MAX_LOGGED = 100  # stuck rows logged one by one per run; the count is always exact
@@ -38,17 +38,9 @@ def settings() -> PendingCheckSettings:
 
 
 @functools.cache
-def store() -> DynamoPendingStore:
-    return DynamoPendingStore(settings().pending_table)
-
-
-@functools.cache
-def queue() -> SqsQueue:
-    return SqsQueue()
-
-
-def clock() -> float:
-    return time.time()
+def deps() -> PendingCheckDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
 def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: float, messages: MessageQueue | None) -> PendingReport:
@@ -92,8 +84,11 @@ def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: f
     return report
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: PendingCheckDeps) -> dict[str, Any]:
+    report = run_pending_check(deps.store, deps.settings, deps.clock(), deps.queue)
+    return {"pending": len(report.views), "stuck": len(report.stuck), "oldest_age_seconds": round(report.oldest_age_seconds, 3)}
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    config = settings()
-    report = run_pending_check(store(), config, clock(), queue() if config.resend_queue_url else None)
-    return {"pending": len(report.views), "stuck": len(report.stuck), "oldest_age_seconds": round(report.oldest_age_seconds, 3)}
+    return handle(event, context, deps())

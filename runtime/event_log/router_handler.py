@@ -8,10 +8,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract
-from runtime.event_log.objects import SqsQueue
+from runtime.event_log import contract, wiring
 from runtime.event_log.settings import RouterSettings
-from runtime.event_log.side_effects import StreamRouter
+from runtime.event_log.wiring import RouterDeps
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 
@@ -22,15 +22,20 @@ def settings() -> RouterSettings:
 
 
 @functools.cache
-def router() -> StreamRouter:
-    return StreamRouter(SqsQueue(), settings().queues)
+def deps() -> RouterDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
-@instrumented
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handle(event: dict[str, Any], context: LambdaContext, deps: RouterDeps) -> dict[str, Any]:
     records = event.get("Records", [])
-    report = router().route(records)
+    report = deps.router.route(records)
     metrics.add_metric(name=contract.METRIC_SIDE_EFFECTS_SENT, unit=MetricUnit.Count, value=report.sent)
     if report.failures:
         logger.warning("reporting batch item failures", extra={"failures": len(report.failures), "records": len(records)})
     return {"batchItemFailures": report.batch_item_failures()}
+
+
+@instrumented
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle(event, context, deps())

@@ -9,13 +9,14 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract
+from runtime.event_log import contract, wiring
 from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.objects import MessageQueue, S3Objects, SqsQueue
+from runtime.event_log.objects import MessageQueue
 from runtime.event_log.settings import WorkerSettings
 from runtime.event_log.snapshots import SnapshotWorker
 from runtime.event_log.sqs_batch import process_batch
-from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
+from runtime.event_log.wiring import WorkerDeps
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 
@@ -26,16 +27,9 @@ def settings() -> WorkerSettings:
 
 
 @functools.cache
-def queue() -> SqsQueue:
-    return SqsQueue()
-
-
-def worker() -> SnapshotWorker:
-    """A fresh worker per invocation (it counts its own progress); clients are cached."""
-    config = settings()
-    return SnapshotWorker(
-        DynamoLogStore(config.log_table), DynamoPendingStore(config.pending_table), S3Objects(config.bucket), queue(), config.options
-    )
+def deps() -> WorkerDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
 def handle_snapshot_event(
@@ -58,6 +52,10 @@ def handle_snapshot_event(
     return {"batchItemFailures": failures}
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: WorkerDeps) -> dict[str, Any]:
+    return handle_snapshot_event(event, context, deps.worker(), deps.queue, deps.settings.options.queue_url)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_snapshot_event(event, context, worker(), queue(), settings().options.queue_url)
+    return handle(event, context, deps())

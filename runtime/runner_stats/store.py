@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from botocore.exceptions import ClientError
 
+from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID
 from runtime.runner_stats.models import (
     ArchiveChunk,
     ArchivedMessage,
@@ -30,6 +31,7 @@ from runtime.runner_stats.models import (
     TendencySlot,
     UserTendency,
 )
+from runtime.shared.aws import batch_get_all
 from runtime.shared.consistency import VersionConflict, VersionGuard
 from runtime.shared.dynamo import (
     ItemAttributes,
@@ -47,8 +49,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import PutTypeDef
 
 RUN_STATS_PROJECTION = ("user_id", "run_id", "total_meters", "total_seconds", "first_ts", "last_ts", "message_count")
-_BATCH_GET_LIMIT = 100
-_UNPROCESSED_ROUNDS = 8
 
 
 class RunStatsStore(Protocol):
@@ -191,24 +191,10 @@ class DynamoRunStatsStore:
 
     def load_contexts(self, keys: Sequence[RunKey]) -> dict[RunKey, RunContext]:
         contexts = {key: RunContext(key) for key in keys}
-        for start in range(0, len(keys), _BATCH_GET_LIMIT):
-            request: dict[str, Any] = {
-                self._tables.run_stats: {
-                    "Keys": [to_attributes({"user_id": k.user_id, "run_id": k.run_id}) for k in keys[start : start + _BATCH_GET_LIMIT]],
-                    "ConsistentRead": True,
-                }
-            }
-            for round_number in range(_UNPROCESSED_ROUNDS):
-                response = self.client.batch_get_item(RequestItems=request)
-                for raw in response.get("Responses", {}).get(self._tables.run_stats, []):
-                    context = context_from_item(from_attributes(raw))
-                    contexts[context.key] = context
-                request = dict(response.get("UnprocessedKeys") or {})
-                if not request:
-                    break
-                self._sleep(min(0.05 * 2**round_number, 1.0))
-            else:
-                raise RuntimeError("BatchGetItem left keys unprocessed after repeated retries")
+        wanted = [to_attributes({KEY_USER_ID: key.user_id, KEY_RUN_ID: key.run_id}) for key in keys]
+        for item in batch_get_all(self.client, {self._tables.run_stats: wanted}, sleep=self._sleep)[self._tables.run_stats]:
+            context = context_from_item(item)
+            contexts[context.key] = context
         return contexts
 
     def load_context(self, key: RunKey) -> RunContext:
@@ -322,16 +308,6 @@ class DynamoRunStatsStore:
         return item
 
     # --- readers (documented projection; used by tools, the demo and tests) --------------------
-
-    def read_run_stats(self, key: RunKey) -> dict[str, Any] | None:
-        response = self.client.get_item(
-            TableName=self._tables.run_stats,
-            Key=to_attributes({"user_id": key.user_id, "run_id": key.run_id}),
-            ProjectionExpression=", ".join(RUN_STATS_PROJECTION),
-            ConsistentRead=True,  # so a reader never sees a total go down between two reads
-        )
-        item = response.get("Item")
-        return from_attributes(item) if item else None
 
     def archived_sequences(self, context: RunContext) -> frozenset[int]:
         """The sequences the run's archive holds (read on the rare path below its forgotten closed ranges)."""

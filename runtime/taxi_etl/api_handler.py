@@ -16,8 +16,9 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract
+from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.requests import (
     InvalidRequest,
     PayloadTooLarge,
@@ -28,7 +29,8 @@ from runtime.taxi_etl.requests import (
     parse_single,
 )
 from runtime.taxi_etl.settings import ApiSettings
-from runtime.taxi_etl.workflow import RequestConflict, StartOutcome, StepFunctionsWorkflow
+from runtime.taxi_etl.wiring import ApiDeps
+from runtime.taxi_etl.workflow import RequestConflict, StartOutcome
 
 app = APIGatewayHttpResolver()
 
@@ -40,9 +42,14 @@ def settings() -> ApiSettings:
 
 
 @functools.cache
-def workflow() -> StepFunctionsWorkflow:
+def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return StepFunctionsWorkflow(settings().state_machine_arn, deduplicates=settings().deduplicates_starts)
+    return wiring.build(settings(), Clients())
+
+
+def current() -> ApiDeps:
+    """The dependencies of the request being resolved (handle() appends them to the resolver's context)."""
+    return app.context["deps"]  # type: ignore[no-any-return]
 
 
 def json_response(status: int, body: dict[str, Any]) -> Response[str]:
@@ -70,7 +77,7 @@ def request_text(max_bytes: int) -> tuple[str, str | None]:
 
 
 def start(submission: Submission) -> tuple[int, dict[str, Any]]:
-    started = workflow().start(submission.execution_name, submission.execution_input())
+    started = current().workflow.start(submission.execution_name, submission.execution_input())
     duplicate = started.outcome == StartOutcome.DUPLICATE
     metrics.add_metric(
         name=contract.METRIC_DUPLICATE_REQUESTS if duplicate else contract.METRIC_EXECUTIONS_STARTED, unit=MetricUnit.Count, value=1
@@ -82,7 +89,7 @@ def start(submission: Submission) -> tuple[int, dict[str, Any]]:
 
 @app.post("/trips")
 def submit_trip() -> Response[str]:
-    config = settings()
+    config = current().settings
     text, key = request_text(config.max_line_bytes + 2)  # one line and its CRLF
     submission = parse_single(text, key, max_line_bytes=config.max_line_bytes)
     status, body = start(submission)
@@ -91,7 +98,7 @@ def submit_trip() -> Response[str]:
 
 @app.post("/trips/batch")
 def submit_batch() -> Response[str]:
-    config = settings()
+    config = current().settings
     text, key = request_text(config.batch_max_bytes)
     submission = parse_batch(text, key, max_lines=config.batch_max_lines, max_line_bytes=config.max_line_bytes)
     status, body = start(submission)
@@ -99,6 +106,11 @@ def submit_batch() -> Response[str]:
     return json_response(status, {"StoreRequestIds": ids, "skippedHeader": submission.skipped_header, **body})
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: ApiDeps) -> dict[str, Any]:
+    app.append_context(deps=deps)  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
+    return app.resolve(event, context)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return handle(event, context, deps())

@@ -10,13 +10,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract
+from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.api_key import ApiKeyCheck
 from runtime.taxi_etl.settings import AuthorizerSettings
+from runtime.taxi_etl.wiring import AuthorizerDeps
 
 
 @functools.cache
@@ -25,23 +26,10 @@ def settings() -> AuthorizerSettings:
     return AuthorizerSettings.from_env(os.environ)
 
 
-def key_check(provider: SecretsProvider, config: AuthorizerSettings) -> ApiKeyCheck:
-    def fetch(force: bool) -> str:
-        value = provider.get(config.secret_id, max_age=config.cache_seconds, force_fetch=force)
-        return value if isinstance(value, str) else ""
-
-    return ApiKeyCheck(fetch, refresh_floor_seconds=config.refresh_floor_seconds)
-
-
 @functools.cache
-def secrets_provider() -> SecretsProvider:
-    """Built on the first invocation (cold start): its cache lives as long as the execution environment."""
-    return SecretsProvider()
-
-
-@functools.cache
-def api_key_check() -> ApiKeyCheck:
-    return key_check(secrets_provider(), settings())
+def deps() -> AuthorizerDeps:
+    """Built on the first invocation (cold start): the secret's cache lives as long as the execution environment."""
+    return wiring.build(settings(), Clients())
 
 
 def authorize(event: Mapping[str, Any], check: ApiKeyCheck) -> dict[str, bool]:
@@ -54,6 +42,10 @@ def authorize(event: Mapping[str, Any], check: ApiKeyCheck) -> dict[str, bool]:
     return {"isAuthorized": allowed}
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: AuthorizerDeps) -> dict[str, bool]:
+    return authorize(event, deps.check)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, bool]:
-    return authorize(event, api_key_check())
+    return handle(event, context, deps())

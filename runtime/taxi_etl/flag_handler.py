@@ -14,12 +14,14 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared.aws import Clients
 from runtime.shared.observability import add_dimensioned_metric, instrumented, logger
-from runtime.taxi_etl import contract
+from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.models import Phase, parse_flag_request
 from runtime.taxi_etl.phases import flag
 from runtime.taxi_etl.settings import FlagSettings
-from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, FinalTable, StatusTable
+from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.wiring import FlagDeps
 
 
 @functools.cache
@@ -29,14 +31,9 @@ def settings() -> FlagSettings:
 
 
 @functools.cache
-def tables() -> tuple[dict[Phase, StatusTable], DynamoFinalTable]:
-    config = settings()
-    status: dict[Phase, StatusTable] = {
-        Phase.VALIDATION: DynamoStatusTable(config.validation_table),
-        Phase.TRANSFORMATION: DynamoStatusTable(config.transformation_table),
-        Phase.STORE: DynamoStatusTable(config.store_table),
-    }
-    return status, DynamoFinalTable(config.final_table)
+def deps() -> FlagDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
 def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], final: FinalTable) -> dict[str, Any]:
@@ -54,6 +51,10 @@ def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], f
     return outcome.to_json()
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: FlagDeps) -> dict[str, Any]:
+    return handle_flag(event, deps.status, deps.final)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_flag(event, *tables())
+    return handle(event, context, deps())

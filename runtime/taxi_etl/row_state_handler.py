@@ -16,13 +16,14 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract
-from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.requests import InvalidRequest
 from runtime.taxi_etl.row_state import parse_row_id, row_state
 from runtime.taxi_etl.settings import RowStateSettings
-from runtime.taxi_etl.store import DynamoRowReader, RowReader
+from runtime.taxi_etl.store import RowReader
+from runtime.taxi_etl.wiring import RowStateDeps
 
 app = APIGatewayHttpResolver()
 
@@ -34,15 +35,9 @@ def settings() -> RowStateSettings:
 
 
 @functools.cache
-def reader() -> RowReader:
+def deps() -> RowStateDeps:
     """Built on the first invocation (cold start), never at import time."""
-    config = settings()
-    tables = {
-        Phase.VALIDATION: config.validation_table,
-        Phase.TRANSFORMATION: config.transformation_table,
-        Phase.STORE: config.store_table,
-    }
-    return DynamoRowReader(tables, config.final_table)
+    return wiring.build(settings(), Clients())
 
 
 def json_response(status: int, body: dict[str, Any]) -> Response[str]:
@@ -73,9 +68,14 @@ def lookup(store_request_id: str | None, rows: RowReader) -> tuple[int, dict[str
 
 @app.get("/trips/<store_request_id>")
 def get_row_state(store_request_id: str) -> Response[str]:
-    return json_response(*lookup(store_request_id, reader()))
+    return json_response(*lookup(store_request_id, app.context["deps"].reader))
+
+
+def handle(event: dict[str, Any], context: LambdaContext, deps: RowStateDeps) -> dict[str, Any]:
+    app.append_context(deps=deps)  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
+    return app.resolve(event, context)
 
 
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return handle(event, context, deps())

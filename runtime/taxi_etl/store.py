@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from runtime.shared.aws import KeysUnprocessed, batch_get_all
 from runtime.shared.dynamo import (
     cancellation_codes,
     cancelled_item,
@@ -52,8 +53,6 @@ REDRIVEN_FLAG = "RedrivenFlag"
 REDRIVEN_AT = "RedrivenAt"
 REDRIVE_TOKEN = "RedriveToken"
 FIRST_GENERATION = 1  # the API's transaction; a status row without Generation describes it
-BATCH_GET_LIMIT = 100  # DynamoDB's BatchGetItem limit
-UNPROCESSED_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,24 +310,14 @@ def _unchanged(row: StatusRow | None, prefix: str) -> tuple[str, dict[str, str],
 
 
 def _batch_get(client: DynamoDBClient, table: str, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """The items of these ids that exist, read consistently, 100 keys a call."""
-    wanted = sorted(set(store_request_ids))
-    found: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(wanted), BATCH_GET_LIMIT):
-        keys: list[dict[str, Any]] = [to_attributes({KEY: key}) for key in wanted[start : start + BATCH_GET_LIMIT]]
-        for _attempt in range(UNPROCESSED_ATTEMPTS):
-            if not keys:
-                break
-            response = client.batch_get_item(RequestItems={table: {"Keys": keys, "ConsistentRead": True}})
-            for attributes in response.get("Responses", {}).get(table, []):
-                item = from_attributes(attributes)
-                found[str(item[KEY])] = item
-            unprocessed = response.get("UnprocessedKeys") or {}
-            keys = list(unprocessed[table]["Keys"]) if table in unprocessed else []
-        if keys:
-            # The SDK already retried the throttled call; the task fails and the workflow retries it.
-            raise StoreUnavailable(f"{len(keys)} keys stayed unprocessed by BatchGetItem")
-    return found
+    """The items of these ids that exist, read consistently (the shared BatchGetItem policy)."""
+    keys = [to_attributes({KEY: key}) for key in sorted(set(store_request_ids))]
+    try:
+        items = batch_get_all(client, {table: keys})[table]
+    except KeysUnprocessed as error:
+        # The SDK already retried each throttled call; the task fails and the workflow retries it.
+        raise StoreUnavailable(str(error)) from error
+    return {str(item[KEY]): item for item in items}
 
 
 class DynamoFinalTable:
@@ -388,17 +377,10 @@ class DynamoRowReader:
     def read(self, store_request_id: str) -> tuple[dict[Phase, StatusRow | None], dict[str, Any] | None]:
         key = to_attributes({KEY: store_request_id})
         tables = [*self._status_tables.values(), self._final_table]
-        request: dict[str, Any] = {table: {"Keys": [key], "ConsistentRead": True} for table in tables}
-        found: dict[str, dict[str, Any]] = {}
-        for _attempt in range(UNPROCESSED_ATTEMPTS):
-            if not request:
-                break
-            response = self.client.batch_get_item(RequestItems=request)
-            for table, items in response.get("Responses", {}).items():
-                for attributes in items:
-                    found[table] = from_attributes(attributes)
-            request = dict(response.get("UnprocessedKeys") or {})
-        if request:
-            raise StoreUnavailable(f"{len(request)} of the row's tables stayed unprocessed by BatchGetItem")
+        try:
+            read = batch_get_all(self.client, {table: [key] for table in tables})
+        except KeysUnprocessed as error:
+            raise StoreUnavailable(str(error)) from error
+        found = {table: items[0] for table, items in read.items() if items}
         status = {phase: StatusRow.from_item(found[table]) if table in found else None for phase, table in self._status_tables.items()}
         return status, found.get(self._final_table)

@@ -13,12 +13,14 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, add_dimensioned_metric, instrumented, metrics
-from runtime.taxi_etl import contract
+from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phases import run_store
 from runtime.taxi_etl.settings import StoreSettings
-from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, FinalTable, StatusTable
+from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.wiring import StoreDeps
 
 
 @functools.cache
@@ -28,8 +30,9 @@ def settings() -> StoreSettings:
 
 
 @functools.cache
-def tables() -> tuple[DynamoStatusTable, DynamoFinalTable]:
-    return DynamoStatusTable(settings().status_table), DynamoFinalTable(settings().final_table)
+def deps() -> StoreDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
 def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTable) -> dict[str, Any]:
@@ -42,6 +45,10 @@ def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTabl
     return report.result.to_json()
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: StoreDeps) -> dict[str, Any]:
+    return handle_store(event, deps.status, deps.final)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_store(event, *tables())
+    return handle(event, context, deps())

@@ -9,12 +9,14 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, metrics
-from runtime.taxi_etl import contract
+from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phases import run_validation
 from runtime.taxi_etl.settings import PhaseSettings
-from runtime.taxi_etl.store import DynamoStatusTable, StatusTable
+from runtime.taxi_etl.store import StatusTable
+from runtime.taxi_etl.wiring import PhaseDeps
 
 
 @functools.cache
@@ -24,8 +26,9 @@ def settings() -> PhaseSettings:
 
 
 @functools.cache
-def status_table() -> DynamoStatusTable:
-    return DynamoStatusTable(settings().status_table)
+def deps() -> PhaseDeps:
+    """Built on the first invocation (cold start), never at import time."""
+    return wiring.build(settings(), Clients())
 
 
 def handle_validation(event: Mapping[str, Any], status: StatusTable) -> dict[str, Any]:
@@ -35,6 +38,10 @@ def handle_validation(event: Mapping[str, Any], status: StatusTable) -> dict[str
     return result.to_json()
 
 
+def handle(event: dict[str, Any], context: LambdaContext, deps: PhaseDeps) -> dict[str, Any]:
+    return handle_validation(event, deps.status)
+
+
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return handle_validation(event, status_table())
+    return handle(event, context, deps())

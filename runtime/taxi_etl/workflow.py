@@ -15,13 +15,12 @@ ahead of the service's by more than the call's latency only labels our own start
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
@@ -50,32 +49,12 @@ class RequestConflict(Exception):
     """The id (from the Idempotency-Key) was already used for a different request (HTTP 422)."""
 
 
-class Workflow(Protocol):
-    def start(self, name: str, execution_input: str) -> Start: ...
-
-
-@functools.cache
-def default_client() -> SFNClient:
-    import boto3
-
-    return boto3.client("stepfunctions")
-
-
 class StepFunctionsWorkflow:
-    def __init__(
-        self, state_machine_arn: str, *, deduplicates: bool, client: SFNClient | None = None, clock: Callable[[], datetime] = utc_now
-    ) -> None:
+    def __init__(self, state_machine_arn: str, *, deduplicates: bool, client: SFNClient, clock: Callable[[], datetime] = utc_now) -> None:
         self._arn = state_machine_arn
         self._deduplicates = deduplicates
         self._client = client
         self._clock = clock
-
-    @classmethod
-    def for_state_machine(cls, state_machine_arn: str, client: SFNClient | None = None) -> StepFunctionsWorkflow:
-        """The adapter for a deployed state machine, asking it its type: only Standard deduplicates."""
-        client = client or default_client()
-        kind = client.describe_state_machine(stateMachineArn=state_machine_arn)["type"]
-        return cls(state_machine_arn, deduplicates=kind == "STANDARD", client=client)
 
     @property
     def deduplicates(self) -> bool:
@@ -83,8 +62,6 @@ class StepFunctionsWorkflow:
 
     @property
     def client(self) -> SFNClient:
-        if self._client is None:
-            self._client = default_client()
         return self._client
 
     def execution_arn(self, name: str) -> str:

@@ -17,7 +17,6 @@ import pytest
 from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld
-from runtime.taxi_etl import workflow
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id
 
@@ -123,7 +122,7 @@ def test_start_execution_applied_whose_response_is_lost_starts_one_transaction(
     saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]]
 ) -> None:
     # Given the API's StartExecution is applied, its response lost, and botocore sends it again
-    lost = LostResponse(at=1).attach(workflow.default_client())
+    lost = LostResponse(at=1).attach(saga.api_stepfunctions)
     path, body = SCENARIOS["one good row"]
     # When the request is posted once
     status, response = saga.post(path, body)
@@ -139,7 +138,7 @@ def test_a_crash_around_start_execution_with_the_client_retry_is_one_transaction
     saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]], when: str
 ) -> None:
     # Given the API function dies just before or just after StartExecution
-    crasher = WriteBoundaryCrasher(at=1, when=when).attach(workflow.default_client())
+    crasher = WriteBoundaryCrasher(at=1, when=when).attach(saga.api_stepfunctions)
     path, body = SCENARIOS["one good row"]
     with pytest.raises(SimulatedCrash):
         saga.post(path, body)

@@ -19,9 +19,8 @@ from devtools.event_log_world import EventLogWorld
 from devtools.lambda_context import FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import api_handler
-from runtime.event_log import objects as objects_module
 from runtime.event_log.contract import HANDLER_API
-from runtime.shared import dynamo, observability
+from runtime.shared import observability
 from tests.events.loader import load_event
 
 LOG = "sheet-api"
@@ -29,7 +28,7 @@ GOOD_EVENT = {"kind": "SetCell", "cell": "A1", "value": "1"}
 
 
 def clear_cold_start_caches() -> None:
-    for cached in (api_handler.settings, api_handler.objects, api_handler.service, dynamo.default_client, objects_module.default_s3):
+    for cached in (api_handler.settings, api_handler.deps):
         cached.cache_clear()
 
 

@@ -10,11 +10,12 @@ its metrics are read from the EMF document the handler prints.
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -25,8 +26,7 @@ from devtools.faults import SimulatedCrash
 from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_pending
-from runtime.event_log import objects as objects_module
-from runtime.event_log import pending_check_handler
+from runtime.event_log import pending_check_handler, wiring
 from runtime.event_log.contract import HANDLER_WORKER
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import S3Objects, SqsQueue
@@ -34,7 +34,8 @@ from runtime.event_log.parsing import parse_message, side_effect_request_id
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
 from runtime.event_log.worker_handler import handle_snapshot_event
-from runtime.shared import dynamo, observability
+from runtime.shared import observability
+from runtime.shared.aws import Clients
 
 LOG = "sheet-pending"
 SEQ = Decimal("20.5")  # snapshot 1 of the small configuration (a snapshot every 20 events)
@@ -66,13 +67,7 @@ class Check:
 
 
 def clear_cold_start_caches() -> None:
-    for cached in (
-        pending_check_handler.settings,
-        pending_check_handler.store,
-        pending_check_handler.queue,
-        dynamo.default_client,
-        objects_module.default_sqs,
-    ):
+    for cached in (pending_check_handler.settings, pending_check_handler.deps):
         cached.cache_clear()
 
 
@@ -86,7 +81,9 @@ def check(log_world: EventLogWorld, capsys: pytest.CaptureFixture[str], monkeypa
     # Powertools reads namespace and service at import; in Lambda the function's variables come first.
     monkeypatch.setattr(observability.metrics, "namespace", "onceflow")
     monkeypatch.setattr(observability.metrics, "service", SERVICE)
-    monkeypatch.setattr(pending_check_handler, "clock", log_world.clock)
+    # The deployed entry point, built as at a cold start, with the world's clock.
+    built = functools.cache(lambda: replace(wiring.build(pending_check_handler.settings(), Clients()), clock=log_world.clock))
+    monkeypatch.setattr(pending_check_handler, "deps", built)
     logs = io.StringIO()
     handler = observability.logger.registered_handler
     assert isinstance(handler, logging.StreamHandler)

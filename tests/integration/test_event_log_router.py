@@ -100,7 +100,7 @@ def test_the_deployed_handler_routes_with_its_synthesized_settings_and_publishes
     for name, value in log_world.cloud.function_environment("runtime.event_log.router_handler.handler").items():
         monkeypatch.setenv(name, value)
     router_handler.settings.cache_clear()
-    router_handler.router.cache_clear()
+    router_handler.deps.cache_clear()
     log_world.append_edits(LOG, sheet_edits(seed=33, count=45))
     records = log_world.stream.poll()
     try:
@@ -108,7 +108,7 @@ def test_the_deployed_handler_routes_with_its_synthesized_settings_and_publishes
         answer = router_handler.handler(dynamodb_stream_event(records), FakeLambdaContext())
     finally:
         router_handler.settings.cache_clear()
-        router_handler.router.cache_clear()
+        router_handler.deps.cache_clear()
     # Then nothing is reported failed, both messages are queued, and the count is published
     assert answer == {"batchItemFailures": []}
     assert len(queued(log_world, log_world.worker.options.queue_url)) == 2

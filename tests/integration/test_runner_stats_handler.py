@@ -20,8 +20,9 @@ from devtools.runner_world import RunnerStatsWorld
 from devtools.template_resources import Template
 from runtime.runner_stats import handler as handler_module
 from runtime.runner_stats.models import RunKey
-from runtime.runner_stats.store import DynamoRunStatsStore
+from runtime.runner_stats.store import RUN_STATS_PROJECTION
 from runtime.shared import observability
+from runtime.shared.dynamo import from_attributes, to_attributes
 from tests.events.loader import load_event
 
 RUN = RunKey(3000, 3091019)
@@ -108,8 +109,15 @@ def test_handler_applies_a_batch_and_publishes_its_counts(deployed: RunnerStatsW
     assert [m.sequence_id for m in run.archived] == [1, 2, 3]
     assert view.rejects == {event["Records"][2]["eventID"]: "not_json"}
     assert view.tendencies[RUN.user_id] == (RUN.run_id, "good job", None, None)
-    stats = DynamoRunStatsStore(deployed.settings.tables, client=deployed.client).read_run_stats(RUN)
-    assert stats is not None and stats["total_meters"] == Decimal(220) and "high_water" not in stats
+    # and a reader's projected read (README, "Data model and readers") sees the totals and none of the dedup record
+    response = deployed.client.get_item(
+        TableName=deployed.settings.tables.run_stats,
+        Key=to_attributes({"user_id": RUN.user_id, "run_id": RUN.run_id}),
+        ProjectionExpression=", ".join(RUN_STATS_PROJECTION),
+        ConsistentRead=True,
+    )
+    stats = from_attributes(response["Item"])
+    assert set(stats) == set(RUN_STATS_PROJECTION) and stats["total_meters"] == Decimal(220)
 
 
 def test_a_redelivered_batch_changes_nothing_and_counts_duplicates(deployed: RunnerStatsWorld, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,10 +22,10 @@ from tests.events.loader import load_event
 def authorizer(saga: TaxiWorld, monkeypatch: pytest.MonkeyPatch) -> Iterator[TaxiWorld]:
     for name, value in saga.environment(AUTHORIZER_HANDLER).items():
         monkeypatch.setenv(name, value)
-    for cached in (authorizer_handler.settings, authorizer_handler.secrets_provider, authorizer_handler.api_key_check):
+    for cached in (authorizer_handler.settings, authorizer_handler.deps):
         cached.cache_clear()
     yield saga
-    for cached in (authorizer_handler.settings, authorizer_handler.secrets_provider, authorizer_handler.api_key_check):
+    for cached in (authorizer_handler.settings, authorizer_handler.deps):
         cached.cache_clear()
 
 
@@ -101,7 +101,7 @@ def test_the_secret_is_read_once_and_then_served_from_the_cache(authorizer: Taxi
     # Given the authorizer's first invocation (cold start)
     assert authorized(TEST_API_KEY)
     reads = SecretReads()
-    authorizer_handler.secrets_provider().client.meta.events.register("before-call.secrets-manager.GetSecretValue", reads)
+    authorizer_handler.deps().provider.client.meta.events.register("before-call.secrets-manager.GetSecretValue", reads)
     # When more requests with the right key follow within the cache's max age
     results = [authorized(TEST_API_KEY) for _ in range(5)]
     # Then all are allowed without another call to Secrets Manager
@@ -127,7 +127,7 @@ def test_a_stream_of_wrong_keys_reads_the_secret_at_most_once_per_refresh_floor(
     # Given a warm cache
     assert authorized(TEST_API_KEY)
     reads = SecretReads()
-    authorizer_handler.secrets_provider().client.meta.events.register("before-call.secrets-manager.GetSecretValue", reads)
+    authorizer_handler.deps().provider.client.meta.events.register("before-call.secrets-manager.GetSecretValue", reads)
     # When 20 wrong keys arrive within the refresh floor (10 s in the synthesized settings)
     results = [authorized(f"guess-{attempt:04d}-0123456789abcdef0123456789abcdef") for attempt in range(20)]
     # Then all are denied, and Secrets Manager was read once, not 20 times

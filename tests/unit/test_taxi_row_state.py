@@ -316,5 +316,5 @@ def test_the_reader_asks_again_for_what_dynamodb_left_unprocessed() -> None:
 
 
 def test_the_reader_gives_up_when_a_key_stays_unprocessed() -> None:
-    with pytest.raises(StoreUnavailable, match="stayed unprocessed"):
+    with pytest.raises(StoreUnavailable, match="left 1 keys unprocessed after 5 rounds"):
         DynamoRowReader(TABLES, "trips", client=UnprocessedFirst(times=99)).read(ID)  # type: ignore[arg-type]

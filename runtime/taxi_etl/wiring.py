@@ -1,0 +1,110 @@
+"""How the saga's functions are built: each from its settings and the SDK clients, in one place.
+
+Each Lambda handler builds its own once per cold start (`Clients()` builds real clients lazily);
+the devtools world, the demo, the benchmarks and the tests build them with their own clients
+(moto, or clients with faults injected) and drive the same entry points, each module's `handle`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import overload
+
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+from runtime.shared.aws import Clients
+from runtime.taxi_etl.api_key import ApiKeyCheck
+from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
+from runtime.taxi_etl.store import DynamoFinalTable, DynamoRowReader, DynamoStatusTable, FinalTable, RowReader, StatusTable
+from runtime.taxi_etl.workflow import StepFunctionsWorkflow
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseDeps:
+    """Validate and Transform: their own status table."""
+
+    status: StatusTable
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDeps:
+    status: StatusTable
+    final: FinalTable
+
+
+@dataclass(frozen=True, slots=True)
+class FlagDeps:
+    status: dict[Phase, StatusTable]
+    final: FinalTable
+
+
+@dataclass(frozen=True, slots=True)
+class RowStateDeps:
+    reader: RowReader
+
+
+@dataclass(frozen=True, slots=True)
+class ApiDeps:
+    settings: ApiSettings
+    workflow: StepFunctionsWorkflow
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizerDeps:
+    provider: SecretsProvider  # its cache lives as long as the execution environment
+    check: ApiKeyCheck
+
+
+def key_check(provider: SecretsProvider, config: AuthorizerSettings) -> ApiKeyCheck:
+    def fetch(force: bool) -> str:
+        value = provider.get(config.secret_id, max_age=config.cache_seconds, force_fetch=force)
+        return value if isinstance(value, str) else ""
+
+    return ApiKeyCheck(fetch, refresh_floor_seconds=config.refresh_floor_seconds)
+
+
+@overload
+def build(settings: PhaseSettings, clients: Clients) -> PhaseDeps: ...
+@overload
+def build(settings: StoreSettings, clients: Clients) -> StoreDeps: ...
+@overload
+def build(settings: FlagSettings, clients: Clients) -> FlagDeps: ...
+@overload
+def build(settings: RowStateSettings, clients: Clients) -> RowStateDeps: ...
+@overload
+def build(settings: ApiSettings, clients: Clients) -> ApiDeps: ...
+@overload
+def build(settings: AuthorizerSettings, clients: Clients) -> AuthorizerDeps: ...
+def build(
+    settings: PhaseSettings | StoreSettings | FlagSettings | RowStateSettings | ApiSettings | AuthorizerSettings, clients: Clients
+) -> PhaseDeps | StoreDeps | FlagDeps | RowStateDeps | ApiDeps | AuthorizerDeps:
+    """The dependencies of the function whose settings these are."""
+    if isinstance(settings, PhaseSettings):
+        return PhaseDeps(DynamoStatusTable(settings.status_table, client=clients.dynamodb))
+    if isinstance(settings, StoreSettings):
+        return StoreDeps(
+            DynamoStatusTable(settings.status_table, client=clients.dynamodb),
+            DynamoFinalTable(settings.final_table, client=clients.dynamodb),
+        )
+    if isinstance(settings, FlagSettings):
+        status: dict[Phase, StatusTable] = {
+            Phase.VALIDATION: DynamoStatusTable(settings.validation_table, client=clients.dynamodb),
+            Phase.TRANSFORMATION: DynamoStatusTable(settings.transformation_table, client=clients.dynamodb),
+            Phase.STORE: DynamoStatusTable(settings.store_table, client=clients.dynamodb),
+        }
+        return FlagDeps(status, DynamoFinalTable(settings.final_table, client=clients.dynamodb))
+    if isinstance(settings, RowStateSettings):
+        tables = {
+            Phase.VALIDATION: settings.validation_table,
+            Phase.TRANSFORMATION: settings.transformation_table,
+            Phase.STORE: settings.store_table,
+        }
+        return RowStateDeps(DynamoRowReader(tables, settings.final_table, client=clients.dynamodb))
+    if isinstance(settings, ApiSettings):
+        workflow = StepFunctionsWorkflow(
+            settings.state_machine_arn, deduplicates=settings.deduplicates_starts, client=clients.stepfunctions
+        )
+        return ApiDeps(settings, workflow)
+    provider = SecretsProvider()
+    return AuthorizerDeps(provider, key_check(provider, settings))
