@@ -15,23 +15,23 @@ from decimal import Decimal
 from typing import Any
 
 from devtools.esm import EventSourceMapping, ListShard
-from devtools.lambda_context import ClockedLambdaContext
+from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.moto_patches import VirtualClock, fast_transactions
 from devtools.sheet_workload import Edit
 from devtools.sqs_esm import SqsEventSource, next_visible_at, queue_depth
 from devtools.table_stream import TableStream, dynamodb_stream_event, filter_patterns
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from runtime.event_log import contract as event_log_contract
-from runtime.event_log.finalizer_handler import handle_payload_event
+from runtime.event_log import finalizer_handler, router_handler, wiring
 from runtime.event_log.logic import chain_digest, decode_chunk, replay
 from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.service import EventLogService
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
-from runtime.event_log.side_effects import StreamRouter
 from runtime.event_log.snapshots import SnapshotWorker, WorkerOptions
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore, entry_from_item, marker_from_item
 from runtime.event_log.worker_handler import handle_snapshot_event
+from runtime.shared import aws
 from runtime.shared.observability import metrics
 
 REGION = "us-east-1"
@@ -57,15 +57,12 @@ def embedded_event_log_cloud(clock: VirtualClock) -> Iterator[None]:
         yield
 
 
-@dataclass
-class Clients:
-    dynamodb: Any
-    s3: Any
-    sqs: Any
+class Clients(aws.Clients):
+    """The embedded cloud's clients: the type the wiring builds with, region pinned."""
 
     @classmethod
     def new(cls) -> Clients:
-        return cls(client("dynamodb"), client("s3"), client("sqs"))
+        return cls(dynamodb=client("dynamodb"), s3=client("s3"), sqs=client("sqs"))
 
 
 @dataclass
@@ -164,16 +161,18 @@ class EventLogWorld:
             metrics.clear_metrics()  # no Lambda runtime flushes them here
 
     def invoke_finalizer(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """The finalizer's entry point, built through the wiring on this world's clients."""
         try:
-            return handle_payload_event(
-                event, S3Objects(self.finalizer.bucket, client=self.clients.s3), SqsQueue(client=self.clients.sqs), self.finalizer.queue_url
-            )
+            return finalizer_handler.handle(dict(event), FakeLambdaContext(), wiring.build(self.finalizer, self.clients))
         finally:
-            metrics.clear_metrics()
+            metrics.clear_metrics()  # no Lambda runtime flushes them here
 
     def invoke_router(self, event: Mapping[str, Any]) -> dict[str, Any]:
-        report = StreamRouter(SqsQueue(client=self.clients.sqs), self.router.queues).route(event.get("Records", []))
-        return {"batchItemFailures": report.batch_item_failures()}
+        """The router's entry point, built through the wiring on this world's clients."""
+        try:
+            return router_handler.handle(dict(event), FakeLambdaContext(), wiring.build(self.router, self.clients))
+        finally:
+            metrics.clear_metrics()
 
     def route(self) -> int:
         """Deliver the stream records written since the last call to the router, as its mapping would."""

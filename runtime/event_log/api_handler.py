@@ -11,12 +11,11 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import json
 import os
 from dataclasses import asdict
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, wiring
@@ -30,10 +29,11 @@ from runtime.event_log.parsing import (
     parse_position,
     parse_request_id,
 )
-from runtime.event_log.service import AppendConflict, PayloadAlreadyUploaded, PayloadNotUploaded, RequestMismatch
+from runtime.event_log.service import AppendConflict
 from runtime.event_log.settings import ApiSettings
 from runtime.event_log.wiring import ApiDeps
 from runtime.shared.aws import Clients
+from runtime.shared.http import Refusal, answer_refusals, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 app = APIGatewayHttpResolver()
@@ -56,10 +56,6 @@ def current() -> ApiDeps:
     return app.context["deps"]  # type: ignore[no-any-return]
 
 
-def json_response(status: int, body: dict[str, Any]) -> Response[str]:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
-
-
 def request_body() -> dict[str, Any]:
     event = app.current_event
     raw: bytes | str | None = event.body
@@ -71,28 +67,20 @@ def request_body() -> dict[str, Any]:
     return parse_json_object(raw, max_bytes=current().settings.max_body_bytes)
 
 
-# Each expected refusal, its HTTP status and the metric that counts it.
-REFUSALS: dict[type[Exception], tuple[int, str | None]] = {
-    InvalidRequest: (400, contract.METRIC_INVALID_REQUESTS),
-    AppendConflict: (409, contract.METRIC_APPEND_CONFLICTS),
-    PayloadNotUploaded: (409, None),
-    PayloadAlreadyUploaded: (409, None),
-    RequestMismatch: (422, None),
+# The refusals counted by a metric of their own; each refusal's status comes with its class (runtime/shared/http.py).
+REFUSAL_METRICS: dict[type[Refusal], str] = {
+    InvalidRequest: contract.METRIC_INVALID_REQUESTS,
+    AppendConflict: contract.METRIC_APPEND_CONFLICTS,
 }
 
 
-def refusal(error: Exception) -> Response[str]:
-    status, metric = REFUSALS[type(error)]
-    if metric:
-        metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
-    body: dict[str, Any] = {"error": str(error)}
-    if isinstance(error, AppendConflict):
-        body["next_position"] = error.next_position
-    return json_response(status, body)
+def count_refusal(refusal: Refusal) -> None:
+    for kind, metric in REFUSAL_METRICS.items():
+        if isinstance(refusal, kind):
+            metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
 
 
-for _refused in REFUSALS:
-    app.exception_handler(_refused)(refusal)
+answer_refusals(app, count_refusal)
 
 
 @app.post("/logs/<log_id>/entries")

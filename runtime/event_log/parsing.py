@@ -21,6 +21,7 @@ from runtime.event_log.models import (
     SideEffect,
     SideEffectMessage,
 )
+from runtime.shared import http
 from runtime.shared.consistency import deterministic_id
 
 LOG_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -32,7 +33,7 @@ SEQ_TEXT = re.compile(rf"[0-9]{{1,{len(str(MAX_POSITION))}}}(?:\.[05])?")
 CLIENT_KINDS = {EntryKind.SET_CELL.value: EntryKind.SET_CELL, EntryKind.CLEAR_CELL.value: EntryKind.CLEAR_CELL}
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(http.InvalidRequest):
     """The request cannot be served as sent (HTTP 400)."""
 
 

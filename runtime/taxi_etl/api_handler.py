@@ -9,19 +9,17 @@ Optional header Idempotency-Key: the client's own id for the request (see reques
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.aws import Clients
+from runtime.shared.http import Refusal, answer_refusals, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.requests import (
-    InvalidRequest,
-    PayloadTooLarge,
     Submission,
     decode_body,
     parse_batch,
@@ -30,7 +28,7 @@ from runtime.taxi_etl.requests import (
 )
 from runtime.taxi_etl.settings import ApiSettings
 from runtime.taxi_etl.wiring import ApiDeps
-from runtime.taxi_etl.workflow import RequestConflict, StartOutcome
+from runtime.taxi_etl.workflow import StartOutcome
 
 app = APIGatewayHttpResolver()
 
@@ -52,22 +50,12 @@ def current() -> ApiDeps:
     return app.context["deps"]  # type: ignore[no-any-return]
 
 
-def json_response(status: int, body: dict[str, Any]) -> Response[str]:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
-
-
-# Each expected refusal and its HTTP status; the most specific class first.
-REFUSALS: dict[type[Exception], int] = {PayloadTooLarge: 413, InvalidRequest: 400, RequestConflict: 422}
-
-
-def refusal(error: Exception) -> Response[str]:
-    status = next(code for kind, code in REFUSALS.items() if isinstance(error, kind))
+def count_refusal(refusal: Refusal) -> None:
+    """Every refusal (400 invalid, 413 too large, 422 a reused Idempotency-Key) counts as one."""
     metrics.add_metric(name=contract.METRIC_REQUESTS_REFUSED, unit=MetricUnit.Count, value=1)
-    return json_response(status, {"error": str(error)})
 
 
-for _refused in REFUSALS:
-    app.exception_handler(_refused)(refusal)
+answer_refusals(app, count_refusal)
 
 
 def request_text(max_bytes: int) -> tuple[str, str | None]:

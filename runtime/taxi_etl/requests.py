@@ -20,6 +20,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from runtime.shared import http
 from runtime.shared.consistency import deterministic_id
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.trips import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
@@ -31,12 +32,10 @@ EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-class InvalidRequest(ValueError):
-    """The request cannot be served as sent (HTTP 400)."""
-
-
-class PayloadTooLarge(InvalidRequest):
-    """The request is over a size or count limit (HTTP 413)."""
+# The request cannot be served as sent (HTTP 400), or is over a size or count limit (HTTP 413):
+# the shared refusals, whose status both APIs answer by class.
+InvalidRequest = http.InvalidRequest
+PayloadTooLarge = http.PayloadTooLarge
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,17 +9,16 @@ the id; 400 for a malformed id. A separate function from the POST routes': it ma
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.aws import Clients
+from runtime.shared.http import Refusal, answer_refusals, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, wiring
-from runtime.taxi_etl.requests import InvalidRequest
 from runtime.taxi_etl.row_state import parse_row_id, row_state
 from runtime.taxi_etl.settings import RowStateSettings
 from runtime.taxi_etl.store import RowReader
@@ -40,16 +39,11 @@ def deps() -> RowStateDeps:
     return wiring.build(settings(), Clients())
 
 
-def json_response(status: int, body: dict[str, Any]) -> Response[str]:
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
-
-
-def refusal(error: InvalidRequest) -> Response[str]:
+def count_refusal(refusal: Refusal) -> None:
     metrics.add_metric(name=contract.METRIC_REQUESTS_REFUSED, unit=MetricUnit.Count, value=1)
-    return json_response(400, {"error": str(error)})
 
 
-app.exception_handler(InvalidRequest)(refusal)
+answer_refusals(app, count_refusal)
 
 
 def lookup(store_request_id: str | None, rows: RowReader) -> tuple[int, dict[str, Any]]:

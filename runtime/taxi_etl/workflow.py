@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from runtime.shared.aws import error_code
+from runtime.shared.http import Unprocessable
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -45,7 +46,7 @@ class Start:
     execution_arn: str
 
 
-class RequestConflict(Exception):
+class RequestConflict(Unprocessable):
     """The id (from the Idempotency-Key) was already used for a different request (HTTP 422)."""
 
 

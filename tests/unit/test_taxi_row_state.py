@@ -16,6 +16,7 @@ from runtime.taxi_etl.requests import InvalidRequest, content_id
 from runtime.taxi_etl.row_state import RowState, State, parse_row_id, row_state
 from runtime.taxi_etl.store import DynamoRowReader, StatusRow, StoreUnavailable
 from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.wiring import RowStateDeps
 from tests.events.loader import load_event
 
 ID = "k-load-2019-10-row-1"
@@ -272,13 +273,12 @@ def test_the_handler_refuses_a_malformed_id_before_reading() -> None:
     assert reader.reads == 0
 
 
-def test_the_sample_event_resolves_to_the_route_and_answers_from_the_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sample_event_resolves_to_the_route_and_answers_from_the_tables() -> None:
     # Given the sample API Gateway event for GET /trips/{StoreRequestId}, and a stored row behind it
     event = load_event("taxi_etl/get_row_state.json")
     reader = FakeReader(all_passed(), TRIP)
-    monkeypatch.setattr(row_state_handler, "reader", lambda: reader)
-    # When the resolver routes it
-    response = row_state_handler.app.resolve(event, None)  # type: ignore[arg-type]
+    # When the entry point's work runs with that reader injected
+    response = row_state_handler.handle(event, None, RowStateDeps(reader))  # type: ignore[arg-type]
     # Then it answers 200 with the stored state of the id in the path
     assert response["statusCode"] == 200
     assert '"state": "stored"' in response["body"] and f'"StoreRequestId": "{ID}"' in response["body"]
