@@ -26,8 +26,9 @@ from typing import Any
 
 from ops.progress import Progress
 from runtime.event_log import contract as event_log_contract
+from runtime.event_log.errors import ObjectMissing
 from runtime.event_log.models import EntryKind, SideEffect, SideEffectMessage
-from runtime.event_log.objects import ObjectMissing, S3Objects, SqsQueue
+from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import LOG_ID, side_effect_request_id
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
 

@@ -79,10 +79,11 @@ from botocore.exceptions import ClientError
 from ops.progress import Progress
 from runtime.shared.aws import error_code
 from runtime.taxi_etl import contract as taxi_etl_contract
+from runtime.taxi_etl.errors import RequestConflict
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import redrive_submission
 from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusRow
-from runtime.taxi_etl.workflow import RequestConflict, StepFunctionsWorkflow
+from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
 OUTPUT_NAMES = {
     taxi_etl_contract.OUTPUT_STATE_MACHINE_ARN: "state_machine_arn",

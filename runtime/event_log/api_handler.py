@@ -19,8 +19,8 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, wiring
+from runtime.event_log.errors import AppendConflict
 from runtime.event_log.parsing import (
-    InvalidRequest,
     parse_after,
     parse_append,
     parse_cell,
@@ -29,11 +29,10 @@ from runtime.event_log.parsing import (
     parse_position,
     parse_request_id,
 )
-from runtime.event_log.service import AppendConflict
 from runtime.event_log.settings import ApiSettings
 from runtime.event_log.wiring import ApiDeps
 from runtime.shared.aws import Clients
-from runtime.shared.http import Refusal, answer_refusals, json_response
+from runtime.shared.http import InvalidRequest, Refusal, answer_refusals, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
 app = APIGatewayHttpResolver()

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import re
 
+from runtime.event_log.errors import InvalidCell
+
 MAX_ROW = 1_048_576  # a spreadsheet's limits (those of the common desktop formats)
 MAX_COLUMN = 16_384  # "XFD"
 _A1 = re.compile(r"([A-Z]{1,3})([1-9][0-9]{0,6})")
-
-
-class InvalidCell(ValueError):
-    """Not a cell reference inside the sheet."""
 
 
 def parse_cell(reference: str) -> tuple[int, int]:

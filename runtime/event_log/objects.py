@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from runtime.event_log.errors import ObjectMissing
 from runtime.event_log.models import SideEffectMessage
 from runtime.shared.aws import error_code
 
@@ -18,10 +19,6 @@ if TYPE_CHECKING:
 
 _MISSING_OBJECT = {"404", "NoSuchKey", "NotFound"}
 _GONE_MESSAGE = {"ReceiptHandleIsInvalid", "AWS.SimpleQueueService.NonExistentQueue", "InvalidParameterValue"}
-
-
-class ObjectMissing(Exception):
-    """The object is not in the bucket (never uploaded, or expired by the lifecycle rule)."""
 
 
 class ObjectStore(Protocol):

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from runtime.event_log.cells import InvalidCell, canonical_cell
+from runtime.event_log.cells import canonical_cell
+from runtime.event_log.errors import InvalidCell, PoisonMessage
 from runtime.event_log.models import (
     HALF,
     MAX_POSITION,
@@ -21,8 +22,8 @@ from runtime.event_log.models import (
     SideEffect,
     SideEffectMessage,
 )
-from runtime.shared import http
 from runtime.shared.consistency import deterministic_id
+from runtime.shared.http import InvalidRequest
 
 LOG_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
@@ -31,14 +32,6 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
 SEQ_TEXT = re.compile(rf"[0-9]{{1,{len(str(MAX_POSITION))}}}(?:\.[05])?")
 # What a client may append directly; LargePayload entries are written by the complete call.
 CLIENT_KINDS = {EntryKind.SET_CELL.value: EntryKind.SET_CELL, EntryKind.CLEAR_CELL.value: EntryKind.CLEAR_CELL}
-
-
-class InvalidRequest(http.InvalidRequest):
-    """The request cannot be served as sent (HTTP 400)."""
-
-
-class PoisonMessage(ValueError):
-    """An SQS message or stream record that no retry can make valid."""
 
 
 def parse_json_object(body: str | bytes | None, *, max_bytes: int) -> dict[str, Any]:

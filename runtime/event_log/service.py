@@ -17,38 +17,22 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from runtime.event_log.errors import (
+    AppendConflict,
+    EntryExists,
+    HeadMoved,
+    ObjectMissing,
+    PayloadAlreadyUploaded,
+    PayloadNotUploaded,
+    RequestMismatch,
+    TransientConflict,
+)
 from runtime.event_log.logic import next_marker, snapshot_due
 from runtime.event_log.models import AppendRequest, AppendResult, CellEvent, EntryKind, Head, LogEntry, PayloadRef
-from runtime.event_log.objects import ObjectMissing, ObjectStore, PayloadObjects
-from runtime.event_log.store import EntryExists, HeadMoved, LogStore, TransientConflict
+from runtime.event_log.objects import ObjectStore, PayloadObjects
+from runtime.event_log.store import LogStore
 from runtime.shared.consistency import deterministic_id
-from runtime.shared.http import Conflict, Unprocessable
 from runtime.shared.observability import logger
-
-
-class AppendConflict(Conflict):
-    """The position is taken by another request, or is not the log's next one (HTTP 409)."""
-
-    def __init__(self, message: str, next_position: int) -> None:
-        super().__init__(message)
-        self.next_position = next_position
-
-    def body(self) -> dict[str, Any]:
-        """The client rebases on next_position."""
-        return {**super().body(), "next_position": self.next_position}
-
-
-class RequestMismatch(Unprocessable):
-    """The request id was used before for a different event (HTTP 422)."""
-
-
-class PayloadNotUploaded(Conflict):
-    """Complete was called before the object was uploaded, or after it expired (HTTP 409)."""
-
-
-class PayloadAlreadyUploaded(Conflict):
-    """An upload URL was asked for a request id whose payload is already uploaded (HTTP 409):
-    a payload never changes once uploaded, so the log never names bytes that changed."""
 
 
 @dataclass(frozen=True, slots=True)

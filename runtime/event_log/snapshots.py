@@ -29,10 +29,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from runtime.event_log.errors import PoisonMessage
 from runtime.event_log.logic import chain_digest, chunk_key, decode_chunk, encode_cell, merge_segment, root_key, snapshot_prefix
 from runtime.event_log.models import BuildState, CellValue, PendingSnapshot, SideEffect, SideEffectMessage, SnapshotMarker, SnapshotRoot
 from runtime.event_log.objects import MessageQueue, ObjectStore
-from runtime.event_log.parsing import PoisonMessage, side_effect_request_id
+from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.service import iso_utc
 from runtime.event_log.store import LogStore, PendingStore
 from runtime.shared.consistency import full_jitter_backoff

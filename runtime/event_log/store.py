@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from runtime.event_log import contract
 from runtime.event_log.cells import order_key
+from runtime.event_log.errors import EntryExists, HeadMoved, RootConflict, TransientConflict
 from runtime.event_log.models import (
     BuildState,
     CellEvent,
@@ -50,22 +51,6 @@ SEGMENT_INDEX_PARTITION = contract.KEY_SEGMENT
 SEGMENT_INDEX_SORT = contract.KEY_CELL_ORDER
 _PAGE_LIMIT = 500  # items per segment-index page: bounds what a build holds at once
 WRITE_TOKEN = "write_token"  # on log entries: the ClientRequestToken of the transaction that wrote it
-
-
-class EntryExists(Exception):
-    """The entry's position is taken (by this request before, or by another one)."""
-
-
-class HeadMoved(Exception):
-    """The head is not where the append expected it (another append or Snapshot entry)."""
-
-
-class TransientConflict(Exception):
-    """DynamoDB cancelled the transaction for a concurrent one on the same items; retry."""
-
-
-class RootConflict(Exception):
-    """A Snapshot entry already names another root: two builds disagreed. Never overwritten."""
 
 
 # The seed's attribute names; several are DynamoDB reserved words, so expressions use these.

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
+from runtime.runner_stats.errors import AmbiguousSequence
 from runtime.runner_stats.models import (
     ArchiveChunk,
     ArchivedMessage,
@@ -141,10 +142,6 @@ def _apply(context: RunContext, message: ArchivedMessage) -> RunContext:
         message_count=context.message_count + 1,
         pending=(*context.pending, message),
     )
-
-
-class AmbiguousSequence(Exception):
-    """A sequence below the forgotten closed ranges, and no archive to tell applied from closed."""
 
 
 def classify(

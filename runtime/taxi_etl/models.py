@@ -18,15 +18,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from runtime.taxi_etl.errors import PhaseInputError
 from runtime.taxi_etl.trips import Reason
 
 STORE_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")  # usable as a Step Functions execution name
 MAX_DETAIL_CHARS = 64
 MAX_MESSAGE_CHARS = 512
-
-
-class PhaseInputError(ValueError):
-    """The state machine handed a phase something that is not rows; no retry can fix it."""
 
 
 class Phase(StrEnum):

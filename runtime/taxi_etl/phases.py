@@ -11,8 +11,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from runtime.taxi_etl.errors import StoreConflict
 from runtime.taxi_etl.models import FlagRequest, Phase, PhaseResult, Row, Verdict
-from runtime.taxi_etl.store import FinalTable, PutOutcome, StatusTable, StoreConflict
+from runtime.taxi_etl.store import FinalTable, PutOutcome, StatusTable
 from runtime.taxi_etl.trips import Accepted, Finding, Rejected, Rule, final_item, same_trip, transform_tuple, validate_line
 
 ERROR_DETAIL_PREFIX = "error:"

@@ -20,8 +20,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from runtime.shared import http
 from runtime.shared.consistency import deterministic_id
+from runtime.shared.http import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.trips import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 
@@ -30,12 +30,6 @@ CONTENT_ID_HEX_CHARS = 32  # c-<hash>: deterministic_id's default length
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-# The request cannot be served as sent (HTTP 400), or is over a size or count limit (HTTP 413):
-# the shared refusals, whose status both APIs answer by class.
-InvalidRequest = http.InvalidRequest
-PayloadTooLarge = http.PayloadTooLarge
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+from runtime.shared.http import InvalidRequest
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
-from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY, InvalidRequest
+from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY
 from runtime.taxi_etl.store import StatusRow
 from runtime.taxi_etl.trips import final_item, same_trip
 

@@ -36,6 +36,7 @@ from runtime.shared.dynamo import (
     to_attributes,
 )
 from runtime.taxi_etl import contract
+from runtime.taxi_etl.errors import StoreConflict, StoreUnavailable
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.trips import Reason, same_trip
 
@@ -107,14 +108,6 @@ class StatusTable(Protocol):
 class PutOutcome(StrEnum):
     STORED = "stored"
     ALREADY_STORED = "already_stored"  # a retry: the same item is there
-
-
-class StoreConflict(Exception):
-    """The final table holds a different item under this StoreRequestId."""
-
-
-class StoreUnavailable(Exception):
-    """DynamoDB kept some of the work unprocessed; the workflow's retry takes it up again."""
 
 
 class FinalTable(Protocol):

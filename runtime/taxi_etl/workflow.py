@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from runtime.shared.aws import error_code
-from runtime.shared.http import Unprocessable
+from runtime.taxi_etl.errors import RequestConflict
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -44,10 +44,6 @@ class StartOutcome(StrEnum):
 class Start:
     outcome: StartOutcome
     execution_arn: str
-
-
-class RequestConflict(Unprocessable):
-    """The id (from the Idempotency-Key) was already used for a different request (HTTP 422)."""
 
 
 class StepFunctionsWorkflow:

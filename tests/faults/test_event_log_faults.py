@@ -23,9 +23,10 @@ from devtools.lambda_context import ClockedLambdaContext
 from devtools.moto_patches import VirtualClock
 from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import sheet_edits
+from runtime.event_log.errors import PoisonMessage
 from runtime.event_log.models import BuildState, SideEffect
 from runtime.event_log.objects import S3Objects, SqsQueue
-from runtime.event_log.parsing import PoisonMessage, parse_message
+from runtime.event_log.parsing import parse_message
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.sqs_batch import POISON_RETRY_CAP_SECONDS
 from runtime.event_log.store import DynamoPendingStore

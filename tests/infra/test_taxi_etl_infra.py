@@ -1090,7 +1090,8 @@ def test_handler_paths_are_the_contracts_constants() -> None:
     # Given the handler paths written out here, the contract's constants and the construct's
     from infra.taxi_etl import construct as taxi_etl
     from runtime.taxi_etl import contract
-    from runtime.taxi_etl.models import Phase, PhaseInputError
+    from runtime.taxi_etl.errors import PhaseInputError
+    from runtime.taxi_etl.models import Phase
 
     # When they are compared
     # Then they are the same, so the functions found above are the ones the construct means

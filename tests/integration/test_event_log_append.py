@@ -16,11 +16,12 @@ from devtools.event_log_world import EventLogWorld, edit_request
 from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
 from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import Edit, sheet_edits
+from runtime.event_log.errors import AppendConflict, HeadMoved, RequestMismatch
 from runtime.event_log.logic import next_marker
 from runtime.event_log.models import AppendRequest, CellEvent, EntryKind, Head, LogEntry
 from runtime.event_log.objects import S3Objects
-from runtime.event_log.service import AppendConflict, EventLogService, RequestMismatch
-from runtime.event_log.store import DynamoLogStore, HeadMoved
+from runtime.event_log.service import EventLogService
+from runtime.event_log.store import DynamoLogStore
 
 LOG = "sheet-a"
 

@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from runtime.event_log.cells import MAX_COLUMN, MAX_ROW, InvalidCell, canonical_cell, cell_name, order_key, parse_cell
+from runtime.event_log.cells import MAX_COLUMN, MAX_ROW, canonical_cell, cell_name, order_key, parse_cell
+from runtime.event_log.errors import InvalidCell
 
 # --- parse_cell and cell_name -------------------------------------------------------------------
 

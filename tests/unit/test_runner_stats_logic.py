@@ -14,8 +14,8 @@ from decimal import Decimal
 
 import pytest
 
+from runtime.runner_stats.errors import AmbiguousSequence
 from runtime.runner_stats.logic import (
-    AmbiguousSequence,
     add_range,
     classify,
     contains,

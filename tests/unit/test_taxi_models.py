@@ -9,16 +9,8 @@ from typing import Any
 
 import pytest
 
-from runtime.taxi_etl.models import (
-    CaughtError,
-    FlagRequest,
-    Phase,
-    PhaseInputError,
-    Row,
-    Verdict,
-    parse_flag_request,
-    parse_rows,
-)
+from runtime.taxi_etl.errors import PhaseInputError
+from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, Row, Verdict, parse_flag_request, parse_rows
 from runtime.taxi_etl.trips import Reason
 
 

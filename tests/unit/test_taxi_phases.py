@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from runtime.taxi_etl.errors import StoreConflict
 from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, PhaseResult, Row, Verdict, parse_flag_request
 from runtime.taxi_etl.phases import FlagOutcome, flag, run_store, run_transformation, run_validation
-from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable, StoreConflict
+from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
 from runtime.taxi_etl.trips import Accepted, Reason, Rule, final_item, transform_tuple, validate_line
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "taxi" / "yellow_2019-10_sample.csv"

@@ -13,17 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from runtime.shared.http import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.models import Row
-from runtime.taxi_etl.requests import (
-    InvalidRequest,
-    PayloadTooLarge,
-    Submission,
-    content_id,
-    decode_body,
-    parse_batch,
-    parse_idempotency_key,
-    parse_single,
-)
+from runtime.taxi_etl.requests import Submission, content_id, decode_body, parse_batch, parse_idempotency_key, parse_single
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "taxi" / "yellow_2019-10_sample.csv"
 # Step Functions execution names: 1-80 of these characters (also the StoreRequestId rule of models.py).

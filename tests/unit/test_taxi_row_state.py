@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from runtime.shared.dynamo import from_attributes, to_attributes
+from runtime.shared.http import InvalidRequest
 from runtime.taxi_etl import row_state_handler
+from runtime.taxi_etl.errors import StoreUnavailable
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.requests import InvalidRequest, content_id
+from runtime.taxi_etl.requests import content_id
 from runtime.taxi_etl.row_state import RowState, State, parse_row_id, row_state
-from runtime.taxi_etl.store import DynamoRowReader, StatusRow, StoreUnavailable
+from runtime.taxi_etl.store import DynamoRowReader, StatusRow
 from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
 from runtime.taxi_etl.wiring import RowStateDeps
 from tests.events.loader import load_event
