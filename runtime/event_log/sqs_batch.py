@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
 from runtime.event_log import contract
 from runtime.event_log.errors import PoisonMessage
 from runtime.event_log.models import SideEffect, SideEffectMessage
@@ -18,6 +21,10 @@ from runtime.shared.observability import MetricUnit, logger, metrics
 POISON_RETRY_CAP_SECONDS = 60
 
 
+class KeptInQueue(Exception):
+    """The record stays queued: `act` kept it (it set its visibility), or it is poison or failed."""
+
+
 def process_batch(
     records: list[Mapping[str, Any]],
     effect: SideEffect,
@@ -28,25 +35,37 @@ def process_batch(
     """Run `act` on every record; returns the batch item failures (messages that stay queued).
 
     `act` returns False to keep its message (it set the message's visibility itself).
+
+    Powertools' BatchProcessor gives exactly this partial batch, with two settings: no
+    exception when every record failed (raise_on_entire_batch_failure=False: the messages stay
+    queued as item failures and the invocation succeeds, so the function's error alarm means
+    a crash), and the processor is entered directly rather than through process_partial_response,
+    which refuses an event with no records.
     """
-    failures: list[dict[str, str]] = []
-    for record in records:
-        message_id = str(record.get("messageId", ""))
+
+    def handle_record(record: SQSRecord) -> None:
+        raw: Mapping[str, Any] = record.raw_event
+        message_id = record.message_id
         try:
-            message = parse_message(str(record.get("body", "")), record.get("messageAttributes") or {}, effect)
-            if not act(message, record):
-                failures.append({"itemIdentifier": message_id})
+            message = parse_message(str(raw.get("body", "")), raw.get("messageAttributes") or {}, effect)
+            kept = not act(message, raw)
         except PoisonMessage as err:
-            receives = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
+            receives = int(raw.get("attributes", {}).get("ApproximateReceiveCount", "1"))
             logger.error(
                 "poison message; it goes to the DLQ after the queue's retries",
                 extra={"message_id": message_id, "reason": str(err), "receives": receives},
             )
             metrics.add_metric(name=contract.METRIC_POISON_MESSAGES, unit=MetricUnit.Count, value=1)
             delay = full_jitter_backoff(receives, base_seconds=1, cap_seconds=POISON_RETRY_CAP_SECONDS)
-            queue.change_visibility(queue_url, str(record.get("receiptHandle", "")), delay)
-            failures.append({"itemIdentifier": message_id})
-        except Exception:
+            queue.change_visibility(queue_url, str(raw.get("receiptHandle", "")), delay)
+            raise KeptInQueue(message_id) from err
+        except Exception as err:
             logger.exception("message failed; it is retried after its visibility timeout", extra={"message_id": message_id})
-            failures.append({"itemIdentifier": message_id})
-    return failures
+            raise KeptInQueue(message_id) from err
+        if kept:
+            raise KeptInQueue(message_id)
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    with processor([dict(record) for record in records], handle_record):
+        processor.process()
+    return [{"itemIdentifier": str(failure["itemIdentifier"])} for failure in processor.response()["batchItemFailures"]]

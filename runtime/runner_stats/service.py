@@ -73,6 +73,14 @@ class RunnerStatsService:
         self._options = options
 
     def process(self, records: Sequence[Mapping[str, Any]]) -> BatchReport:
+        """Fold the batch into run statistics; the report names the records to redeliver.
+
+        Not Powertools' BatchProcessor: it handles records one by one and reports each failed
+        record, while this pipeline reads a batch's contexts in one call, commits per run key and,
+        when a key fails, reports that key's FIRST record. Kinesis redelivers from the lowest
+        reported sequence number, so every later message of that key comes back in order; a
+        per-record report would let a later message of a run be applied before an earlier one.
+        """
         report = BatchReport()
         by_key: dict[RunKey, list[PositionedMessage]] = {}
         for record in records:
