@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import IntEnum, StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 INPUT_SEPARATOR = ","
 OUTPUT_SEPARATOR = "\t"
@@ -62,6 +62,7 @@ COLUMNS: tuple[str, ...] = (
 )
 COLUMN_COUNTS: tuple[int, ...] = (17, 18, 19, 20)
 _INDEX: Final = {name: index for index, name in enumerate(COLUMNS)}
+_Value = TypeVar("_Value")
 
 # Amounts that must be present, then the surcharges later schemas added or that older rows leave empty (read as 0).
 REQUIRED_AMOUNTS: tuple[str, ...] = (
@@ -365,8 +366,69 @@ class _Row:
     amounts: dict[str, Decimal]  # every name in AMOUNTS; absent or empty optional fees are 0
 
 
-def _check(columns: list[str]) -> _Row | Rejected:
-    """Validate split columns. Shared by validate_line and transform_tuple, so a validated tuple is a fixed point."""
+@dataclass(slots=True)
+class _Draft:
+    """A row while the checks run: stripped cells, the unimportant columns blanked so far, and the
+    typed values each check found. Each check reads cells, records values, and rejects or not."""
+
+    cells: list[str]
+    blanked: list[str] = field(default_factory=list)
+    vendor_id: int | None = None
+    passenger_count: int | None = None
+    trip_distance: Decimal | None = None
+    rate_code: int | None = None
+    locations: list[int] = field(default_factory=list)
+    payment_type: int | None = None
+    amounts: dict[str, Decimal] = field(default_factory=dict)
+
+    def cell(self, name: str) -> str:
+        index = _INDEX[name]
+        return self.cells[index] if index < len(self.cells) else ""
+
+    def keep_or_blank(self, name: str, parse: Callable[[str], _Value | None]) -> _Value | None:
+        """An unimportant column: an unusable value is blanked and the trip kept; empty stays empty."""
+        text = self.cell(name)
+        value = parse(text) if text else None
+        if text and value is None:
+            self.cells[_INDEX[name]] = ""
+            self.blanked.append(name)
+        return value
+
+    def row(self, pickup: datetime, dropoff: datetime) -> _Row:
+        return _Row(
+            cells=tuple(self.cells),
+            blanked=tuple(self.blanked),
+            vendor_id=self.vendor_id,
+            pickup=pickup,
+            dropoff=dropoff,
+            passenger_count=self.passenger_count,
+            trip_distance=self.trip_distance,
+            rate_code=self.rate_code,
+            store_and_fwd=self.cell("store_and_fwd_flag"),
+            pu_location_id=self.locations[0],
+            do_location_id=self.locations[1],
+            payment_type=self.payment_type,
+            amounts=self.amounts,
+        )
+
+
+def _code_in(allowed: Container[int]) -> Callable[[str], int | None]:
+    def parse(text: str) -> int | None:
+        code = _parse_code(text)
+        return code if code is not None and code in allowed else None
+
+    return parse
+
+
+def _distance(text: str) -> Decimal | None:
+    return Decimal(text) if _DISTANCE.fullmatch(text) and Decimal(text) < MAX_TRIP_DISTANCE else None
+
+
+def _store_and_fwd(text: str) -> str | None:
+    return text if text in STORE_AND_FWD_FLAGS else None
+
+
+def _check_layout(columns: list[str]) -> Rejected | None:
     if is_header(columns):
         return Rejected(Rule.HEADER_LINE, f"vendor_id: {_show(columns[0])} is a CSV header cell, not a vendor code")
     schema = row_schema(columns)
@@ -374,112 +436,120 @@ def _check(columns: list[str]) -> _Row | Rejected:
         return Rejected(Rule.COLUMN_COUNT, f"expected 17 to 20 columns, got {len(columns)}")
     if not schema.mapped:
         return Rejected(Rule.UNSUPPORTED_SCHEMA, f"the record has the {schema} layout, whose columns are not mapped")
-    cells = [cell.strip() for cell in columns]  # stray blanks around a value do not change its meaning
-    blanked: list[str] = []
+    return None
 
-    def cell(name: str) -> str:
-        index = _INDEX[name]
-        return cells[index] if index < len(cells) else ""
 
-    def blank(name: str) -> None:
-        cells[_INDEX[name]] = ""
-        blanked.append(name)
+_MOMENTS: Final = (("pickup_datetime", Rule.PICKUP_DATETIME), ("dropoff_datetime", Rule.DROPOFF_DATETIME))
 
+
+def _check_moments(draft: _Draft) -> tuple[datetime, datetime] | Rejected:
     moments: list[datetime] = []
-    for name, rule in (("pickup_datetime", Rule.PICKUP_DATETIME), ("dropoff_datetime", Rule.DROPOFF_DATETIME)):
-        moment = parse_local_datetime(cell(name))
+    for name, rule in _MOMENTS:
+        moment = parse_local_datetime(draft.cell(name))
         if moment is None:
-            return Rejected(rule, f"{name}: {_show(cell(name))} is not a date-time in a TLC format")
+            return Rejected(rule, f"{name}: {_show(draft.cell(name))} is not a date-time in a TLC format")
         if not EARLIEST_LOCAL <= moment < LATEST_LOCAL_EXCLUSIVE:
-            return Rejected(rule, f"{name}: {_show(cell(name))} is outside 2009-01-01..2100-12-31")
+            return Rejected(rule, f"{name}: {_show(draft.cell(name))} is outside 2009-01-01..2100-12-31")
         moments.append(moment)
-    pickup, dropoff = moments
+    return moments[0], moments[1]
 
-    vendors = vendors_in(pickup.year)
-    vendor_id = _parse_code(cell("vendor_id")) if cell("vendor_id") else None
-    if cell("vendor_id") and (vendor_id is None or vendor_id not in vendors):
-        return Rejected(Rule.VENDOR, f"vendor_id: {_show(cell('vendor_id'))} is not a vendor code of {pickup.year} {sorted(vendors)}")
 
-    # Unimportant columns: an unusable value is blanked, the trip kept; an empty value is allowed as it is.
-    passenger_count = _parse_code(cell("passenger_count")) if cell("passenger_count") else None
-    if cell("passenger_count") and (passenger_count is None or passenger_count not in PASSENGER_COUNTS):
-        passenger_count = None
-        blank("passenger_count")
+def _check_vendor(draft: _Draft, year: int) -> Rejected | None:
+    text = draft.cell("vendor_id")
+    vendors = vendors_in(year)
+    draft.vendor_id = _parse_code(text) if text else None
+    if text and (draft.vendor_id is None or draft.vendor_id not in vendors):
+        return Rejected(Rule.VENDOR, f"vendor_id: {_show(text)} is not a vendor code of {year} {sorted(vendors)}")
+    return None
 
-    trip_distance: Decimal | None = None
-    if cell("trip_distance"):
-        if _DISTANCE.fullmatch(cell("trip_distance")) and Decimal(cell("trip_distance")) < MAX_TRIP_DISTANCE:
-            trip_distance = Decimal(cell("trip_distance"))
-        else:
-            blank("trip_distance")
 
-    rate_code = _parse_code(cell("rate_code_id")) if cell("rate_code_id") else None
-    if cell("rate_code_id") and (rate_code is None or rate_code not in RATE_CODES):
-        rate_code = None
-        blank("rate_code_id")
+def _check_unimportant(draft: _Draft, year: int) -> Rejected | None:
+    # In column order, which is the order `blanked` names them.
+    draft.passenger_count = draft.keep_or_blank("passenger_count", _code_in(PASSENGER_COUNTS))
+    draft.trip_distance = draft.keep_or_blank("trip_distance", _distance)
+    draft.rate_code = draft.keep_or_blank("rate_code_id", _code_in(RATE_CODES))
+    draft.keep_or_blank("store_and_fwd_flag", _store_and_fwd)
+    return None
 
-    if cell("store_and_fwd_flag") and cell("store_and_fwd_flag") not in STORE_AND_FWD_FLAGS:
-        blank("store_and_fwd_flag")
 
-    locations: list[int] = []
-    for name, rule in (("pu_location_id", Rule.PICKUP_LOCATION), ("do_location_id", Rule.DROPOFF_LOCATION)):
-        location = _parse_code(cell(name))
+_LOCATIONS: Final = (("pu_location_id", Rule.PICKUP_LOCATION), ("do_location_id", Rule.DROPOFF_LOCATION))
+
+
+def _check_locations(draft: _Draft, year: int) -> Rejected | None:
+    for name, rule in _LOCATIONS:
+        location = _parse_code(draft.cell(name))
         if location is None or location not in LOCATION_IDS:
-            return Rejected(rule, f"{name}: {_show(cell(name))} is not a taxi zone id 1..265")
-        locations.append(location)
+            return Rejected(rule, f"{name}: {_show(draft.cell(name))} is not a taxi zone id 1..265")
+        draft.locations.append(location)
+    return None
 
-    payments = payment_types_in(pickup.year)
-    payment_type = _parse_code(cell("payment_type")) if cell("payment_type") else None
-    if payment_type == UNKNOWN_PAYMENT_BEFORE_2025 and payment_type not in payments:
-        payment_type = None
-    elif cell("payment_type") and (payment_type is None or payment_type not in payments):
-        return Rejected(
-            Rule.PAYMENT_TYPE, f"payment_type: {_show(cell('payment_type'))} is not a payment type of {pickup.year} {sorted(payments)}"
-        )
 
-    amounts: dict[str, Decimal] = {}
+def _check_payment(draft: _Draft, year: int) -> Rejected | None:
+    text = draft.cell("payment_type")
+    payments = payment_types_in(year)
+    draft.payment_type = _parse_code(text) if text else None
+    if draft.payment_type == UNKNOWN_PAYMENT_BEFORE_2025 and draft.payment_type not in payments:
+        draft.payment_type = None
+    elif text and (draft.payment_type is None or draft.payment_type not in payments):
+        return Rejected(Rule.PAYMENT_TYPE, f"payment_type: {_show(text)} is not a payment type of {year} {sorted(payments)}")
+    return None
+
+
+def _check_amounts(draft: _Draft, year: int) -> Rejected | None:
     for name in AMOUNTS:
-        text = cell(name)
+        text = draft.cell(name)
         if not text and name in OPTIONAL_AMOUNTS:
-            amounts[name] = Decimal(0)
+            draft.amounts[name] = Decimal(0)
             continue
         parsed = _parse_amount(text)
         if isinstance(parsed, str):
             return Rejected(Rule.AMOUNT, f"{name}: {_show(text)} {parsed}")
-        amounts[name] = parsed
+        draft.amounts[name] = parsed
+    return None
 
+
+def _check_duration(draft: _Draft, pickup: datetime, dropoff: datetime) -> Rejected | None:
     # Wall-clock order equals UTC order: taking the first occurrence of ambiguous times keeps local→UTC strictly increasing.
     # A drop-off equal to the pick-up is a real (charged) trip with a finding; one before it cannot be a trip.
+    shown_pickup, shown_dropoff = _show(draft.cell("pickup_datetime")), _show(draft.cell("dropoff_datetime"))
     if dropoff < pickup:
-        return Rejected(
-            Rule.DROPOFF_BEFORE_PICKUP,
-            f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is before pickup_datetime {_show(cell('pickup_datetime'))}",
-        )
+        return Rejected(Rule.DROPOFF_BEFORE_PICKUP, f"dropoff_datetime: {shown_dropoff} is before pickup_datetime {shown_pickup}")
     pickup_utc, dropoff_utc = eastern_to_utc(pickup), eastern_to_utc(dropoff)
     # The elapsed time across a DST change is the UTC difference; a gap time (rejected by the transform) falls back to wall-clock.
     duration = dropoff_utc - pickup_utc if pickup_utc and dropoff_utc else dropoff - pickup
     if duration > MAX_TRIP:
         return Rejected(
             Rule.TRIP_TOO_LONG,
-            f"dropoff_datetime: {_show(cell('dropoff_datetime'))} is {duration} after pickup_datetime "
-            f"{_show(cell('pickup_datetime'))}, more than 24 h",
+            f"dropoff_datetime: {shown_dropoff} is {duration} after pickup_datetime {shown_pickup}, more than 24 h",
         )
+    return None
 
-    return _Row(
-        cells=tuple(cells),
-        blanked=tuple(blanked),
-        vendor_id=vendor_id,
-        pickup=pickup,
-        dropoff=dropoff,
-        passenger_count=passenger_count,
-        trip_distance=trip_distance,
-        rate_code=rate_code,
-        store_and_fwd=cell("store_and_fwd_flag"),
-        pu_location_id=locations[0],
-        do_location_id=locations[1],
-        payment_type=payment_type,
-        amounts=amounts,
-    )
+
+# The checks after the moments, in the order a row's first failing rule is reported; each takes the pick-up year.
+_FIELD_CHECKS: Final[tuple[Callable[[_Draft, int], Rejected | None], ...]] = (
+    _check_vendor,
+    _check_unimportant,
+    _check_locations,
+    _check_payment,
+    _check_amounts,
+)
+
+
+def _check(columns: list[str]) -> _Row | Rejected:
+    """Validate split columns. Shared by validate_line and transform_tuple, so a validated tuple is a fixed point."""
+    if (rejected := _check_layout(columns)) is not None:
+        return rejected
+    draft = _Draft(cells=[cell.strip() for cell in columns])  # stray blanks around a value do not change its meaning
+    moments = _check_moments(draft)
+    if isinstance(moments, Rejected):
+        return moments
+    pickup, dropoff = moments
+    for check in _FIELD_CHECKS:
+        if (rejected := check(draft, pickup.year)) is not None:
+            return rejected
+    if (rejected := _check_duration(draft, pickup, dropoff)) is not None:
+        return rejected
+    return draft.row(pickup, dropoff)
 
 
 class _CsvLine:
