@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ops.cli import AwsSession, UsageError, add_aws_options, usage_errors
 from ops.progress import Progress
 
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
@@ -28,7 +29,7 @@ def stack_buckets(cloudformation: Any, stack: str) -> list[str]:
     resources = template["Resources"] if isinstance(template, dict) else {}
     retained = [name for name, body in resources.items() if body["Type"] == "AWS::S3::Bucket" and body.get("DeletionPolicy") == "Retain"]
     if retained:
-        raise SystemExit(f"stack {stack} retains its buckets ({', '.join(retained)}); refusing to empty them")
+        raise UsageError(f"stack {stack} retains its buckets ({', '.join(retained)}); refusing to empty them")
     paginator = cloudformation.get_paginator("list_stack_resources")
     return [
         summary["PhysicalResourceId"]
@@ -45,7 +46,7 @@ def deployed_stacks(cloudformation: Any, env_name: str) -> list[str]:
     try:
         config = load_config(env_name)
     except ConfigError as error:
-        raise SystemExit(str(error)) from error
+        raise UsageError(str(error)) from error
     names = [config.stack_name(pipeline) for pipeline in PIPELINE_STACKS]
     live = {
         summary["StackName"]
@@ -86,14 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--env", help="every deployed stack of this environment (names from infra/config.py)")
     parser.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
     parser.add_argument("--progress", action="store_true", help="draw the progress bar even when stderr is not a terminal")
+    add_aws_options(parser)
     args = parser.parse_args(argv)
 
-    import boto3
-
-    cloudformation = boto3.client("cloudformation")
-    s3 = boto3.client("s3")
-    stacks = [args.stack] if args.stack else deployed_stacks(cloudformation, args.env)
-    buckets = [bucket for stack in stacks for bucket in stack_buckets(cloudformation, stack)]
+    aws = AwsSession.from_args(args)
+    with usage_errors(parser):
+        cloudformation = aws.client("cloudformation")
+        s3 = aws.client("s3")
+        stacks = [args.stack] if args.stack else deployed_stacks(cloudformation, args.env)
+        buckets = [bucket for stack in stacks for bucket in stack_buckets(cloudformation, stack)]
     for bucket in buckets:
         if args.dry_run:
             print(f"{bucket}: would delete {sum(1 for _ in versions(s3, bucket))} object versions")

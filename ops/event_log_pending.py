@@ -21,21 +21,15 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.progress import Progress
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.models import PendingSnapshot
 from runtime.event_log.pending_check import PendingReport, PendingStatus, PendingView, StuckRules, check, format_duration
 from runtime.event_log.store import DynamoPendingStore
 
-PENDING_TABLE_OUTPUT = event_log_contract.OUTPUT_PENDING_TABLE
+PENDING_TABLE = StackKind("EventLog", {event_log_contract.OUTPUT_PENDING_TABLE: "pending_table"})
 COLUMNS = ("LOG ID", "SEQ", "AGE", "LAST MODIFIED (UTC)", "RETRIES", "CLAIM HOLDER", "LEASE", "STATUS")
-
-
-def pending_table_from_stack(cloudformation: Any, stack: str) -> str:
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
-    if PENDING_TABLE_OUTPUT not in outputs:
-        raise SystemExit(f"stack {stack} has no output {PENDING_TABLE_OUTPUT}; is it an onceflow EventLog stack?")
-    return str(outputs[PENDING_TABLE_OUTPUT])
 
 
 def scan(store: DynamoPendingStore, now: float, rules: StuckRules, progress: Progress | None = None) -> PendingReport:
@@ -86,14 +80,13 @@ def recovery_hint(view: PendingView, stack: str | None) -> str:
     return f"python -m ops.event_log_reprocess {where} --log-id {view.log_id} --from-position {view.cut} --dry-run"
 
 
-def main(argv: list[str] | None = None, *, dynamodb: Any = None, clock: Callable[[], float] = time.time) -> int:
+def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb: Any = None, clock: Callable[[], float] = time.time) -> int:
     parser = argparse.ArgumentParser(
         description="List the event log's pending snapshots (oldest first) and which are stuck. Read-only. "
         "Exit code 1 when a listed snapshot is stuck, 0 otherwise."
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--stack", help="an onceflow EventLog stack: the pending table is read from its PendingTableName output")
-    source.add_argument("--pending-table", help="the pending-snapshots table's name, instead of --stack")
+    add_target(parser, PENDING_TABLE)
+    add_aws_options(parser)
     parser.add_argument("--stuck-only", action="store_true", help="list only the stuck snapshots")
     parser.add_argument("--older-than", type=float, default=0, metavar="SECONDS", help="list only snapshots pending for longer than this")
     parser.add_argument(
@@ -115,13 +108,13 @@ def main(argv: list[str] | None = None, *, dynamodb: Any = None, clock: Callable
     except ValueError as err:
         parser.error(f"--lease-seconds / --stuck-after: {err}")
 
-    import boto3
-
-    table_name = args.pending_table or pending_table_from_stack(boto3.client("cloudformation"), args.stack)
-    store = DynamoPendingStore(table_name, client=dynamodb or boto3.client("dynamodb"))
-    progress = Progress(store.approximate_count(), f"scanning {table_name}", stream=sys.stderr, force=args.progress)
-    report = scan(store, clock(), rules, progress)
-    progress.close()
+    aws = AwsSession.from_args(args)
+    with usage_errors(parser):
+        table_name = resolve_target(args, PENDING_TABLE, cloudformation, aws)["pending_table"]
+        store = DynamoPendingStore(table_name, client=dynamodb or aws.client("dynamodb"))
+        progress = Progress(store.approximate_count(), f"scanning {table_name}", stream=sys.stderr, force=args.progress)
+        report = scan(store, clock(), rules, progress)
+        progress.close()
 
     listed = [
         view for view in report.views if view.age_seconds > args.older_than and (view.status == PendingStatus.STUCK or not args.stuck_only)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.progress import Progress
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.errors import ObjectMissing
@@ -32,13 +33,16 @@ from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import LOG_ID, side_effect_request_id
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
 
-OUTPUT_NAMES = {
-    event_log_contract.OUTPUT_LOG_TABLE: "log_table",
-    event_log_contract.OUTPUT_PENDING_TABLE: "pending_table",
-    event_log_contract.OUTPUT_BUCKET: "bucket",
-    event_log_contract.OUTPUT_SNAPSHOT_QUEUE_URL: "snapshot_queue_url",
-    event_log_contract.OUTPUT_PAYLOAD_QUEUE_URL: "payload_queue_url",
-}
+EVENT_LOG = StackKind(
+    "EventLog",
+    {
+        event_log_contract.OUTPUT_LOG_TABLE: "log_table",
+        event_log_contract.OUTPUT_PENDING_TABLE: "pending_table",
+        event_log_contract.OUTPUT_BUCKET: "bucket",
+        event_log_contract.OUTPUT_SNAPSHOT_QUEUE_URL: "snapshot_queue_url",
+        event_log_contract.OUTPUT_PAYLOAD_QUEUE_URL: "payload_queue_url",
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -59,14 +63,6 @@ class Report:
     enqueued: int = 0
 
 
-def resources_from_stack(cloudformation: Any, stack: str) -> Resources:
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
-    missing = [name for name in OUTPUT_NAMES if name not in outputs]
-    if missing:
-        raise SystemExit(f"stack {stack} has no outputs {missing}; is it an onceflow EventLog stack?")
-    return Resources(**{attribute: outputs[name] for name, attribute in OUTPUT_NAMES.items()})
-
-
 def first_position_at(log: DynamoLogStore, log_id: str, since: str) -> int:
     """The first event appended at or after `since` (ISO-8601): events are in time order, so a
     binary search over positions needs log2(n) reads instead of a scan."""
@@ -82,13 +78,12 @@ def first_position_at(log: DynamoLogStore, log_id: str, since: str) -> int:
 
 class Reprocessor:
     def __init__(self, resources: Resources, *, dynamodb: Any = None, s3: Any = None, sqs: Any = None, lease_seconds: float = 1200) -> None:
-        import boto3
-
+        aws = AwsSession()
         self.resources = resources
-        self.log = DynamoLogStore(resources.log_table, client=dynamodb or boto3.client("dynamodb"))
+        self.log = DynamoLogStore(resources.log_table, client=dynamodb or aws.client("dynamodb"))
         self.pending = DynamoPendingStore(resources.pending_table, client=self.log.client)
-        self.objects = S3Objects(resources.bucket, client=s3 or boto3.client("s3"))
-        self.queue = SqsQueue(client=sqs or boto3.client("sqs"))
+        self.objects = S3Objects(resources.bucket, client=s3 or aws.client("s3"))
+        self.queue = SqsQueue(client=sqs or aws.client("sqs"))
         self.lease_seconds = lease_seconds
 
     def scan(self, log_id: str, from_position: int, progress: Progress | None = None) -> Report:
@@ -141,36 +136,30 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--from-date", help="ISO date or time (UTC), e.g. 2026-11-01 or 2026-11-01T12:00:00")
     start.add_argument("--from-position", type=int, default=1, help="first event position to scan (default 1)")
     parser.add_argument("--dry-run", action="store_true", help="list what is missing; enqueue nothing")
-    parser.add_argument("--stack", help="an onceflow EventLog stack: resource names are read from its outputs")
-    for name in OUTPUT_NAMES.values():
-        parser.add_argument(f"--{name.replace('_', '-')}")
+    add_target(parser, EVENT_LOG)
+    add_aws_options(parser)
     parser.add_argument("--lease-seconds", type=float, default=1200, help="the deployed lease; younger claims count as in progress")
     parser.add_argument("--progress", action="store_true", help="draw the progress bar even when stderr is not a terminal")
     args = parser.parse_args(argv)
     if not LOG_ID.fullmatch(args.log_id):
         parser.error("--log-id must be 1-64 letters, digits, '_' or '-'")
-    if args.stack:
-        import boto3
-
-        resources = resources_from_stack(boto3.client("cloudformation"), args.stack)
-    else:
-        values = {name: getattr(args, name) for name in OUTPUT_NAMES.values()}
-        if not all(values.values()):
-            parser.error("give --stack, or every one of --log-table --pending-table --bucket --snapshot-queue-url --payload-queue-url")
-        resources = Resources(**values)
-
-    tool = Reprocessor(resources, lease_seconds=args.lease_seconds)
-    head = tool.log.read_head(args.log_id)
-    if not head.exists:
-        print(f"log {args.log_id} does not exist", file=sys.stderr)
-        return 2
-    from_position = args.from_position
-    if args.from_date:
-        since = datetime.fromisoformat(args.from_date).replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        from_position = first_position_at(tool.log, args.log_id, since)
-    progress = Progress(max(head.next_position - from_position, 0) + head.snapshots, f"scanning {args.log_id}", force=args.progress)
-    report = tool.scan(args.log_id, from_position, progress)
-    progress.close()
+    aws = AwsSession.from_args(args)
+    with usage_errors(parser):
+        resources = Resources(**resolve_target(args, EVENT_LOG, None, aws))
+        tool = Reprocessor(
+            resources, dynamodb=aws.client("dynamodb"), s3=aws.client("s3"), sqs=aws.client("sqs"), lease_seconds=args.lease_seconds
+        )
+        head = tool.log.read_head(args.log_id)
+        if not head.exists:
+            print(f"log {args.log_id} does not exist", file=sys.stderr)
+            return 2
+        from_position = args.from_position
+        if args.from_date:
+            since = datetime.fromisoformat(args.from_date).replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+            from_position = first_position_at(tool.log, args.log_id, since)
+        progress = Progress(max(head.next_position - from_position, 0) + head.snapshots, f"scanning {args.log_id}", force=args.progress)
+        report = tool.scan(args.log_id, from_position, progress)
+        progress.close()
 
     print(f"log {args.log_id}: scanned {report.scanned} entries from position {from_position}")
     for message in report.missing:

@@ -62,6 +62,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.progress import Progress
 from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID, OUTPUT_MESSAGES_TABLE, OUTPUT_RUN_STATS_TABLE, OUTPUT_TENDENCY_TABLE
 from runtime.runner_stats.logic import contains, fold, merge_tendency, tendency_label
@@ -82,11 +83,14 @@ from runtime.runner_stats.store import RUN_STATS_PROJECTION, DynamoRunStatsStore
 from runtime.shared.aws import error_code
 from runtime.shared.consistency import VersionConflict
 
-OUTPUT_NAMES = {
-    OUTPUT_RUN_STATS_TABLE: "run_stats_table",
-    OUTPUT_TENDENCY_TABLE: "tendency_table",
-    OUTPUT_MESSAGES_TABLE: "messages_table",
-}
+RUNNER_STATS = StackKind(
+    "RunnerStats",
+    {
+        OUTPUT_RUN_STATS_TABLE: "run_stats_table",
+        OUTPUT_TENDENCY_TABLE: "tendency_table",
+        OUTPUT_MESSAGES_TABLE: "messages_table",
+    },
+)
 TOTALS = tuple(name for name in RUN_STATS_PROJECTION if name not in (KEY_USER_ID, KEY_RUN_ID))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -296,20 +300,10 @@ def run_label(key: RunKey) -> str:
 # --- the tool ---------------------------------------------------------------------------------
 
 
-def resources_from_stack(cloudformation: Any, stack: str) -> Resources:
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in cloudformation.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])}
-    missing = [name for name in OUTPUT_NAMES if name not in outputs]
-    if missing:
-        raise SystemExit(f"stack {stack} has no outputs {missing}; is it an onceflow RunnerStats stack?")
-    return Resources(**{attribute: outputs[name] for name, attribute in OUTPUT_NAMES.items()})
-
-
 class Reprocessor:
     def __init__(self, resources: Resources, *, dynamodb: Any = None) -> None:
-        import boto3
-
         self.resources = resources
-        self.store = DynamoRunStatsStore(resources.tables(), client=dynamodb or boto3.client("dynamodb"))
+        self.store = DynamoRunStatsStore(resources.tables(), client=dynamodb or AwsSession().client("dynamodb"))
 
     def missing_tables(self) -> list[str]:
         missing: list[str] = []
@@ -454,9 +448,8 @@ def main(argv: list[str] | None = None, *, dynamodb: Any = None) -> int:
         "--to", dest="end", metavar="TIME", help="window end, exclusive (default: now); e.g. 2026-11-02 or 2026-11-01T18:00:00Z"
     )
     parser.add_argument("--apply", action="store_true", help="write the rebuilt aggregates (default: a dry run that writes nothing)")
-    parser.add_argument("--stack", help="an onceflow RunnerStats stack: table names are read from its outputs")
-    for name in OUTPUT_NAMES.values():
-        parser.add_argument(f"--{name.replace('_', '-')}")
+    add_target(parser, RUNNER_STATS)
+    add_aws_options(parser)
     parser.add_argument("--progress", action="store_true", help="draw the progress bars even when stderr is not a terminal")
     args = parser.parse_args(argv)
     try:
@@ -469,18 +462,11 @@ def main(argv: list[str] | None = None, *, dynamodb: Any = None) -> int:
         parser.error(f"--to {args.end!r} is not an ISO-8601 date or time")
     if start >= end:
         parser.error("--from must be before --to")
-    if args.stack:
-        import boto3
-
-        resources = resources_from_stack(boto3.client("cloudformation"), args.stack)
-    else:
-        values = {name: getattr(args, name) for name in OUTPUT_NAMES.values()}
-        if not all(values.values()):
-            parser.error("give --stack, or every one of --run-stats-table --tendency-table --messages-table")
-        resources = Resources(**values)
-
-    tool = Reprocessor(resources, dynamodb=dynamodb)
-    missing = tool.missing_tables()
+    aws = AwsSession.from_args(args)
+    with usage_errors(parser):
+        resources = Resources(**resolve_target(args, RUNNER_STATS, None, aws))
+        tool = Reprocessor(resources, dynamodb=dynamodb or aws.client("dynamodb"))
+        missing = tool.missing_tables()
     if missing:
         print(f"table(s) {', '.join(missing)} do not exist", file=sys.stderr)
         return 2

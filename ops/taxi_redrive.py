@@ -76,6 +76,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.progress import Progress
 from runtime.shared.aws import error_code
 from runtime.taxi_etl import contract as taxi_etl_contract
@@ -85,19 +86,18 @@ from runtime.taxi_etl.requests import redrive_submission
 from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusRow
 from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
-OUTPUT_NAMES = {
-    taxi_etl_contract.OUTPUT_STATE_MACHINE_ARN: "state_machine_arn",
-    taxi_etl_contract.OUTPUT_TRIPS_TABLE: "trips_table",
-    taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_VALIDATION]: "validation_status_table",
-    taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_TRANSFORMATION]: "transformation_status_table",
-    taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_STORE]: "store_status_table",
-}
+TAXI_ETL = StackKind(
+    "TaxiEtl",
+    {
+        taxi_etl_contract.OUTPUT_STATE_MACHINE_ARN: "state_machine_arn",
+        taxi_etl_contract.OUTPUT_TRIPS_TABLE: "trips_table",
+        taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_VALIDATION]: "validation_status_table",
+        taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_TRANSFORMATION]: "transformation_status_table",
+        taxi_etl_contract.OUTPUT_STATUS_TABLES[taxi_etl_contract.PHASE_STORE]: "store_status_table",
+    },
+)
 PHASE_BY_REASON = {int(phase.reason): phase for phase in Phase}
 MESSAGE_SHOWN = 160  # characters of StatusMessage in a listing
-
-
-class UsageError(Exception):
-    """The command line, or the stack it names, cannot be used (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -186,24 +186,10 @@ class Report:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
 
 
-def resources_from_stack(cloudformation: Any, stack: str) -> Resources:
-    try:
-        described = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]
-    except ClientError as err:
-        raise UsageError(f"cannot read stack {stack}: {err}") from err
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
-    missing = [name for name in OUTPUT_NAMES if name not in outputs]
-    if missing:
-        raise UsageError(f"stack {stack} has no outputs {missing}; is it an onceflow TaxiEtl stack?")
-    return Resources(**{attribute: outputs[name] for name, attribute in OUTPUT_NAMES.items()})
-
-
 class Redriver:
     def __init__(self, resources: Resources, *, dynamodb: Any = None, stepfunctions: Any = None) -> None:
-        import boto3
-
         self.resources = resources
-        client = dynamodb or boto3.client("dynamodb")
+        client = dynamodb or AwsSession().client("dynamodb")
         self.status = {phase: DynamoStatusTable(resources.status_table(phase), client=client) for phase in Phase}
         self.trips = DynamoFinalTable(resources.trips_table, client=client)
         self._stepfunctions = stepfunctions
@@ -213,9 +199,7 @@ class Redriver:
     def workflow(self) -> StepFunctionsWorkflow:
         """Built on the first start (a dry run never asks Step Functions anything)."""
         if self._workflow is None:
-            import boto3
-
-            client = self._stepfunctions or boto3.client("stepfunctions")
+            client = self._stepfunctions or AwsSession().client("stepfunctions")
             # Ask the deployed state machine its type: only Standard deduplicates starts.
             kind = client.describe_state_machine(stateMachineArn=self.resources.state_machine_arn)["type"]
             self._workflow = StepFunctionsWorkflow(self.resources.state_machine_arn, deduplicates=kind == "STANDARD", client=client)
@@ -340,27 +324,15 @@ def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb:
     parser.add_argument("--id", action="append", metavar="STORE_REQUEST_ID", help="only this row (repeatable); read, not scanned")
     parser.add_argument("--limit", type=int, help="redrive at most this many flagged rows this run")
     parser.add_argument("--dry-run", action="store_true", help="list what would be redriven; change nothing")
-    parser.add_argument("--stack", help="an onceflow TaxiEtl stack: resource names are read from its outputs")
-    for name in OUTPUT_NAMES.values():
-        parser.add_argument(f"--{name.replace('_', '-')}")
+    add_target(parser, TAXI_ETL)
+    add_aws_options(parser)
     parser.add_argument("--progress", action="store_true", help="draw the progress bars even when stderr is not a terminal")
     args = parser.parse_args(argv)
     filters = parse_filters(parser, args)
-    try:
-        if args.stack:
-            import boto3
-
-            resources = resources_from_stack(cloudformation or boto3.client("cloudformation"), args.stack)
-        else:
-            values = {name: getattr(args, name) for name in OUTPUT_NAMES.values()}
-            if not all(values.values()):
-                flags = " ".join(f"--{name.replace('_', '-')}" for name in OUTPUT_NAMES.values())
-                raise UsageError(f"give --stack, or every one of {flags}")
-            resources = Resources(**values)
-    except UsageError as err:
-        parser.error(str(err))
-
-    tool = Redriver(resources, dynamodb=dynamodb, stepfunctions=stepfunctions)
+    aws = AwsSession.from_args(args)
+    with usage_errors(parser):
+        resources = Resources(**resolve_target(args, TAXI_ETL, cloudformation, aws))
+        tool = Redriver(resources, dynamodb=dynamodb or aws.client("dynamodb"), stepfunctions=stepfunctions or aws.client("stepfunctions"))
     scanning = Progress(0 if filters.ids else tool.total_rows(), "scanning status tables", force=args.progress)
     report = tool.find(filters, limit=args.limit, progress=scanning)
     scanning.close()

@@ -26,6 +26,7 @@ from devtools.faults import SimulatedCrash
 from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_pending
+from ops.cli import UsageError, resources_from_stack
 from runtime.event_log import pending_check_handler, wiring
 from runtime.event_log.contract import HANDLER_WORKER
 from runtime.event_log.models import SideEffect, SideEffectMessage
@@ -394,9 +395,10 @@ def test_the_tool_reads_the_table_from_the_stack_outputs_and_refuses_bad_argumen
 
     # When the table is looked up by stack, for a good and a foreign stack
     # Then the table is found, and a stack without the output is refused with a message
-    assert event_log_pending.pending_table_from_stack(Outputs(), "ok") == log_world.worker.pending_table
-    with pytest.raises(SystemExit, match="has no output PendingTableName"):
-        event_log_pending.pending_table_from_stack(Outputs(), "other")
+    kind = event_log_pending.PENDING_TABLE
+    assert resources_from_stack(Outputs(), "ok", kind) == {"pending_table": log_world.worker.pending_table}
+    with pytest.raises(UsageError, match=r"has no outputs \['PendingTableName'\]; is it an onceflow EventLog stack"):
+        resources_from_stack(Outputs(), "other", kind)
     # When the tool gets no table, both a stack and a table, a negative age, or a threshold below the lease
     for argv in ([], ["--stack", "s", "--pending-table", "t"], ["--pending-table", "t", "--older-than", "-1"]):
         with pytest.raises(SystemExit) as stopped:
