@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from devtools.event_log_replay import replay
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.cells import cell_name, order_key
-from runtime.event_log.logic import replay
 from runtime.event_log.models import (
     BuildState,
     CellEvent,

@@ -15,15 +15,17 @@ from decimal import Decimal
 from typing import Any
 
 from devtools.esm import EventSourceMapping, ListShard
+from devtools.event_log_replay import replay
 from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.moto_patches import VirtualClock, fast_transactions
 from devtools.sheet_workload import Edit
 from devtools.sqs_esm import SqsEventSource, next_visible_at, queue_depth
 from devtools.table_stream import TableStream, dynamodb_stream_event, filter_patterns
 from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from ops.event_log_store import LogRepairStore
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log import finalizer_handler, router_handler, wiring
-from runtime.event_log.logic import chain_digest, decode_chunk, replay
+from runtime.event_log.logic import chain_digest, decode_chunk
 from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.service import EventLogService
@@ -234,7 +236,7 @@ class EventLogWorld:
     # --- the end state --------------------------------------------------------------------------
 
     def entries(self, log_id: str) -> list[dict[str, Any]]:
-        return list(self.log_store().scan_log(log_id, Decimal(0)))
+        return list(LogRepairStore(self.api.log_table, client=self.clients.dynamodb).scan_log(log_id, Decimal(0)))
 
     def events(self, log_id: str) -> list[LogEntry]:
         return [entry_from_item(item) for item in self.entries(log_id) if EntryKind(item["kind"]) in CELL_KINDS]

@@ -22,17 +22,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
+from ops.event_log_store import PendingRepairStore
 from ops.progress import Progress
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.models import PendingSnapshot
 from runtime.event_log.pending_check import PendingReport, PendingStatus, PendingView, StuckRules, check, format_duration
-from runtime.event_log.store import DynamoPendingStore
 
 PENDING_TABLE = StackKind("EventLog", {event_log_contract.OUTPUT_PENDING_TABLE: "pending_table"})
 COLUMNS = ("LOG ID", "SEQ", "AGE", "LAST MODIFIED (UTC)", "RETRIES", "CLAIM HOLDER", "LEASE", "STATUS")
 
 
-def scan(store: DynamoPendingStore, now: float, rules: StuckRules, progress: Progress | None = None) -> PendingReport:
+def scan(store: PendingRepairStore, now: float, rules: StuckRules, progress: Progress | None = None) -> PendingReport:
     def counted() -> Iterator[PendingSnapshot]:
         for row in store.scan():
             if progress:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb:
     aws = AwsSession.from_args(args)
     with usage_errors(parser):
         table_name = resolve_target(args, PENDING_TABLE, cloudformation, aws)["pending_table"]
-        store = DynamoPendingStore(table_name, client=dynamodb or aws.client("dynamodb"))
+        store = PendingRepairStore(table_name, client=dynamodb or aws.client("dynamodb"))
         progress = Progress(store.approximate_count(), f"scanning {table_name}", stream=sys.stderr, force=args.progress)
         report = scan(store, clock(), rules, progress)
         progress.close()

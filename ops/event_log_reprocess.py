@@ -25,13 +25,14 @@ from decimal import Decimal
 from typing import Any
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
+from ops.event_log_store import LogRepairStore
 from ops.progress import Progress
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.errors import ObjectMissing
 from runtime.event_log.models import EntryKind, SideEffect, SideEffectMessage
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import LOG_ID, side_effect_request_id
-from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
+from runtime.event_log.store import DynamoPendingStore
 
 EVENT_LOG = StackKind(
     "EventLog",
@@ -63,7 +64,7 @@ class Report:
     enqueued: int = 0
 
 
-def first_position_at(log: DynamoLogStore, log_id: str, since: str) -> int:
+def first_position_at(log: LogRepairStore, log_id: str, since: str) -> int:
     """The first event appended at or after `since` (ISO-8601): events are in time order, so a
     binary search over positions needs log2(n) reads instead of a scan."""
     low, high = 1, log.read_head(log_id).next_position  # answer in [low, high]; high = past the end
@@ -80,7 +81,7 @@ class Reprocessor:
     def __init__(self, resources: Resources, *, dynamodb: Any = None, s3: Any = None, sqs: Any = None, lease_seconds: float = 1200) -> None:
         aws = AwsSession()
         self.resources = resources
-        self.log = DynamoLogStore(resources.log_table, client=dynamodb or aws.client("dynamodb"))
+        self.log = LogRepairStore(resources.log_table, client=dynamodb or aws.client("dynamodb"))
         self.pending = DynamoPendingStore(resources.pending_table, client=self.log.client)
         self.objects = S3Objects(resources.bucket, client=s3 or aws.client("s3"))
         self.queue = SqsQueue(client=sqs or aws.client("sqs"))

@@ -64,6 +64,7 @@ from botocore.exceptions import ClientError
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.progress import Progress
+from ops.runner_stats_store import RunStatsRepairStore
 from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID, OUTPUT_MESSAGES_TABLE, OUTPUT_RUN_STATS_TABLE, OUTPUT_TENDENCY_TABLE
 from runtime.runner_stats.logic import contains, fold, merge_tendency, tendency_label
 from runtime.runner_stats.models import (
@@ -79,7 +80,7 @@ from runtime.runner_stats.models import (
     TendencySlot,
     UserTendency,
 )
-from runtime.runner_stats.store import RUN_STATS_PROJECTION, DynamoRunStatsStore, RunStatsTables, context_from_item
+from runtime.runner_stats.store import RUN_STATS_PROJECTION, RunStatsTables, context_from_item
 from runtime.shared.aws import error_code
 from runtime.shared.consistency import VersionConflict
 
@@ -303,7 +304,7 @@ def run_label(key: RunKey) -> str:
 class Reprocessor:
     def __init__(self, resources: Resources, *, dynamodb: Any = None) -> None:
         self.resources = resources
-        self.store = DynamoRunStatsStore(resources.tables(), client=dynamodb or AwsSession().client("dynamodb"))
+        self.store = RunStatsRepairStore(resources.tables(), client=dynamodb or AwsSession().client("dynamodb"))
 
     def missing_tables(self) -> list[str]:
         missing: list[str] = []

@@ -78,12 +78,13 @@ from botocore.exceptions import ClientError
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.progress import Progress
+from ops.taxi_store import StatusRepairTable
 from runtime.shared.aws import error_code
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.errors import RequestConflict
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import redrive_submission
-from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, StatusRow
+from runtime.taxi_etl.store import DynamoFinalTable, StatusRow
 from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
 TAXI_ETL = StackKind(
@@ -190,7 +191,7 @@ class Redriver:
     def __init__(self, resources: Resources, *, dynamodb: Any = None, stepfunctions: Any = None) -> None:
         self.resources = resources
         client = dynamodb or AwsSession().client("dynamodb")
-        self.status = {phase: DynamoStatusTable(resources.status_table(phase), client=client) for phase in Phase}
+        self.status = {phase: StatusRepairTable(resources.status_table(phase), client=client) for phase in Phase}
         self.trips = DynamoFinalTable(resources.trips_table, client=client)
         self._stepfunctions = stepfunctions
         self._workflow: StepFunctionsWorkflow | None = None
@@ -206,7 +207,7 @@ class Redriver:
         return self._workflow
 
     @property
-    def anchor_table(self) -> DynamoStatusTable:
+    def anchor_table(self) -> StatusRepairTable:
         return self.status[Phase.VALIDATION]
 
     # --- finding ------------------------------------------------------------------------------

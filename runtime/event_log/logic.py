@@ -75,18 +75,6 @@ def merge_segment(previous: Iterable[tuple[int, CellValue]], events: Iterable[Lo
         yield MergedCell(order, value, folded, chunk)
 
 
-def replay(events: Iterable[LogEntry]) -> dict[str, CellValue]:
-    """The sheet after `events` in log order, from scratch (small logs, tools and checks)."""
-    sheet: dict[str, CellValue] = {}
-    for entry in events:
-        value = apply_event(sheet.get(entry.event.cell), entry)
-        if value is None:
-            sheet.pop(entry.event.cell, None)
-        else:
-            sheet[entry.event.cell] = value
-    return sheet
-
-
 # --- chunks and roots -------------------------------------------------------------------------
 
 

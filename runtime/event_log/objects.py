@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,33 +40,15 @@ class MessageQueue(Protocol):
     def change_visibility(self, queue_url: str, receipt_handle: str, seconds: int) -> bool: ...
 
 
-@functools.cache
-def default_s3() -> S3Client:
-    import boto3
-    from botocore.config import Config
-
-    # SigV4 for presigned URLs: the pending tag is one of the signed headers of an upload URL.
-    return boto3.client("s3", config=Config(signature_version="s3v4"))
-
-
-@functools.cache
-def default_sqs() -> SQSClient:
-    import boto3
-
-    return boto3.client("sqs")
-
-
 class S3Objects:
     """The bucket of one log deployment: large payloads under payloads/, snapshots under snapshots/."""
 
-    def __init__(self, bucket: str, *, client: S3Client | None = None) -> None:
+    def __init__(self, bucket: str, *, client: S3Client) -> None:
         self._bucket = bucket
         self._client = client
 
     @property
     def client(self) -> S3Client:
-        if self._client is None:
-            self._client = default_s3()
         return self._client
 
     def put(self, key: str, body: bytes) -> None:
@@ -136,13 +117,11 @@ def message_body(message: SideEffectMessage) -> str:
 
 
 class SqsQueue:
-    def __init__(self, *, client: SQSClient | None = None) -> None:
+    def __init__(self, *, client: SQSClient) -> None:
         self._client = client
 
     @property
     def client(self) -> SQSClient:
-        if self._client is None:
-            self._client = default_sqs()
         return self._client
 
     def send(self, queue_url: str, messages: Sequence[SideEffectMessage], delay_seconds: int = 0) -> list[str]:

@@ -34,7 +34,6 @@ from runtime.event_log.models import (
 from runtime.shared.dynamo import (
     cancellation_codes,
     cancelled_item,
-    default_client,
     from_attributes,
     is_conditional_check_failed,
     item_when_condition_failed,
@@ -82,7 +81,6 @@ class LogStore(Protocol):
     def append(self, entry: LogEntry, head: Head, created_at: str) -> None: ...
     def read_entry(self, log_id: str, position: int) -> LogEntry | None: ...
     def append_marker(self, marker: SnapshotMarker, head: Head, created_at: str) -> bool: ...
-    def created_at(self, log_id: str, position: int) -> str | None: ...
     def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None: ...
     def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]: ...
     def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None: ...
@@ -202,20 +200,18 @@ def pending_from_item(item: dict[str, Any]) -> PendingSnapshot:
 
 
 class _Dynamo:
-    def __init__(self, client: DynamoDBClient | None) -> None:
+    def __init__(self, client: DynamoDBClient) -> None:
         self._client = client
 
     @property
     def client(self) -> DynamoDBClient:
-        if self._client is None:
-            self._client = default_client()
         return self._client
 
 
 class DynamoLogStore(_Dynamo):
     """The log table. Every write is a conditional write or a transaction of them."""
 
-    def __init__(self, table: str, *, client: DynamoDBClient | None = None) -> None:
+    def __init__(self, table: str, *, client: DynamoDBClient) -> None:
         super().__init__(client)
         self._table = table
 
@@ -329,14 +325,6 @@ class DynamoLogStore(_Dynamo):
             return _written_by(cancelled_item(err, 0), token)  # else another append or Snapshot entry got there first
         return True
 
-    def created_at(self, log_id: str, position: int) -> str | None:
-        """When the event at `position` was appended (ISO-8601), or None if there is none."""
-        response = self.client.get_item(
-            TableName=self._table, Key=self._key(log_id, position), ProjectionExpression="created_at", ConsistentRead=True
-        )
-        value = from_attributes(response.get("Item") or {}).get("created_at")
-        return str(value) if value is not None else None
-
     def read_marker(self, log_id: str, seq: Decimal) -> SnapshotMarker | None:
         response = self.client.get_item(TableName=self._table, Key=self._key(log_id, seq), ConsistentRead=True)
         item = response.get("Item")
@@ -423,20 +411,11 @@ class DynamoLogStore(_Dynamo):
         last = response.get("LastEvaluatedKey")
         return items, (Decimal(from_attributes(last)["seq"]) if last else None)
 
-    def scan_log(self, log_id: str, after: Decimal) -> Iterator[dict[str, Any]]:
-        """Every entry of a log after `after`, in log order (operator tools)."""
-        while True:
-            items, next_after = self.entries_after(log_id, after, None)
-            yield from items
-            if next_after is None:
-                return
-            after = next_after
-
 
 class DynamoPendingStore(_Dynamo):
     """The pending-snapshots table: claims with a lease, forward-only checkpoints."""
 
-    def __init__(self, table: str, *, client: DynamoDBClient | None = None) -> None:
+    def __init__(self, table: str, *, client: DynamoDBClient) -> None:
         super().__init__(client)
         self._table = table
 
@@ -555,7 +534,3 @@ class DynamoPendingStore(_Dynamo):
         for page in self.client.get_paginator("scan").paginate(**request):
             for raw in page.get("Items", []):
                 yield pending_from_item(from_attributes(raw))
-
-    def approximate_count(self) -> int:
-        """DynamoDB's item count (refreshed about every six hours): a progress bar's total."""
-        return int(self.client.describe_table(TableName=self._table)["Table"].get("ItemCount", 0))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -12,20 +11,12 @@ from botocore.exceptions import ClientError
 from runtime.shared.aws import error_code
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
+    pass
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
 ItemAttributes = dict[str, Any]
-
-
-@functools.cache
-def default_client() -> DynamoDBClient:
-    """The process-wide client, built on first use (never at import time)."""
-    import boto3
-
-    return boto3.client("dynamodb")
 
 
 def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,7 @@ phases write a status row with UpdateItem, so these attributes survive the redri
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,9 +27,6 @@ from botocore.exceptions import ClientError
 
 from runtime.shared.aws import KeysUnprocessed, batch_get_all
 from runtime.shared.dynamo import (
-    cancellation_codes,
-    cancelled_item,
-    default_client,
     from_attributes,
     is_conditional_check_failed,
     to_attributes,
@@ -117,14 +113,12 @@ class FinalTable(Protocol):
 
 
 class DynamoStatusTable:
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient) -> None:
         self._table = table_name
         self._client = client
 
     @property
     def client(self) -> DynamoDBClient:
-        if self._client is None:
-            self._client = default_client()
         return self._client
 
     def begin(self, store_request_id: str, raw_tuple: str) -> Flagged | None:
@@ -170,139 +164,8 @@ class DynamoStatusTable:
 
     # --- for the operator's redrive (ops/taxi_redrive.py); the phases never call these ----------
 
-    @property
-    def table_name(self) -> str:
-        return self._table
 
-    def approximate_count(self) -> int:
-        """DynamoDB's item count (refreshed about every six hours): a progress bar's total."""
-        return int(self.client.describe_table(TableName=self._table)["Table"].get("ItemCount", 0))
-
-    def scan_flagged(self, *, with_pending: bool = False, on_page: Callable[[int], None] | None = None) -> Iterator[StatusRow]:
-        """Every flagged row (with `with_pending`, also every row a redrive left pending); `on_page`
-        gets each page's scanned count, for a progress bar."""
-        names = {"#reason": STATUS_REASON}
-        condition = "#reason <> :ok"
-        if with_pending:
-            names["#pending"] = REDRIVE_PENDING
-            condition += " OR attribute_exists(#pending)"
-        pages = self.client.get_paginator("scan").paginate(
-            TableName=self._table,
-            ConsistentRead=True,
-            FilterExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=to_attributes({":ok": int(Reason.OK)}),
-        )
-        for page in pages:
-            if on_page is not None:
-                on_page(int(page.get("ScannedCount", 0)))
-            for attributes in page.get("Items", []):
-                yield StatusRow.from_item(from_attributes(attributes))
-
-    def read_rows(self, store_request_ids: Iterable[str]) -> dict[str, StatusRow]:
-        """The rows of these ids that exist, read consistently."""
-        items = _batch_get(self.client, self._table, store_request_ids)
-        return {key: StatusRow.from_item(item) for key, item in items.items()}
-
-    def claim_redrive(self, seen: StatusRow, later: Sequence[tuple[DynamoStatusTable, StatusRow | None]], *, at: str) -> int | None:
-        """Open the next generation of `seen`'s id, atomically, and only if no row changed since it was
-        read: this (validation) row gets reason 0, Generation + 1 and RedrivePending, and the rows in
-        the `later` phases' tables are deleted (the redrive's execution writes them again). Returns the
-        new generation, or None when a row changed since it was read (another run claimed it, or an
-        execution wrote it): then nothing was written.
-
-        The claim carries a token of its own. When the transaction was applied but its response was
-        lost, botocore's retry fails the conditions against the claim itself (DynamoDB would honour
-        the transaction's ClientRequestToken for ten minutes; the code does not rely on it): the
-        validation row then holds our token and generation, and the claim is ours."""
-        generation = seen.generation + 1
-        token = uuid.uuid4().hex
-        condition, names, values = _unchanged(seen, "a")
-        condition += " AND attribute_not_exists(#pending) AND "
-        if seen.generation == FIRST_GENERATION:
-            condition += "attribute_not_exists(#generation)"
-        else:
-            condition += "#generation = :a_generation"
-            values[":a_generation"] = seen.generation
-        names |= {
-            "#detail": STATUS_DETAIL,
-            "#message": STATUS_MESSAGE,
-            "#generation": GENERATION,
-            "#pending": REDRIVE_PENDING,
-            "#flag": REDRIVEN_FLAG,
-            "#at": REDRIVEN_AT,
-            "#token": REDRIVE_TOKEN,
-        }
-        values |= {":ok": int(Reason.OK), ":generation": generation, ":pending": True, ":at": at, ":token": token}
-        values[":flag"] = f"{seen.reason} {seen.detail or ''}: {seen.message or ''}"[:600]
-        update = {
-            "TableName": self._table,
-            "Key": to_attributes({KEY: seen.store_request_id}),
-            "UpdateExpression": "SET #reason = :ok, #generation = :generation, #pending = :pending, #flag = :flag, #at = :at,"
-            " #token = :token REMOVE #detail, #message",
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": to_attributes(values),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        items: list[dict[str, Any]] = [{"Update": update}]
-        for table, row in later:
-            condition, names, values = _unchanged(row, "r")
-            delete: dict[str, Any] = {
-                "TableName": table.table_name,
-                "Key": to_attributes({KEY: seen.store_request_id}),
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-            }
-            if values:
-                delete["ExpressionAttributeValues"] = to_attributes(values)
-            items.append({"Delete": delete})
-        try:
-            self.client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
-        except ClientError as err:
-            found = cancelled_item(err, 0)
-            if found is not None and found.get(REDRIVE_TOKEN) == token and found.get(GENERATION) == generation:
-                return generation  # our own claim, applied before its response was lost
-            codes = cancellation_codes(err)
-            if codes and set(codes) <= {"None", "ConditionalCheckFailed", "TransactionConflict"}:
-                return None
-            raise
-        return generation
-
-    def end_pending(self, store_request_id: str, generation: int) -> None:
-        """The generation's execution is started: the row is no longer pending (a no-op when it is not)."""
-        try:
-            self.client.update_item(
-                TableName=self._table,
-                Key=to_attributes({KEY: store_request_id}),
-                UpdateExpression="REMOVE #pending",
-                ConditionExpression="#generation = :generation",
-                ExpressionAttributeNames={"#pending": REDRIVE_PENDING, "#generation": GENERATION},
-                ExpressionAttributeValues=to_attributes({":generation": generation}),
-            )
-        except ClientError as err:
-            if not is_conditional_check_failed(err):  # else a later generation owns the row: not ours to touch
-                raise
-
-
-def _unchanged(row: StatusRow | None, prefix: str) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """A condition that holds only while the row's flag is as it was read (or the row absent, for None)."""
-    if row is None:
-        return "attribute_not_exists(#key)", {"#key": KEY}, {}
-    parts = [f"#reason = :{prefix}_reason"]
-    names = {"#reason": STATUS_REASON}
-    values: dict[str, Any] = {f":{prefix}_reason": row.reason}
-    for name, attribute, value in (("detail", STATUS_DETAIL, row.detail), ("message", STATUS_MESSAGE, row.message)):
-        names[f"#{name}"] = attribute
-        if value is None:
-            parts.append(f"attribute_not_exists(#{name})")
-        else:
-            parts.append(f"#{name} = :{prefix}_{name}")
-            values[f":{prefix}_{name}"] = value
-    return " AND ".join(parts), names, values
-
-
-def _batch_get(client: DynamoDBClient, table: str, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+def batch_get_by_id(client: DynamoDBClient, table: str, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The items of these ids that exist, read consistently (the shared BatchGetItem policy)."""
     keys = [to_attributes({KEY: key}) for key in sorted(set(store_request_ids))]
     try:
@@ -314,14 +177,12 @@ def _batch_get(client: DynamoDBClient, table: str, store_request_ids: Iterable[s
 
 
 class DynamoFinalTable:
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient) -> None:
         self._table = table_name
         self._client = client
 
     @property
     def client(self) -> DynamoDBClient:
-        if self._client is None:
-            self._client = default_client()
         return self._client
 
     def put_once(self, item: Mapping[str, Any]) -> PutOutcome:
@@ -343,7 +204,7 @@ class DynamoFinalTable:
         return PutOutcome.STORED
 
     def stored_items(self, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        return _batch_get(self.client, self._table, store_request_ids)
+        return batch_get_by_id(self.client, self._table, store_request_ids)
 
 
 class RowReader(Protocol):
@@ -356,15 +217,13 @@ class DynamoRowReader:
     4 RRU for items up to 4 KB (a missing item costs its read too). Consistent, so a GET right after
     a phase wrote never shows the row's earlier state."""
 
-    def __init__(self, status_tables: Mapping[Phase, str], final_table: str, client: DynamoDBClient | None = None) -> None:
+    def __init__(self, status_tables: Mapping[Phase, str], final_table: str, client: DynamoDBClient) -> None:
         self._status_tables = dict(status_tables)
         self._final_table = final_table
         self._client = client
 
     @property
     def client(self) -> DynamoDBClient:
-        if self._client is None:
-            self._client = default_client()
         return self._client
 
     def read(self, store_request_id: str) -> tuple[dict[Phase, StatusRow | None], dict[str, Any] | None]:

@@ -20,8 +20,9 @@ from devtools.template_resources import Template
 from devtools.workload import Workload, batches, generate
 from ops import runner_stats_reprocess
 from ops.runner_stats_reprocess import format_time, rebuild_run
+from ops.runner_stats_store import RunStatsRepairStore
 from runtime.runner_stats.models import ArchiveChunk, ArchivedMessage, RunContext, RunKey
-from runtime.runner_stats.store import DynamoRunStatsStore, RunStatsTables
+from runtime.runner_stats.store import RunStatsTables
 from runtime.shared.dynamo import from_attributes, to_attributes
 
 # Small archive chunks, so runs have several flushed chunks as well as a tail in the run item.
@@ -359,7 +360,7 @@ def test_the_stack_outputs_name_the_tables(piped: RunnerStatsWorld, capsys: Any)
 @pytest.mark.parametrize("context", [RunContext(RunKey(1, 2), version=1, first_ts=5, last_ts=9), RunContext(RunKey(1, 2), version=3)])
 def test_totals_are_only_rewritten_over_a_stored_run_with_messages(context: RunContext) -> None:
     # Given a context that was never stored (version 1 = new), or one without any applied message
-    store = DynamoRunStatsStore(RunStatsTables("R", "T", "M", "X"), client=object())  # type: ignore[arg-type]
+    store = RunStatsRepairStore(RunStatsTables("R", "T", "M", "X"), client=object())  # type: ignore[arg-type]
     # When its totals are to be rewritten
     # Then the store refuses before making any request
     with pytest.raises(ValueError, match="only a stored run item"):

@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import pytest
 
+from devtools.event_log_replay import replay
 from runtime.event_log.cells import cell_name, order_key
 from runtime.event_log.logic import (
     MergedCell,
@@ -26,7 +27,6 @@ from runtime.event_log.logic import (
     encode_cell,
     merge_segment,
     next_marker,
-    replay,
     root_key,
     snapshot_due,
     snapshot_prefix,
