@@ -5,7 +5,7 @@ records in arrival order), delivered in batches in shard order:
   (a) this handler (combined run item, archive chunks, duplicate-filtering reads)
   (b) a faithful port of the seed: get context, three output puts, put context, per message
   (c) (b) wrapped in Powertools' idempotency utility
-Request units are counted from the requests made (devtools.capacity). Final states are checked:
+Request units are counted from the requests made (devtools.aws.capacity). Final states are checked:
 (a) against one clean pass over the unique messages, (b) and (c) against the seed's own
 semantics. This is a benchmark that prints figures, not a pass/fail test.
 """
@@ -24,8 +24,8 @@ from decimal import Decimal
 from typing import Any
 
 from devtools import reference
-from devtools.capacity import CapacityMeter
-from devtools.esm import ShardRecord, lambda_event, records_from_payloads
+from devtools.aws.capacity import CapacityMeter
+from devtools.aws.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.workload import Delivery, Workload, generate
 from runtime.runner_stats import contract as runner_stats_contract
 
@@ -78,7 +78,8 @@ def windowed_batches(
 def run_handler(workload: Workload, batches: list[list[ShardRecord]], template: dict[str, Any]) -> Row:
     from moto import mock_aws
 
-    from devtools.runner_world import RunnerStatsWorld, new_client
+    from devtools.aws.clients import new_client
+    from devtools.runner_world import RunnerStatsWorld
 
     with mock_aws():
         world = RunnerStatsWorld.create(template)
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.update(AWS_ENV)
 
-    from devtools.template_resources import synth_templates
+    from devtools.aws.template_resources import synth_templates
     from infra.config import load_config
 
     started = time.perf_counter()

@@ -31,7 +31,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 
-from devtools.lambda_context import FakeLambdaContext
+from devtools.aws.lambda_context import FakeLambdaContext
 from devtools.reference import SeedOutcome
 from runtime.runner_stats.contract import KEY_RUN_ID, KEY_RUN_KEY, KEY_USER_ID
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from devtools.capacity import CapacityMeter
+from devtools.aws.capacity import CapacityMeter
 from devtools.taxi_world import ACCOUNT, client, embedded_saga_cloud, function_arn, state_transitions
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.trips import Accepted, transform_tuple, validate_line

@@ -150,8 +150,8 @@ def replay_peak(events: int) -> int:
 
 def reads_per_snapshot(template: dict[str, Any], *, snapshots: int = 5, every: int = 2000) -> list[tuple[int, int, int, int]]:
     """(snapshot, events read by its build, events since the previous snapshot, log size at its cut)."""
+    from devtools.aws.moto_patches import VirtualClock
     from devtools.event_log_world import EventLogWorld, embedded_event_log_cloud
-    from devtools.moto_patches import VirtualClock
     from devtools.sheet_workload import sheet_edits
 
     clock = VirtualClock()
@@ -181,9 +181,9 @@ def reads_per_snapshot(template: dict[str, Any], *, snapshots: int = 5, every: i
 
 def redone_after_crashes(template: dict[str, Any], *, events: int = 2000, chunk_bytes: int = 4096) -> tuple[int, list[int]]:
     """(chunks of the snapshot, chunks written again after a crash right after chunk k, for each k)."""
+    from devtools.aws.faults import SimulatedCrash
+    from devtools.aws.moto_patches import VirtualClock
     from devtools.event_log_world import EventLogWorld, embedded_event_log_cloud
-    from devtools.faults import SimulatedCrash
-    from devtools.moto_patches import VirtualClock
     from devtools.sheet_workload import sheet_edits
     from runtime.event_log.objects import S3Objects
 

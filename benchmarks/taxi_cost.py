@@ -13,7 +13,7 @@ through five designs: the first 1,000 one row per request (50 re-sent), all 2,00
   express   /trips on an EXPRESS state machine (billed per request and duration, not per transition)
 Measured per row: state transitions (from each execution's history, retries included), Lambda
 invocations (phases, flag steps, and the API function per request), DynamoDB request units
-(devtools.capacity), and what CloudWatch Logs and X-Ray would receive: the state machine's log
+(devtools.aws.capacity), and what CloudWatch Logs and X-Ray would receive: the state machine's log
 events at each environment's level (benchmarks/observability_cost.py), the functions' own output
 (Powertools log lines and EMF metric records, as printed), one access-log line per request, and
 one trace per request. Lambda and Express durations are not measurable on moto; the assumed ones
@@ -42,10 +42,10 @@ from benchmarks.observability_cost import (
     resent_requests,
 )
 from benchmarks.seed_saga import PLATFORM_LOG_LINES, run_seed_shape
-from devtools.capacity import CapacityMeter
+from devtools.aws.capacity import CapacityMeter
+from devtools.aws.template_resources import resources_of_type
 from devtools.taxi_rows import bad_at_validation, sample_lines
 from devtools.taxi_world import TaxiWorld, embedded_saga_cloud, state_transitions
-from devtools.template_resources import resources_of_type
 from infra.config import EnvConfig, load_config
 from runtime.shared.observability import logger, metrics
 from runtime.taxi_etl import contract as taxi_etl_contract

@@ -21,14 +21,17 @@ import time
 import warnings
 from collections import Counter
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from devtools import reference
-from devtools.esm import EventSourceMapping, KinesisShard, ShardRecord
-from devtools.faults import ThrottledWrites, WriteBoundaryCrasher
-from devtools.lambda_context import FakeLambdaContext
+from devtools.aws.esm import EventSourceMapping, KinesisShard, ShardRecord
+from devtools.aws.faults import ThrottledWrites, WriteBoundaryCrasher
+from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
+from devtools.aws.template_resources import EmbeddedCloud, load_assembly, resources_of_type
 from devtools.state import capture
-from devtools.template_resources import EmbeddedCloud, load_assembly, resources_of_type
 from devtools.workload import generate
 from runtime.runner_stats import contract as runner_stats_contract
 
@@ -121,7 +124,11 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
     # The deployed entry point's work (handle) with the same observability wrapper, on that client.
     settings = RunnerStatsSettings.from_env(cloud.function_environment(runner_stats_contract.HANDLER))
     deps = wiring.build(settings, Clients(dynamodb=dynamodb))
-    entry_point = instrumented(lambda event, context: handler_module.handle(event, context, deps))
+
+    def handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        return handler_module.handle(event, context, deps)
+
+    entry_point = instrumented(handle)
 
     mapping = cloud.event_source_mapping(runner_stats_contract.HANDLER)
     queue_url = cloud.names[f"{mapping['DestinationConfig']['OnFailure']['Destination']['Fn::GetAtt'][0]}.url"]
@@ -132,7 +139,7 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):
-                return entry_point(event, FakeLambdaContext())  # type: ignore[no-any-return]
+                return entry_point(event, as_lambda_context(FakeLambdaContext()))
         finally:
             counts.update(read_emf_counts(captured.getvalue()))
 

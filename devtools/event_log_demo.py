@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from devtools.aws.faults import WriteBoundaryCrasher
+from devtools.aws.lambda_context import ClockedLambdaContext
+from devtools.aws.moto_patches import VirtualClock
 from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
-from devtools.faults import WriteBoundaryCrasher
-from devtools.lambda_context import ClockedLambdaContext
-from devtools.moto_patches import VirtualClock
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.models import EntryKind, SideEffectMessage

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from devtools.esm import EventSourceMapping, ListShard
+from devtools.aws.clients import new_client
+from devtools.aws.esm import EventSourceMapping, ListShard
+from devtools.aws.lambda_context import ClockedLambdaContext, FakeLambdaContext, as_lambda_context
+from devtools.aws.moto_patches import VirtualClock, fast_transactions
+from devtools.aws.sqs_esm import SqsEventSource, next_visible_at, queue_depth
+from devtools.aws.table_stream import TableStream, dynamodb_stream_event, filter_patterns
+from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from devtools.event_log_replay import replay
-from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
-from devtools.moto_patches import VirtualClock, fast_transactions
 from devtools.sheet_workload import Edit
-from devtools.sqs_esm import SqsEventSource, next_visible_at, queue_depth
-from devtools.table_stream import TableStream, dynamodb_stream_event, filter_patterns
-from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from ops.event_log_store import LogRepairStore
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log import finalizer_handler, router_handler, wiring
@@ -45,9 +46,7 @@ def edit_request(log_id: str, edit: Edit, request_id: str | None = None) -> Appe
 
 
 def client(service: str) -> Any:
-    import boto3
-
-    return boto3.client(service, region_name=REGION)
+    return new_client(service)
 
 
 @contextmanager
@@ -157,7 +156,7 @@ class EventLogWorld:
         )
         try:
             return handle_snapshot_event(
-                event, used_context, snapshot_worker, SqsQueue(client=self.clients.sqs), self.worker.options.queue_url
+                event, as_lambda_context(used_context), snapshot_worker, SqsQueue(client=self.clients.sqs), self.worker.options.queue_url
             )
         finally:
             metrics.clear_metrics()  # no Lambda runtime flushes them here
@@ -165,14 +164,14 @@ class EventLogWorld:
     def invoke_finalizer(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """The finalizer's entry point, built through the wiring on this world's clients."""
         try:
-            return finalizer_handler.handle(dict(event), FakeLambdaContext(), wiring.build(self.finalizer, self.clients))
+            return finalizer_handler.handle(dict(event), as_lambda_context(FakeLambdaContext()), wiring.build(self.finalizer, self.clients))
         finally:
             metrics.clear_metrics()  # no Lambda runtime flushes them here
 
     def invoke_router(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """The router's entry point, built through the wiring on this world's clients."""
         try:
-            return router_handler.handle(dict(event), FakeLambdaContext(), wiring.build(self.router, self.clients))
+            return router_handler.handle(dict(event), as_lambda_context(FakeLambdaContext()), wiring.build(self.router, self.clients))
         finally:
             metrics.clear_metrics()
 
@@ -221,7 +220,7 @@ class EventLogWorld:
         url = next(
             self.cloud.names[lid] for lid in resources_of_type(self.template, "AWS::SQS::Queue") if lid.startswith(queue_logical_prefix)
         )
-        messages: list[dict[str, Any]] = []
+        messages: list[Any] = []
         while True:
             batch = self.clients.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get(
                 "Messages", []

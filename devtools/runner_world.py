@@ -10,21 +10,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from devtools.lambda_context import FakeLambdaContext
+from devtools.aws.clients import new_client
+from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
+from devtools.aws.template_resources import EmbeddedCloud, Template
 from devtools.state import PipelineView, capture
-from devtools.template_resources import EmbeddedCloud, Template
 from runtime.runner_stats import handler, wiring
 from runtime.runner_stats.contract import HANDLER
 from runtime.runner_stats.service import RunnerStatsService
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.runner_stats.wiring import RunnerStatsDeps
 from runtime.shared.aws import Clients
-
-
-def new_client(service: str = "dynamodb") -> Any:
-    import boto3
-
-    return boto3.client(service, region_name="us-east-1")
 
 
 @dataclass
@@ -60,7 +55,7 @@ class RunnerStatsWorld:
 
     def invoke(self, event: dict[str, Any], client: Any | None = None) -> dict[str, Any]:
         """Drive the real entry point with this world's pipeline."""
-        return handler.handle(event, FakeLambdaContext(), self.deps(client))
+        return handler.handle(event, as_lambda_context(FakeLambdaContext()), self.deps(client))
 
     def view(self) -> PipelineView:
         return capture(self.client, self.settings.tables)

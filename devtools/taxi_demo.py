@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 from botocore.exceptions import ClientError
 
-from devtools.faults import SimulatedCrash
+from devtools.aws.faults import SimulatedCrash
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld, embedded_saga_cloud, state_transitions
 from runtime.taxi_etl import contract as taxi_etl_contract

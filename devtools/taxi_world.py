@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from devtools.lambda_context import FakeLambdaContext
-from devtools.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from devtools.aws.clients import new_client
+from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
+from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from runtime.shared.aws import Clients
 from runtime.shared.observability import metrics
 from runtime.taxi_etl import contract as taxi_etl_contract
@@ -45,9 +46,7 @@ Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def client(service: str) -> Any:
-    import boto3
-
-    return boto3.client(service, region_name=REGION)
+    return new_client(service)
 
 
 def function_arn(logical_id: str) -> str:
@@ -131,7 +130,7 @@ class TaxiWorld:
         transform = wiring.build(PhaseSettings.from_env(self.environment(TRANSFORM_HANDLER)), clients)
         store = wiring.build(StoreSettings.from_env(self.environment(STORE_HANDLER)), clients)
         flagging = wiring.build(FlagSettings.from_env(self.environment(FLAG_HANDLER)), clients)
-        context = FakeLambdaContext()
+        context = as_lambda_context(FakeLambdaContext())
         handlers: dict[str, Invoke] = {
             VALIDATE_HANDLER: lambda event: validate_handler.handle(event, context, validate),
             TRANSFORM_HANDLER: lambda event: transform_handler.handle(event, context, transform),
@@ -227,9 +226,7 @@ class TaxiWorld:
         environment = self.environment(API_HANDLER)
         # The deployed entry point builds its pipeline through the wiring, on the API's own client.
         built = api_handler.deps
-        api_handler.deps = functools.cache(  # type: ignore[method-assign]
-            lambda: wiring.build(api_handler.settings(), Clients(stepfunctions=self.api_stepfunctions))
-        )
+        api_handler.deps = functools.cache(lambda: wiring.build(api_handler.settings(), Clients(stepfunctions=self.api_stepfunctions)))
         namespace = metrics.namespace  # read by Powertools at import; the function's own is set here
         metrics.namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
         try:
@@ -237,7 +234,7 @@ class TaxiWorld:
                 yield
         finally:
             metrics.namespace = namespace
-            api_handler.deps = built  # type: ignore[method-assign]
+            api_handler.deps = built
             cold_start()
             metrics.clear_metrics()
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID
 
 if TYPE_CHECKING:
-    from devtools.esm import ShardRecord
+    from devtools.aws.esm import ShardRecord
 
 __all__ = [
     "BASE_EPOCH_MS",
@@ -238,7 +238,7 @@ def batches(deliveries: Sequence[Delivery], size: int) -> Iterator[list[Delivery
 def shard_records(deliveries: Sequence[Delivery], first_sequence: int = 1) -> list[ShardRecord]:
     """The deliveries as shard records: increasing sequence numbers, and each delivery's arrival
     time as the record's arrival in the stream (Lambda's ``approximateArrivalTimestamp``)."""
-    from devtools.esm import ShardRecord
+    from devtools.aws.esm import ShardRecord
 
     return [
         ShardRecord(f"{first_sequence + index:056d}", d.partition_key, d.data, arrival_ms=d.arrival_ms)
@@ -249,7 +249,7 @@ def shard_records(deliveries: Sequence[Delivery], first_sequence: int = 1) -> li
 def kinesis_events(deliveries: Sequence[Delivery], size: int) -> Iterator[dict[str, Any]]:
     """One Kinesis Lambda event per consecutive batch of ``size`` deliveries, built by the same
     code the event source mapping replay uses (sequence numbers increase across batches)."""
-    from devtools.esm import lambda_event
+    from devtools.aws.esm import lambda_event
 
     records = shard_records(deliveries)
     for start in range(0, len(records), size):

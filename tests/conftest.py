@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from devtools.template_resources import Template, synth_templates
+from devtools.aws.template_resources import Template, synth_templates
 
 AWS_TEST_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
@@ -92,8 +92,8 @@ def event_log_template(dev_templates: dict[str, Template]) -> Template:
 @pytest.fixture
 def log_world(event_log_template: Template) -> Iterator[Any]:
     """The dev event log on moto, with a virtual clock, small snapshots and small chunks."""
+    from devtools.aws.moto_patches import VirtualClock
     from devtools.event_log_world import EventLogWorld, embedded_event_log_cloud
-    from devtools.moto_patches import VirtualClock
 
     clock = VirtualClock()
     with embedded_event_log_cloud(clock):

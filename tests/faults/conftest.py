@@ -4,8 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools.aws.template_resources import Template
 from devtools.runner_world import RunnerStatsWorld
-from devtools.template_resources import Template
 
 
 @pytest.fixture

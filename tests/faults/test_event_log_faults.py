@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from devtools.aws.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
+from devtools.aws.lambda_context import ClockedLambdaContext
+from devtools.aws.moto_patches import VirtualClock
 from devtools.event_log_world import Clients, EventLogWorld, embedded_event_log_cloud
-from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
-from devtools.lambda_context import ClockedLambdaContext
-from devtools.moto_patches import VirtualClock
 from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log.errors import PoisonMessage
@@ -168,7 +168,7 @@ def test_a_deferral_backs_off_with_full_jitter_within_the_cap(log_world: EventLo
     for retries in range(1, 7):
         before = log_world.clock()
         assert handle(log_world, second, patient) == Outcome.DEFERRED
-        from devtools.sqs_esm import next_visible_at
+        from devtools.aws.sqs_esm import next_visible_at
 
         visible_at = next_visible_at(url)
         assert visible_at is not None

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from devtools.aws.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
+from devtools.aws.moto_patches import VirtualClock
+from devtools.aws.table_stream import dynamodb_stream_event
 from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
-from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
-from devtools.moto_patches import VirtualClock
 from devtools.sheet_workload import sheet_edits
-from devtools.table_stream import dynamodb_stream_event
 from runtime.event_log.finalizer_handler import handle_payload_event
 from runtime.event_log.models import AppendRequest, CellEvent, EntryKind, PayloadRef
 from runtime.event_log.objects import S3Objects, SqsQueue

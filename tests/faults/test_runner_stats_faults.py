@@ -18,9 +18,10 @@ import pytest
 from moto import mock_aws
 
 from devtools import reference
-from devtools.esm import EventSourceMapping, ListShard, ShardRecord
-from devtools.faults import LostResponse, ThrottledWrites, WriteBoundaryCrasher
-from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb, new_client
+from devtools.aws.clients import new_client
+from devtools.aws.esm import EventSourceMapping, ListShard, ShardRecord
+from devtools.aws.faults import LostResponse, ThrottledWrites, WriteBoundaryCrasher
+from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
 from devtools.workload import shard_records as workload_records

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
+from devtools.aws.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld
 from runtime.taxi_etl.models import Phase

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from devtools.template_resources import find_function
+from devtools.aws.template_resources import find_function
 
 Grants = dict[tuple[str, str | None], set[str]]
 

@@ -17,7 +17,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
 from app import build_app
-from devtools.template_resources import cdk_context, synth_templates
+from devtools.aws.template_resources import cdk_context, synth_templates
 from infra.compliance import acknowledge, add_compliance_checks
 from infra.config import load_config
 

@@ -13,7 +13,7 @@ import pytest
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
-from devtools.template_resources import PROJECT_ROOT, load_assembly
+from devtools.aws.template_resources import PROJECT_ROOT, load_assembly
 from infra.config import ENVIRONMENTS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
 from runtime.event_log.contract import SQS_MAX_VISIBILITY_SECONDS
 

@@ -18,7 +18,7 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Match, Template
 
-from devtools.template_resources import resources_of_type
+from devtools.aws.template_resources import resources_of_type
 from infra.config import ConfigError, EnvConfig, load_config
 from infra.event_log.construct import EventLog, EventLogProps
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, PendingCheckSettings, RouterSettings, WorkerSettings

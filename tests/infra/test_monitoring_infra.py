@@ -23,7 +23,7 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 import app as cdk_app
-from devtools.template_resources import cdk_context, resources_of_type
+from devtools.aws.template_resources import cdk_context, resources_of_type
 from infra.config import ConfigError, EnvConfig, EventLogAlarms, MonitoringConfig, RunnerStatsAlarms, TaxiEtlAlarms, load_config
 from infra.monitoring import AlarmTopic, AlarmTopicProps
 from infra.runner_stats.stack import RunnerStatsStack

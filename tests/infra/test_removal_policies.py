@@ -19,7 +19,7 @@ import pytest
 from aws_cdk import App, CfnResource, Stack, TagManager
 
 import app as cdk_app
-from devtools.template_resources import cdk_context, resources_of_type
+from devtools.aws.template_resources import cdk_context, resources_of_type
 from infra.config import EnvConfig, load_config
 
 STACKS = ("Alarms", "RunnerStats", "EventLog", "TaxiEtl")

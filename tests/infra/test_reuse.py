@@ -16,7 +16,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 
-from devtools.template_resources import cdk_context
+from devtools.aws.template_resources import cdk_context
 from infra.config import load_config
 from infra.event_log.compliance import acknowledge_event_log, acknowledge_imported_bucket
 from infra.event_log.construct import EventLog, EventLogProps

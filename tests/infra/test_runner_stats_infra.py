@@ -19,7 +19,7 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk.assertions import Match, Template
 
-from devtools.template_resources import PROJECT_ROOT, load_assembly, resources_of_type, synth_templates
+from devtools.aws.template_resources import PROJECT_ROOT, load_assembly, resources_of_type, synth_templates
 from infra.config import ConfigError, EnvConfig, load_config
 from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
 from runtime.runner_stats import contract

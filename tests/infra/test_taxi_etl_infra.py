@@ -25,7 +25,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Match, Template
 
-from devtools.template_resources import cdk_context, resources_of_type
+from devtools.aws.template_resources import cdk_context, resources_of_type
 from infra.config import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, ConfigError, EnvConfig, TaxiEtlConfig, load_config
 from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
 from infra.taxi_etl.stack import TaxiEtlStack

@@ -9,7 +9,7 @@ import boto3  # type: ignore[import-untyped, unused-ignore]
 import pytest
 from moto import mock_aws
 
-from devtools.capacity import CapacityMeter, attribute_size, item_size
+from devtools.aws.capacity import CapacityMeter, attribute_size, item_size
 
 TABLE = "meter-test"
 

@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
+from devtools.aws.lambda_context import FakeLambdaContext
 from devtools.event_log_world import EventLogWorld
-from devtools.lambda_context import FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import api_handler
 from runtime.event_log.contract import HANDLER_API

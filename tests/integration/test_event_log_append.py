@@ -12,8 +12,8 @@ from decimal import Decimal
 
 import pytest
 
+from devtools.aws.faults import SimulatedCrash, WriteBoundaryCrasher
 from devtools.event_log_world import EventLogWorld, edit_request
-from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
 from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import Edit, sheet_edits
 from runtime.event_log.errors import AppendConflict, HeadMoved, RequestMismatch

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from devtools.aws.faults import SimulatedCrash
+from devtools.aws.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.event_log_world import EventLogWorld
-from devtools.faults import SimulatedCrash
-from devtools.lambda_context import ClockedLambdaContext, FakeLambdaContext
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_pending
 from ops.cli import UsageError, resources_from_stack

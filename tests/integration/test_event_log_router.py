@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from devtools.aws.table_stream import dynamodb_stream_event
 from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
-from devtools.table_stream import dynamodb_stream_event
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.side_effects import StreamRouter
@@ -94,7 +94,7 @@ def test_the_deployed_handler_routes_with_its_synthesized_settings_and_publishes
     log_world: EventLogWorld, monkeypatch: Any, capsys: Any
 ) -> None:
     # Given the Lambda entry point with the synthesized function's environment, and two Snapshot records
-    from devtools.lambda_context import FakeLambdaContext
+    from devtools.aws.lambda_context import FakeLambdaContext
     from runtime.event_log import router_handler
 
     for name, value in log_world.cloud.function_environment("runtime.event_log.router_handler.handler").items():

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from devtools.esm import ShardRecord, lambda_event, records_from_payloads
+from devtools.aws.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.runner_world import RunnerStatsWorld
 from runtime.shared.dynamo import from_attributes, to_attributes
 from tests.events.loader import load_event

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from devtools.esm import lambda_event, records_from_payloads
-from devtools.lambda_context import FakeLambdaContext
+from devtools.aws.esm import lambda_event, records_from_payloads
+from devtools.aws.lambda_context import FakeLambdaContext
+from devtools.aws.template_resources import Template
 from devtools.runner_world import RunnerStatsWorld
-from devtools.template_resources import Template
 from runtime.runner_stats import handler as handler_module
 from runtime.runner_stats.models import RunKey
 from runtime.runner_stats.store import RUN_STATS_PROJECTION

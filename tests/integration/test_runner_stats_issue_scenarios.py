@@ -12,7 +12,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from devtools.esm import ShardRecord, lambda_event
+from devtools.aws.esm import ShardRecord, lambda_event
 from devtools.runner_world import RunnerStatsWorld
 
 BASE_TS = 1_760_000_000_000

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-from devtools.esm import lambda_event, records_from_payloads
-from devtools.faults import LostResponse
-from devtools.runner_world import RunnerStatsWorld, new_client
+from devtools.aws.clients import new_client
+from devtools.aws.esm import lambda_event, records_from_payloads
+from devtools.aws.faults import LostResponse
+from devtools.aws.template_resources import Template
+from devtools.runner_world import RunnerStatsWorld
 from devtools.state import PipelineView
-from devtools.template_resources import Template
 from devtools.workload import Workload, batches, generate
 from ops import runner_stats_reprocess
 from ops.runner_stats_reprocess import format_time, rebuild_run

@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from devtools.faults import SimulatedCrash, WriteBoundaryCrasher
-from devtools.runner_world import RunnerStatsWorld, new_client
+from devtools.aws.clients import new_client
+from devtools.aws.faults import SimulatedCrash, WriteBoundaryCrasher
+from devtools.runner_world import RunnerStatsWorld
 from runtime.runner_stats.models import RunKey
 from runtime.shared.dynamo import to_attributes
 from tests.events.loader import load_event

@@ -18,7 +18,7 @@ from benchmarks.seed_baseline import (
     idempotent_seed_handler_factory,
     seed_handler,
 )
-from devtools.capacity import CapacityMeter
+from devtools.aws.capacity import CapacityMeter
 from devtools.reference import SeedOutcome, seed_pass
 from devtools.workload import Workload, generate, kinesis_events
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from devtools.lambda_context import FakeLambdaContext
+from devtools.aws.lambda_context import FakeLambdaContext
 from devtools.taxi_world import AUTHORIZER_HANDLER, TEST_API_KEY, TaxiWorld
 from runtime.taxi_etl import authorizer_handler
 from tests.events.loader import load_event

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from devtools.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
+from devtools.aws.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines, with_columns
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, client
 from ops import taxi_redrive

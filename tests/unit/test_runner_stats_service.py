@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from devtools.esm import lambda_event, records_from_payloads
+from devtools.aws.esm import lambda_event, records_from_payloads
 from runtime.runner_stats.logic import fold
 from runtime.runner_stats.models import (
     ArchiveChunk,

@@ -61,10 +61,12 @@ class TableStream:
     _next: int = 0
 
     def poll(self) -> list[StreamRecord]:
-        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.core.models import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
 
         shard = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(self.table_name).stream_shard
+        if shard is None:
+            raise RuntimeError(f"table {self.table_name} has no stream; the template enables one on every table read this way")
         fresh = shard.items[self._next :]
         self._next += len(fresh)
         found: list[StreamRecord] = []

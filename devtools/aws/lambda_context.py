@@ -6,6 +6,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @dataclass
@@ -33,3 +37,8 @@ class ClockedLambdaContext(FakeLambdaContext):
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self.timeout_seconds - (self.clock() - self.started)) * 1000))
+
+
+def as_lambda_context(context: FakeLambdaContext) -> LambdaContext:
+    """The stand-in, typed as what the handlers take: it has every attribute they read."""
+    return cast("LambdaContext", context)

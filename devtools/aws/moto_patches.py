@@ -106,12 +106,17 @@ class VirtualClock:
     @contextmanager
     def driving_sqs(self) -> Iterator[VirtualClock]:
         """moto's SQS visibility timeouts and delays follow this clock."""
-        import moto.sqs.models as sqs_models
+        import importlib
 
+        # Untyped on purpose: moto imports these two clock functions into its SQS module, unexported.
+        sqs_models: Any = importlib.import_module("moto.sqs.models")
         saved = (sqs_models.unix_time, sqs_models.unix_time_millis)
-        sqs_models.unix_time = self  # type: ignore[assignment]
-        sqs_models.unix_time_millis = lambda: self() * 1000  # type: ignore[assignment]
+        sqs_models.unix_time = self
+        sqs_models.unix_time_millis = self.millis
         try:
             yield self
         finally:
-            sqs_models.unix_time, sqs_models.unix_time_millis = saved  # type: ignore[assignment]
+            sqs_models.unix_time, sqs_models.unix_time_millis = saved
+
+    def millis(self) -> float:
+        return self() * 1000

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from devtools.faults import SimulatedCrash
+from devtools.aws.faults import SimulatedCrash
 
 SHARD_ID = "shardId-000000000000"
 

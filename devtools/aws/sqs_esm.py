@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from devtools.faults import SimulatedCrash
+from devtools.aws.faults import SimulatedCrash
 
 
 @dataclass
@@ -86,7 +86,7 @@ class SqsEventSource:
 
 def next_visible_at(queue_url: str) -> float | None:
     """When the earliest hidden or delayed message of a moto queue becomes receivable (epoch s)."""
-    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.core.models import DEFAULT_ACCOUNT_ID
     from moto.sqs.models import sqs_backends
 
     name = queue_url.rsplit("/", 1)[-1]

@@ -1,0 +1,205 @@
+"""The corrections to moto (devtools/aws/moto_patches.py), checked against unpatched moto.
+
+`fast_transactions` must answer every TransactWriteItems exactly as moto's own implementation
+does (outcome, cancellation reasons, old items, final state), only without copying the tables.
+`VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. If a moto upgrade
+changes either, these tests fail instead of the suites that rely on the patches drifting quietly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from devtools.aws.clients import new_client
+from devtools.aws.moto_patches import VirtualClock, fast_transactions
+
+TABLES = ("Heads", "Entries")
+Step = Callable[[Any], dict[str, Any]]
+
+
+def put(table: str, key: str, *, return_old: bool = False, **attributes: Any) -> dict[str, Any]:
+    request = {"TableName": table, "Item": {"pk": {"S": key}, **attributes}, "ConditionExpression": "attribute_not_exists(pk)"}
+    if return_old:
+        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    return {"Put": request}
+
+
+def outcome(client: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a caller sees of one TransactWriteItems: success, or the error code and each reason."""
+    try:
+        client.transact_write_items(TransactItems=items)
+    except ClientError as err:
+        reasons = [
+            {key: value for key, value in reason.items() if key in ("Code", "Item")}
+            for reason in err.response.get("CancellationReasons", [])
+        ]
+        return {"error": err.response["Error"]["Code"], "reasons": reasons}
+    return {"error": None}
+
+
+def scenario(client: Any) -> list[dict[str, Any]]:
+    """The transactions the event log writes, and the ways they are refused."""
+    steps: list[list[dict[str, Any]]] = [
+        # append: an entry and the head, both new
+        [put("Entries", "log#1", value={"S": "a"}), put("Heads", "log", next={"N": "2"})],
+        # the next append: the head moves 2 -> 3 under its guard, the entry is new
+        [
+            put("Entries", "log#2", value={"S": "b"}),
+            {
+                "Update": {
+                    "TableName": "Heads",
+                    "Key": {"pk": {"S": "log"}},
+                    "UpdateExpression": "SET #next = :next",
+                    "ConditionExpression": "#next = :expected",
+                    "ExpressionAttributeNames": {"#next": "next"},
+                    "ExpressionAttributeValues": {":next": {"N": "3"}, ":expected": {"N": "2"}},
+                }
+            },
+        ],
+        # a stale append: the entry is taken and the head is not where it thought; old items asked for
+        [
+            put("Entries", "log#2", return_old=True, value={"S": "stale"}),
+            {
+                "Update": {
+                    "TableName": "Heads",
+                    "Key": {"pk": {"S": "log"}},
+                    "UpdateExpression": "SET #next = :next",
+                    "ConditionExpression": "#next = :expected",
+                    "ExpressionAttributeNames": {"#next": "next"},
+                    "ExpressionAttributeValues": {":next": {"N": "3"}, ":expected": {"N": "2"}},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+        ],
+        # one condition fails, the other holds: nothing is applied
+        [put("Entries", "log#3", value={"S": "c"}), put("Heads", "log")],
+        # a condition check on one item and a delete of another
+        [
+            {
+                "ConditionCheck": {
+                    "TableName": "Heads",
+                    "Key": {"pk": {"S": "log"}},
+                    "ConditionExpression": "attribute_exists(pk)",
+                }
+            },
+            {"Delete": {"TableName": "Entries", "Key": {"pk": {"S": "log#1"}}}},
+        ],
+        # the same item twice in one transaction
+        [put("Entries", "log#9"), {"Delete": {"TableName": "Entries", "Key": {"pk": {"S": "log#9"}}}}],
+        # over DynamoDB's 100 actions
+        [put("Entries", f"many#{index}") for index in range(101)],
+    ]
+    return [outcome(client, items) for items in steps]
+
+
+def final_state(client: Any) -> dict[str, list[dict[str, Any]]]:
+    return {table: sorted(client.scan(TableName=table)["Items"], key=lambda item: item["pk"]["S"]) for table in TABLES}
+
+
+def run_scenario(patch: AbstractContextManager[None]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    from moto import mock_aws
+
+    with mock_aws(), patch:
+        client = new_client("dynamodb")
+        for table in TABLES:
+            client.create_table(
+                TableName=table,
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        return scenario(client), final_state(client)
+
+
+def test_fast_transactions_answer_exactly_as_moto_does() -> None:
+    # Given the same transactions against moto as shipped and against the patched backend
+    plain_outcomes, plain_state = run_scenario(nullcontext())
+    fast_outcomes, fast_state = run_scenario(fast_transactions())
+    # Then every outcome, cancellation reason and old item, and the final tables, are the same
+    assert fast_outcomes == plain_outcomes
+    assert fast_state == plain_state
+    # And the scenario exercised what it claims: successes, cancellations with old items, and both validation errors
+    errors = [step["error"] for step in plain_outcomes]
+    assert errors == [
+        None,
+        None,
+        "TransactionCanceledException",
+        "TransactionCanceledException",
+        None,
+        "ValidationException",
+        "ValidationException",
+    ]
+    stale = plain_outcomes[2]["reasons"]
+    assert [reason["Code"] for reason in stale] == ["ConditionalCheckFailed", "ConditionalCheckFailed"]
+    assert stale[0]["Item"]["value"] == {"S": "b"} and stale[1]["Item"]["next"] == {"N": "3"}
+    assert [reason["Code"] for reason in plain_outcomes[3]["reasons"]] == ["None", "ConditionalCheckFailed"]
+
+
+def test_fast_transactions_restore_moto_on_exit() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+
+    # Given moto's own implementation
+    original = DynamoDBBackend.transact_write_items
+    # When the patch is entered and left
+    with fast_transactions():
+        assert DynamoDBBackend.transact_write_items is not original
+    # Then moto's implementation is back
+    assert DynamoDBBackend.transact_write_items is original
+
+
+@pytest.fixture
+def sqs() -> Iterator[Any]:
+    from moto import mock_aws
+
+    with mock_aws():
+        yield new_client("sqs")
+
+
+def test_moto_sqs_still_reads_the_clock_functions_the_patch_replaces() -> None:
+    # Given moto's SQS module
+    sqs_models: Any = importlib.import_module("moto.sqs.models")
+    # Then it still has the two clock functions VirtualClock replaces (a rename would make the patch a no-op)
+    assert callable(sqs_models.unix_time) and callable(sqs_models.unix_time_millis)
+
+
+def test_unpatched_moto_hides_a_received_message_for_its_visibility_timeout(sqs: Any) -> None:
+    # Given a queue with a 30-minute visibility timeout and one message, unpatched
+    url = sqs.create_queue(QueueName="plain", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    # When it is received, then received again at once
+    first = sqs.receive_message(QueueUrl=url).get("Messages", [])
+    again = sqs.receive_message(QueueUrl=url).get("Messages", [])
+    # Then moto hides it, as SQS does: the behaviour the virtual clock moves through
+    assert len(first) == 1 and again == []
+
+
+def test_the_virtual_clock_moves_visibility_timeouts_and_delays(sqs: Any) -> None:
+    clock = VirtualClock()
+    sqs_models: Any = importlib.import_module("moto.sqs.models")
+    saved = (sqs_models.unix_time, sqs_models.unix_time_millis)
+    with clock.driving_sqs():
+        # Given a received message with a 30-minute visibility timeout, and a message delayed a minute
+        url = sqs.create_queue(QueueName="clocked", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="received")
+        assert len(sqs.receive_message(QueueUrl=url).get("Messages", [])) == 1
+        sqs.send_message(QueueUrl=url, MessageBody="delayed", DelaySeconds=60)
+        # When the clock stands still, nothing is visible
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+        # When it moves past the delay but not the timeout, only the delayed message is
+        clock.advance(61)
+        assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])] == ["delayed"]
+        # When it moves past the first message's timeout (but not the delayed one's), the first is back, received twice
+        clock.advance(1750)
+        bodies = {
+            m["Body"]: m["Attributes"]["ApproximateReceiveCount"]
+            for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]).get("Messages", [])
+        }
+        assert bodies == {"received": "2"}
+    # Then moto's own clock functions are back
+    assert (sqs_models.unix_time, sqs_models.unix_time_millis) == saved
