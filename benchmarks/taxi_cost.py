@@ -1,6 +1,6 @@
 """`make bench`, taxi saga section: what a million rows cost, from per-row counts measured on moto.
 
-Real rows (tests/data/taxi), with 5 % of the rows re-sent by the client as whole requests, go
+Real rows (tests/data/taxi_etl), with 5 % of the rows re-sent by the client as whole requests, go
 through five designs: the first 1,000 one row per request (50 re-sent), all 2,000 in batches of
 100 (one batch re-sent):
   baseline  this project's state machine, one Standard execution per row, every retry a new one:

@@ -1,4 +1,4 @@
-"""Real yellow-taxi rows (tests/data/taxi) and the corruptions the tests and the demo apply to them."""
+"""Real yellow-taxi rows (tests/data/taxi_etl) and the corruptions the tests and the demo apply to them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from runtime.taxi_etl.trips import line_columns
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = PROJECT_ROOT / "tests" / "data" / "taxi" / "yellow_2019-10_sample.csv"
+SAMPLE = PROJECT_ROOT / "tests" / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 PICKUP, DROPOFF = 1, 2  # column positions in every yellow schema
 
 

@@ -20,7 +20,7 @@ from devtools.aws.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.runner_world import RunnerStatsWorld
 from runtime.shared.dynamo import from_attributes, to_attributes
 from tests.events.loader import load_event
-from tests.unit.test_runner_stats_parsing import VARIANTS, variant_payload
+from tests.unit.runner_stats.test_runner_stats_parsing import VARIANTS, variant_payload
 
 CASES = load_event("runner_stats/bad_inputs.json")
 RUN_A = (3000, 3091019)

@@ -11,10 +11,10 @@ from devtools.taxi_world import FLAG_HANDLER, TaxiWorld
 from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.requests import content_id
 from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
-from tests.integration.test_taxi_redrive import flagged_at_store, redrive
+from tests.integration.taxi_etl.test_taxi_redrive import flagged_at_store, redrive
 
 LINES = sample_lines()
-# Real rows of the sample that the store keeps with a finding (tests/data/taxi/README.md).
+# Real rows of the sample that the store keeps with a finding (tests/data/taxi_etl/README.md).
 MISMATCH_TOTAL = "2,2019-10-23T16:32:30.000,2019-10-23T16:54:57.000,1,2.39,1,N,261,211,1,15.5,1,0.5,3.96,0,0.3,25.71,2.5"
 
 

@@ -4,7 +4,7 @@ The fakes implement the store ports with the DynamoDB adapters' semantics (runti
 begin() never clears a flag and answers with it; flag() keeps the first raw tuple; put_once() writes an
 item once, answers ALREADY_STORED for the same item and raises StoreConflict for a different one. Every
 call is recorded in one journal shared by all tables, so the order of writes across tables is visible.
-The rows are real NYC TLC lines from tests/data/taxi/yellow_2019-10_sample.csv.
+The rows are real NYC TLC lines from tests/data/taxi_etl/yellow_2019-10_sample.csv.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from runtime.taxi_etl.phases import FlagOutcome, flag, run_store, run_transforma
 from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
 from runtime.taxi_etl.trips import Accepted, Reason, Rule, final_item, transform_tuple, validate_line
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "taxi" / "yellow_2019-10_sample.csv"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 
 
 @cache

@@ -22,7 +22,7 @@ from runtime.taxi_etl.wiring import RowStateDeps
 from tests.events.loader import load_event
 
 ID = "k-load-2019-10-row-1"
-# A real row of the sample whose total is 1.95 above its columns (tests/data/taxi/README.md).
+# A real row of the sample whose total is 1.95 above its columns (tests/data/taxi_etl/README.md).
 LINE = "2,2019-10-23T16:32:30.000,2019-10-23T16:54:57.000,1,2.39,1,N,261,211,1,15.5,1,0.5,3.96,0,0.3,25.71,2.5"
 # What Transform hands Store (Store's status row keeps it as RawTuple), and the item Store writes,
 # as DynamoDB gives it back (numbers as Decimal).

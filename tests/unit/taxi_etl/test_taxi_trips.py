@@ -1,6 +1,6 @@
 """The pure taxi-row logic (runtime/taxi_etl/trips.py): validate, transform, and the stored item.
 
-No I/O beyond reading the committed sample tests/data/taxi/yellow_2019-10_sample.csv (real NYC TLC
+No I/O beyond reading the committed sample tests/data/taxi_etl/yellow_2019-10_sample.csv (real NYC TLC
 rows, see its README). Edge cases are minimal edits of real rows, so each test changes one thing.
 """
 
@@ -44,7 +44,7 @@ from runtime.taxi_etl.trips import (
     validate_line,
 )
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "taxi" / "yellow_2019-10_sample.csv"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 
 
 @cache

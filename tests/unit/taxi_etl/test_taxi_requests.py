@@ -1,6 +1,6 @@
 """From an HTTP body to a submission (runtime/taxi_etl/requests.py): decoding, keys, rows, ids and execution names.
 
-Pure: no AWS. The rows are real NYC TLC lines from tests/data/taxi/yellow_2019-10_sample.csv.
+Pure: no AWS. The rows are real NYC TLC lines from tests/data/taxi_etl/yellow_2019-10_sample.csv.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from runtime.shared.http import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.requests import Submission, content_id, decode_body, parse_batch, parse_idempotency_key, parse_single
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "taxi" / "yellow_2019-10_sample.csv"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 # Step Functions execution names: 1-80 of these characters (also the StoreRequestId rule of models.py).
 EXECUTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 CONTENT_ID = re.compile(r"c-[0-9a-f]{32}")

@@ -246,7 +246,7 @@ def test_distances_with_needless_digits_are_stored_in_millimetres(text: str, sto
 
 # --- what real devices send (issue 12, findings 7 and 11; tests/data/runner_stats/valid_variants.json) ---
 
-VARIANTS_FILE = Path(__file__).resolve().parents[1] / "data" / "runner_stats" / "valid_variants.json"
+VARIANTS_FILE = Path(__file__).resolve().parents[2] / "data" / "runner_stats" / "valid_variants.json"
 VARIANTS = json.loads(VARIANTS_FILE.read_text())
 
 
