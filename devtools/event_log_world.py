@@ -10,7 +10,7 @@ import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -25,7 +25,7 @@ from devtools.event_log_replay import replay
 from devtools.sheet_workload import Edit
 from ops.event_log_store import LogRepairStore
 from runtime.event_log import contract as event_log_contract
-from runtime.event_log import finalizer_handler, router_handler, wiring
+from runtime.event_log import finalizer_handler, router_handler, wiring, worker_handler
 from runtime.event_log.logic import chain_digest, decode_chunk
 from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
 from runtime.event_log.objects import S3Objects, SqsQueue
@@ -33,7 +33,6 @@ from runtime.event_log.service import EventLogService
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
 from runtime.event_log.snapshots import SnapshotWorker, WorkerOptions
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore, entry_from_item, marker_from_item
-from runtime.event_log.worker_handler import handle_snapshot_event
 from runtime.shared import aws
 from runtime.shared.observability import metrics
 
@@ -147,6 +146,10 @@ class EventLogWorld:
             rng=self.rng,
         )
 
+    def worker_deps(self, snapshot_worker: SnapshotWorker) -> wiring.WorkerDeps:
+        """The worker function's deps as its handler builds them, with this world's worker in them."""
+        return replace(wiring.build(self.worker, self.clients), new_worker=lambda: snapshot_worker)
+
     def invoke_worker(
         self, event: Mapping[str, Any], *, worker: SnapshotWorker | None = None, context: ClockedLambdaContext | None = None
     ) -> dict[str, Any]:
@@ -155,9 +158,7 @@ class EventLogWorld:
             clock=self.clock, timeout_seconds=self.function_timeout(event_log_contract.HANDLER_WORKER)
         )
         try:
-            return handle_snapshot_event(
-                event, as_lambda_context(used_context), snapshot_worker, SqsQueue(client=self.clients.sqs), self.worker.options.queue_url
-            )
+            return worker_handler.handle(dict(event), as_lambda_context(used_context), self.worker_deps(snapshot_worker))
         finally:
             metrics.clear_metrics()  # no Lambda runtime flushes them here
 

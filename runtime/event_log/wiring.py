@@ -40,9 +40,13 @@ class WorkerDeps:
     pending_store: DynamoPendingStore
     objects: S3Objects
     queue: SqsQueue
+    # A caller's own worker (the devtools world's: virtual clock, seeded jitter, injected faults).
+    new_worker: Callable[[], SnapshotWorker] | None = None
 
     def worker(self) -> SnapshotWorker:
         """A fresh worker per invocation: it counts its own progress; the clients are shared."""
+        if self.new_worker is not None:
+            return self.new_worker()
         return SnapshotWorker(self.log_store, self.pending_store, self.objects, self.queue, self.settings.options)
 
 

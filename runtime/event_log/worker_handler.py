@@ -11,9 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, wiring
 from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.objects import MessageQueue
 from runtime.event_log.settings import WorkerSettings
-from runtime.event_log.snapshots import SnapshotWorker
 from runtime.event_log.sqs_batch import process_batch
 from runtime.event_log.wiring import WorkerDeps
 from runtime.shared.aws import Clients
@@ -32,10 +30,9 @@ def deps() -> WorkerDeps:
     return wiring.build(settings(), Clients())
 
 
-def handle_snapshot_event(
-    event: Mapping[str, Any], context: LambdaContext, snapshot_worker: SnapshotWorker, messages: MessageQueue, queue_url: str
-) -> dict[str, Any]:
+def handle(event: dict[str, Any], context: LambdaContext, deps: WorkerDeps) -> dict[str, Any]:
     """One SQS batch: every message built, deferred, handed off or found done; failures reported."""
+    snapshot_worker = deps.worker()
 
     def build(message: SideEffectMessage, record: Mapping[str, Any]) -> bool:
         outcome = snapshot_worker.handle(
@@ -45,15 +42,11 @@ def handle_snapshot_event(
         logger.info("snapshot message handled", extra={"log_id": message.log_id, "seq": str(message.seq), "outcome": outcome.value})
         return not outcome.keeps_message
 
-    failures = process_batch(list(event.get("Records", [])), SideEffect.BUILD_SNAPSHOT, messages, queue_url, build)
+    failures = process_batch(list(event.get("Records", [])), SideEffect.BUILD_SNAPSHOT, deps.queue, deps.settings.options.queue_url, build)
     metrics.add_metric(name=contract.METRIC_SNAPSHOT_CHUNKS_WRITTEN, unit=MetricUnit.Count, value=snapshot_worker.progress.chunks_written)
     for seconds in snapshot_worker.progress.build_seconds:
         metrics.add_metric(name=contract.METRIC_SNAPSHOT_BUILD_SECONDS, unit=MetricUnit.Seconds, value=round(seconds, 3))
     return {"batchItemFailures": failures}
-
-
-def handle(event: dict[str, Any], context: LambdaContext, deps: WorkerDeps) -> dict[str, Any]:
-    return handle_snapshot_event(event, context, deps.worker(), deps.queue, deps.settings.options.queue_url)
 
 
 @instrumented

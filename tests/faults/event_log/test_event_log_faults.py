@@ -23,14 +23,14 @@ from devtools.aws.moto_patches import VirtualClock
 from devtools.event_log_world import Clients, EventLogWorld, embedded_event_log_cloud
 from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import sheet_edits
+from runtime.event_log import worker_handler
 from runtime.event_log.errors import PoisonMessage
 from runtime.event_log.models import BuildState, SideEffect
-from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.objects import S3Objects
 from runtime.event_log.parsing import parse_message
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.sqs_batch import POISON_RETRY_CAP_SECONDS
 from runtime.event_log.store import DynamoPendingStore
-from runtime.event_log.worker_handler import handle_snapshot_event
 from runtime.shared.observability import metrics
 from tests.conftest import EVENT_LOG_STACK, SMALL_LOG, templates_for
 
@@ -589,7 +589,7 @@ def test_a_poison_message_goes_to_the_dlq_after_bounded_retries(log_world: Event
             clock=log_world.clock, timeout_seconds=log_world.function_timeout("runtime.event_log.worker_handler.handler")
         )
         try:
-            return handle_snapshot_event(event, context, worker, SqsQueue(client=log_world.clients.sqs), url)
+            return worker_handler.handle(event, context, log_world.worker_deps(worker))
         finally:
             poison_counted.extend(metrics.metric_set.get("PoisonMessages", {}).get("Value", []))
             metrics.clear_metrics()

@@ -27,14 +27,13 @@ from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_pending
 from ops.cli import UsageError, resources_from_stack
-from runtime.event_log import pending_check_handler, wiring
+from runtime.event_log import pending_check_handler, wiring, worker_handler
 from runtime.event_log.contract import HANDLER_WORKER
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.parsing import parse_message, side_effect_request_id
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
-from runtime.event_log.worker_handler import handle_snapshot_event
 from runtime.shared import observability
 from runtime.shared.aws import Clients
 
@@ -427,8 +426,7 @@ def test_build_seconds_span_the_whole_build_across_a_takeover_and_are_published(
     def invoke(event: dict[str, Any]) -> dict[str, Any]:
         context: Any = ClockedLambdaContext(clock=log_world.clock, timeout_seconds=log_world.function_timeout(HANDLER_WORKER))
         try:
-            queue = SqsQueue(client=log_world.clients.sqs)
-            return handle_snapshot_event(event, context, successor, queue, log_world.worker.options.queue_url)
+            return worker_handler.handle(event, context, log_world.worker_deps(successor))
         finally:
             published.append(copy.deepcopy(dict(observability.metrics.metric_set)))
             observability.metrics.clear_metrics()
@@ -454,8 +452,7 @@ def test_a_handling_that_builds_nothing_publishes_no_build_seconds(log_world: Ev
         context: Any = ClockedLambdaContext(clock=log_world.clock, timeout_seconds=log_world.function_timeout(HANDLER_WORKER))
         worker = log_world.snapshot_worker()
         try:
-            queue = SqsQueue(client=log_world.clients.sqs)
-            return handle_snapshot_event(event, context, worker, queue, log_world.worker.options.queue_url)
+            return worker_handler.handle(event, context, log_world.worker_deps(worker))
         finally:
             published.append(copy.deepcopy(dict(observability.metrics.metric_set)))
             observability.metrics.clear_metrics()
