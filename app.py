@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from aws_cdk import App
 
-from infra.compliance import add_compliance_checks
-from infra.config import load_config
-from infra.event_log.stack import EventLogStack
-from infra.runner_stats.stack import RunnerStatsStack
-from infra.stacks import AlarmsStack
-from infra.taxi_etl.stack import TaxiEtlStack
+from onceflow.infra.compliance import add_compliance_checks
+from onceflow.infra.config import load_config
+from onceflow.infra.event_log.stack import EventLogStack
+from onceflow.infra.runner_stats.stack import RunnerStatsStack
+from onceflow.infra.stacks import AlarmsStack
+from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 
 
 def build_app(app: App | None = None) -> App:

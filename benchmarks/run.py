@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(AWS_ENV)
 
     from devtools.aws.template_resources import synth_templates
-    from infra.config import load_config
+    from onceflow.infra.config import load_config
 
     started = time.perf_counter()
     templates = synth_templates("dev")

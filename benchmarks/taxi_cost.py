@@ -46,7 +46,7 @@ from devtools.aws.capacity import CapacityMeter
 from devtools.aws.template_resources import resources_of_type
 from devtools.taxi_rows import bad_at_validation, sample_lines
 from devtools.taxi_world import TaxiWorld, embedded_saga_cloud, state_transitions
-from infra.config import EnvConfig, load_config
+from onceflow.infra.config import EnvConfig, load_config
 from runtime.shared.observability import logger, metrics
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.requests import content_id

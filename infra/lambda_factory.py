@@ -19,8 +19,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.compliance import acknowledge
-from infra.config import EnvConfig
+from onceflow.infra.common import CommonProps
+from onceflow.infra.compliance import acknowledge
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
@@ -42,6 +42,7 @@ class FunctionSpec:
     environment: dict[str, str] = field(default_factory=dict)
     memory_mb: int = 256
     timeout_seconds: int = 30
+    reserved_concurrency: int | None = None  # None: the account's unreserved pool
 
     def __post_init__(self) -> None:
         if not self.handler.startswith("runtime.") or self.handler.count(".") < 2:
@@ -68,25 +69,25 @@ def runtime_code(scope: Construct) -> lambda_.Code:
     return code
 
 
-def powertools_layer(scope: Construct, config: EnvConfig) -> lambda_.ILayerVersion:
+def powertools_layer(scope: Construct, common: CommonProps) -> lambda_.ILayerVersion:
     """The AWS-managed Powertools layer for this runtime and architecture, by region."""
     stack = Stack.of(scope)
     layer = getattr(stack, _LAYER_ATTRIBUTE, None)
     if layer is None:
         python = PYTHON_RUNTIME.name  # "python3.14"
-        parameter = f"/aws/service/powertools/python/arm64/{python}/{config.powertools_layer_version}"
+        parameter = f"/aws/service/powertools/python/arm64/{python}/{common.powertools_layer_version}"
         arn = ssm.StringParameter.value_for_string_parameter(stack, parameter)
         layer = lambda_.LayerVersion.from_layer_version_arn(stack, "PowertoolsLayer", arn)
         setattr(stack, _LAYER_ATTRIBUTE, layer)
     return layer
 
 
-def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, config: EnvConfig) -> CreatedFunction:
+def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, common: CommonProps) -> CreatedFunction:
     log_group = logs.LogGroup(
         scope,
         f"{construct_id}Logs",
-        retention=config.log_retention,
-        removal_policy=config.removal_policy,
+        retention=common.log_retention,
+        removal_policy=common.removal_policy,
     )
     role = iam.Role(
         scope,
@@ -107,16 +108,17 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, con
         role=role,
         memory_size=spec.memory_mb,
         timeout=Duration.seconds(spec.timeout_seconds),
-        layers=[powertools_layer(scope, config)],
+        reserved_concurrent_executions=spec.reserved_concurrency,
+        layers=[powertools_layer(scope, common)],
         tracing=lambda_.Tracing.ACTIVE,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
-        application_log_level_v2=lambda_.ApplicationLogLevel(config.log_level if config.log_level != "WARNING" else "WARN"),
+        application_log_level_v2=lambda_.ApplicationLogLevel(common.log_level if common.log_level != "WARNING" else "WARN"),
         system_log_level_v2=lambda_.SystemLogLevel.WARN,
         environment={
             "POWERTOOLS_SERVICE_NAME": spec.service,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-            "POWERTOOLS_LOG_LEVEL": config.log_level,
+            "POWERTOOLS_LOG_LEVEL": common.log_level,
             **spec.environment,
         },
     )

@@ -2,15 +2,16 @@
 
 Built on plain CloudWatch constructs rather than cdk-monitoring-constructs (the README's
 "Monitoring" section says why). Each pipeline's monitoring construct (infra/<pipeline>/monitoring.py)
-takes the pipeline construct, the environment config (every threshold comes from
-`config.monitoring`) and an alarm topic, which may be the app's `AlarmTopic` or any existing topic.
+takes the pipeline construct, its thresholds and an alarm topic, which may be an `AlarmTopic` or
+any existing topic (by default it makes its own `AlarmTopic`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -19,8 +20,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.lambda_factory import METRICS_NAMESPACE
+from onceflow.infra.common import CommonProps, ConfigError
+from onceflow.infra.lambda_factory import METRICS_NAMESPACE
 
 FIVE_MINUTES = Duration.minutes(5)
 ONE_MINUTE = Duration.minutes(1)
@@ -29,9 +30,23 @@ RUNBOOK = "README.md, 'Alarm runbook'"
 
 @dataclass(frozen=True)
 class AlarmTopicProps:
-    """config: the environment (removal policy; `monitoring.alarm_email` is subscribed when set)."""
+    """Inputs of AlarmTopic.
 
-    config: EnvConfig
+    removal_policy: RETAIN (the default) keeps the topic and its key, so pagers subscribed to its
+        ARN outside CloudFormation keep it; DESTROY suits a throwaway environment.
+    alarm_email: subscribed to the topic when set (the address confirms by mail). Leave it empty
+        to subscribe a pager or chat integration to the topic instead.
+    label: names the topic and its key ("<label> alarms", "<label> alarm topic").
+    """
+
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    alarm_email: str | None = None
+    label: str = "onceflow"
+
+    def validate(self) -> None:
+        CommonProps(removal_policy=self.removal_policy).validate()
+        if self.alarm_email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", self.alarm_email):
+            raise ConfigError(f"monitoring.alarm_email {self.alarm_email!r} is not an e-mail address")
 
 
 class AlarmTopic(Construct):
@@ -44,19 +59,19 @@ class AlarmTopic(Construct):
     key: kms.Key
     topic: sns.Topic
 
-    def __init__(self, scope: Construct, construct_id: str, props: AlarmTopicProps) -> None:
+    def __init__(self, scope: Construct, construct_id: str, props: AlarmTopicProps | None = None) -> None:
+        props = props if props is not None else AlarmTopicProps()
         if not isinstance(props, AlarmTopicProps):
             raise TypeError("AlarmTopic needs AlarmTopicProps")
-        props.config.validate()
+        props.validate()
         super().__init__(scope, construct_id)
-        config = props.config
         account = Stack.of(self).account
         self.key = kms.Key(
             self,
             "Key",
-            description=f"onceflow {config.name} alarm topic",
+            description=f"{props.label} alarm topic",
             enable_key_rotation=True,
-            removal_policy=config.removal_policy,
+            removal_policy=props.removal_policy,
         )
         cloudwatch_principal = iam.ServicePrincipal("cloudwatch.amazonaws.com")
         self.key.add_to_resource_policy(
@@ -67,9 +82,9 @@ class AlarmTopic(Construct):
                 conditions={"StringEquals": {"aws:SourceAccount": account}},
             )
         )
-        self.topic = sns.Topic(self, "Topic", display_name=f"onceflow {config.name} alarms", master_key=self.key, enforce_ssl=True)
+        self.topic = sns.Topic(self, "Topic", display_name=f"{props.label} alarms", master_key=self.key, enforce_ssl=True)
         # Kept in prod: pagers subscribed to its ARN outside CloudFormation must not lose it.
-        self.topic.apply_removal_policy(config.removal_policy)
+        self.topic.apply_removal_policy(props.removal_policy)
         # enforce_ssl gives the topic a policy, which replaces SNS's default one: allow CloudWatch explicitly.
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
@@ -79,19 +94,22 @@ class AlarmTopic(Construct):
                 conditions={"StringEquals": {"aws:SourceAccount": account}},
             )
         )
-        if config.monitoring.alarm_email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(config.monitoring.alarm_email))
+        if props.alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(props.alarm_email))
 
 
 class PipelineMonitoring(Construct):
-    """A pipeline's alarms (each notifying the topic on ALARM and OK) and its dashboard."""
+    """A pipeline's alarms (each notifying the topic on ALARM and OK) and its dashboard; without a
+    topic, its own AlarmTopic (`alarm_topic`)."""
 
     dashboard: cloudwatch.Dashboard
     alarms: dict[str, cloudwatch.Alarm]
+    alarm_topic: sns.ITopic
 
-    def __init__(self, scope: Construct, construct_id: str, alarm_topic: sns.ITopic, title: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, alarm_topic: sns.ITopic | None, title: str) -> None:
         super().__init__(scope, construct_id)
-        self._action = actions.SnsAction(alarm_topic)
+        self.alarm_topic = alarm_topic if alarm_topic is not None else AlarmTopic(self, "AlarmTopic").topic
+        self._action = actions.SnsAction(self.alarm_topic)
         self._title = title
         self.alarms = {}
         self._graphs: list[cloudwatch.IWidget] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import jsii
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_apigateway as apigw_v1
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
@@ -14,29 +14,33 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_apigatewayv2 import IHttpRouteAuthorizer
 from constructs import Construct
 
-from infra.config import EnvConfig
+from onceflow.infra.common import CommonProps, TableOptions
 
 
 def durable_table(
     scope: Construct,
     construct_id: str,
-    config: EnvConfig,
+    options: TableOptions,
+    common: CommonProps,
     partition_key: dynamodb.Attribute,
     sort_key: dynamodb.Attribute | None = None,
     *,
     stream: dynamodb.StreamViewType | None = None,
 ) -> dynamodb.Table:
-    """On-demand, encrypted, point-in-time recovery; retained and deletion-protected where the environment keeps data."""
+    """Encrypted, point-in-time recovery, billed as `options` says (on-demand by default); deletion-protected when retained."""
+    removal_policy = options.removal(common)
     return dynamodb.Table(
         scope,
         construct_id,
         partition_key=partition_key,
         sort_key=sort_key,
-        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        billing_mode=options.billing_mode,
+        read_capacity=options.read_capacity,
+        write_capacity=options.write_capacity,
         encryption=dynamodb.TableEncryption.AWS_MANAGED,
         point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
-        deletion_protection=config.retain_data,
-        removal_policy=config.removal_policy,
+        deletion_protection=removal_policy == RemovalPolicy.RETAIN,
+        removal_policy=removal_policy,
         stream=stream,
     )
 
@@ -44,7 +48,7 @@ def durable_table(
 def encrypted_queue(
     scope: Construct,
     construct_id: str,
-    config: EnvConfig,
+    common: CommonProps,
     *,
     visibility_seconds: int | None = None,
     dead_letter: sqs.DeadLetterQueue | None = None,
@@ -58,13 +62,13 @@ def encrypted_queue(
         retention_period=Duration.days(14),
         visibility_timeout=Duration.seconds(visibility_seconds) if visibility_seconds is not None else None,
         dead_letter_queue=dead_letter,
-        removal_policy=config.removal_policy,
+        removal_policy=common.removal_policy,
     )
 
 
 def throttled_http_api(
     scope: Construct,
-    config: EnvConfig,
+    common: CommonProps,
     *,
     description: str,
     authorizer: IHttpRouteAuthorizer,
@@ -73,7 +77,7 @@ def throttled_http_api(
     extra_log_fields: dict[str, str] | None = None,
 ) -> tuple[apigw.HttpApi, apigw.HttpStage, logs.LogGroup]:
     """An HTTP API whose every route needs `authorizer`, with one throttled `$default` stage writing JSON access logs."""
-    access_logs = logs.LogGroup(scope, "ApiAccessLogs", retention=config.log_retention, removal_policy=config.removal_policy)
+    access_logs = logs.LogGroup(scope, "ApiAccessLogs", retention=common.log_retention, removal_policy=common.removal_policy)
     http_api = apigw.HttpApi(scope, "HttpApi", description=description, default_authorizer=authorizer, create_default_stage=False)
     stage = apigw.HttpStage(
         scope,

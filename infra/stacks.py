@@ -9,8 +9,8 @@ from aws_cdk import CfnOutput, Stack, Tags
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.monitoring import AlarmTopic, AlarmTopicProps
+from onceflow.infra.config import EnvConfig
+from onceflow.infra.monitoring import AlarmTopic
 
 
 class OnceflowStack(Stack):
@@ -18,6 +18,8 @@ class OnceflowStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, description: str, **kwargs: Any) -> None:
         # Stack-level tags (cdk.json's explicitStackTags) and the same tags on every resource.
+        # The environment's account and region when it names them; environment-agnostic otherwise.
+        kwargs.setdefault("env", config.environment)
         super().__init__(scope, construct_id, description=description, tags=config.tags, **kwargs)
         self.config = config
         for key, value in config.tags.items():
@@ -27,12 +29,12 @@ class OnceflowStack(Stack):
         """The shared topic when the app passes one; otherwise (a stack deployed alone) its own."""
         if alarm_topic is not None:
             return alarm_topic
-        return AlarmTopic(self, "Alarms", AlarmTopicProps(config=self.config)).topic
+        return AlarmTopic(self, "Alarms", self.config.alarm_topic_props()).topic
 
 
 class AlarmsStack(OnceflowStack):
     def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, config=config, description="onceflow alarm topic (KMS-encrypted SNS)", **kwargs)
-        self.alarm_topic = AlarmTopic(self, "AlarmTopic", AlarmTopicProps(config=config))
+        self.alarm_topic = AlarmTopic(self, "AlarmTopic", config.alarm_topic_props())
         # Subscribe a pager or chat integration here (or set monitoring.alarm_email).
         CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic.topic_arn)

@@ -1,5 +1,11 @@
-"""What every operator tool shares: where its resources are (--stack, or each resource named),
+"""What every operator tool shares: where its resources are (--env, --stack, or each resource named),
 which AWS account and region it talks to (--profile, --region), and one kind of usage error.
+
+--env NAME reads the resource names from cdk-outputs-NAME.json, the file `make deploy ENV=NAME`
+writes (`cdk deploy --outputs-file`: a JSON object of stack name -> {output key: value}), in the
+current directory or at --outputs-file PATH. The tool takes the one stack of its kind in it (the
+name ending in -<kind>, e.g. -RunnerStats) and asks CloudFormation nothing. --stack NAME reads
+the outputs of the deployed stack from CloudFormation. Exactly one of the three ways is given.
 
 A usage error (a wrong argument, a stack that is not the right kind, no credentials, no region)
 ends the tool with one line on stderr and exit status 2, never a botocore traceback.
@@ -9,13 +15,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, PartialCredentialsError, ProfileNotFound
 
 USAGE_EXIT_STATUS = 2
+OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes in the repository root
 
 
 class UsageError(Exception):
@@ -39,10 +48,22 @@ def add_aws_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_target(parser: argparse.ArgumentParser, kind: StackKind) -> None:
-    """--stack, or every resource by name; `resolve_target` checks that one of the two was given."""
+    """--env, --stack, or every resource by name; `resolve_target` checks that exactly one way was given."""
+    parser.add_argument(
+        "--env",
+        metavar="NAME",
+        help=f"a deployed environment (dev, prod): resource names are read from the {kind.name} stack in "
+        f"{OUTPUTS_FILE.format(env='NAME')}, which `make deploy ENV=NAME` writes; no CloudFormation call",
+    )
+    parser.add_argument(
+        "--outputs-file",
+        metavar="PATH",
+        type=Path,
+        help=f"with --env: read this CDK outputs file instead of ./{OUTPUTS_FILE.format(env='NAME')}",
+    )
     parser.add_argument("--stack", help=f"an onceflow {kind.name} stack: resource names are read from its outputs")
     for attribute in kind.outputs.values():
-        parser.add_argument(kind.option(attribute), help=f"instead of --stack: the {attribute.replace('_', ' ')}")
+        parser.add_argument(kind.option(attribute), help=f"instead of --env or --stack: the {attribute.replace('_', ' ')}")
 
 
 class AwsSession:
@@ -91,16 +112,71 @@ def resources_from_stack(cloudformation: Any, stack: str, kind: StackKind) -> di
     return {attribute: outputs[name] for name, attribute in kind.outputs.items()}
 
 
+def outputs_file(env: str, path: Path | None = None) -> Path:
+    """Where --env reads: --outputs-file, else cdk-outputs-<env>.json in the current directory."""
+    return path if path is not None else Path(OUTPUTS_FILE.format(env=env))
+
+
+def resources_from_outputs_file(path: Path, env: str, kind: StackKind) -> dict[str, str]:
+    """The resource names a tool needs, by attribute, from the one stack of its kind in a CDK outputs file."""
+    deploy = f"run `make deploy ENV={env}` in the repository root"
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError as err:
+        raise UsageError(f"no outputs file {path.absolute()}: {deploy} (it writes the file), or pass --outputs-file or --stack") from err
+    except OSError as err:
+        raise UsageError(f"cannot read outputs file {path}: {err.strerror or err}; {deploy}, or pass --stack") from err
+    try:
+        document = json.loads(text)
+    except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8 (UnicodeDecodeError)
+        raise UsageError(f"outputs file {path} is not valid JSON ({err}); {deploy} to write it again, or pass --stack") from err
+    if not isinstance(document, dict) or not all(isinstance(outputs, dict) for outputs in document.values()):
+        raise UsageError(
+            f"outputs file {path} is not a CDK outputs file (a JSON object of stack name -> outputs); {deploy}, or pass --stack"
+        )
+    suffix = f"-{kind.name}"
+    matching = sorted(str(stack) for stack in document if str(stack).endswith(suffix))
+    if not matching:
+        found = ", ".join(sorted(document)) or "none"
+        raise UsageError(f"outputs file {path} has no stack ending in {suffix} (it has: {found}); {deploy}, or pass --stack")
+    if len(matching) > 1:
+        several = ", ".join(matching)
+        raise UsageError(f"outputs file {path} has {len(matching)} stacks ending in {suffix} ({several}); pass --stack to choose one")
+    stack = matching[0]
+    outputs = document[stack]
+    missing = [name for name in kind.outputs if name not in outputs]
+    if missing:
+        raise UsageError(
+            f"stack {stack} in outputs file {path} has no outputs {missing}; {deploy} to bring the file up to date, or pass --stack"
+        )
+    return {attribute: str(outputs[name]) for name, attribute in kind.outputs.items()}
+
+
+def target_flags(args: argparse.Namespace) -> str:
+    """How the command line named its target, to repeat in a command the tool prints ("" when by resource names)."""
+    if getattr(args, "env", None):
+        path = getattr(args, "outputs_file", None)
+        return f"--env {args.env}" + (f" --outputs-file {path}" if path is not None else "")
+    if getattr(args, "stack", None):
+        return f"--stack {args.stack}"
+    return ""
+
+
 def resolve_target(args: argparse.Namespace, kind: StackKind, cloudformation: Any | None, aws: AwsSession) -> dict[str, str]:
-    """The resources from --stack, or from each resource option; a usage error unless exactly one way is complete."""
+    """The resources from --env, --stack, or each resource option; a usage error unless exactly one way is given and complete."""
     named = {attribute: getattr(args, attribute) for attribute in kind.outputs.values()}
+    ways = [way for way, given in (("--env", args.env), ("--stack", args.stack), ("the resource names", any(named.values()))) if given]
+    if len(ways) > 1:
+        raise UsageError(f"give {ways[0]} or {ways[1]}, not both" if len(ways) == 2 else "give one of --env, --stack or the resource names")
+    if args.outputs_file is not None and not args.env:
+        raise UsageError(f"--outputs-file goes with --env (it replaces ./{OUTPUTS_FILE.format(env='NAME')})")
+    if args.env:
+        return resources_from_outputs_file(outputs_file(args.env, args.outputs_file), args.env, kind)
     if args.stack:
-        if any(named.values()):
-            raise UsageError("give --stack or the resource names, not both")
         return resources_from_stack(cloudformation or aws.client("cloudformation"), args.stack, kind)
     if not all(named.values()):
         flags = " ".join(kind.option(attribute) for attribute in kind.outputs.values())
-        raise UsageError(f"give --stack, or every one of {flags}")
+        raise UsageError(f"give --stack, or every one of {flags}, or --env to read them from {OUTPUTS_FILE.format(env='<env>')}")
     return {attribute: str(value) for attribute, value in named.items()}
 
 

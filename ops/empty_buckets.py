@@ -8,6 +8,13 @@ Running it twice is harmless: an empty bucket has nothing left to delete.
 
     python -m ops.empty_buckets --env dev          # every stack of the environment (what make destroy runs)
     python -m ops.empty_buckets --stack Onceflow-dev-EventLog --dry-run
+
+Its --env is not the other tools' --env: it does not read cdk-outputs-<env>.json. It names every
+stack of the environment (infra/config.py's names) that CloudFormation still lists, because what
+it needs is not in the outputs file: the buckets are not stack outputs (their names come from the
+stack's resources, and the refusal from its template's DeletionPolicy), so it asks CloudFormation
+either way; and a teardown must not trust a file that may be stale, or absent for a stack a failed
+or hand-run deploy left behind, or it would leave a bucket full and `cdk destroy` would fail.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ def stack_buckets(cloudformation: Any, stack: str) -> list[str]:
 
 def deployed_stacks(cloudformation: Any, env_name: str) -> list[str]:
     """The app's stacks of the environment that exist (a partial deploy has fewer)."""
-    from infra.config import PIPELINE_STACKS, ConfigError, load_config
+    from onceflow.infra.config import PIPELINE_STACKS, ConfigError, load_config
 
     try:
         config = load_config(env_name)
@@ -84,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Empty the buckets of a stack before it is destroyed (never a retaining stack).")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--stack", help="a deployed stack, e.g. Onceflow-dev-EventLog")
-    target.add_argument("--env", help="every deployed stack of this environment (names from infra/config.py)")
+    target.add_argument(
+        "--env",
+        help="every deployed stack of this environment (names from infra/config.py, found in CloudFormation; "
+        "unlike the other tools, cdk-outputs-<env>.json is not read)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
     parser.add_argument("--progress", action="store_true", help="draw the progress bar even when stderr is not a terminal")
     add_aws_options(parser)

@@ -7,6 +7,7 @@ runtime/event_log/pending_check.py. Exit code 1 when a listed row is stuck (for 
 cron), 0 otherwise. It only reads (one Scan), so running it any number of times is harmless.
 Recover a stuck snapshot with the command it prints (ops.event_log_reprocess).
 
+    python -m ops.event_log_pending --env prod      # the EventLog stack of cdk-outputs-prod.json (make deploy ENV=prod)
     python -m ops.event_log_pending --stack Onceflow-prod-EventLog
     python -m ops.event_log_pending --stack Onceflow-prod-EventLog --stuck-only --older-than 3600
     python -m ops.event_log_pending --pending-table onceflow-prod-pending --lease-seconds 1200 --stuck-after 6600
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
+from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, target_flags, usage_errors
 from ops.event_log_store import PendingRepairStore
 from ops.progress import Progress
 from runtime.event_log import contract as event_log_contract
@@ -75,8 +76,9 @@ def summary(report: PendingReport, table_name: str, *, listed: int, listed_stuck
     return f"{len(report.views)} pending snapshots in {table_name}: {counts}{where}; listed {listed}, {listed_stuck} of them stuck"
 
 
-def recovery_hint(view: PendingView, stack: str | None) -> str:
-    where = f"--stack {stack}" if stack else "--stack <EventLog stack>"
+def recovery_hint(view: PendingView, target: str) -> str:
+    """The reprocess command for a stuck row, naming the stack as this run named it (--env or --stack)."""
+    where = target or "--stack <EventLog stack>"
     return f"python -m ops.event_log_reprocess {where} --log-id {view.log_id} --from-position {view.cut} --dry-run"
 
 
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb:
     if stuck:
         print("to recover, check and re-enqueue each stuck snapshot (drop --dry-run to send; repeats are dropped by the workers):")
         for view in stuck:
-            print(f"  {recovery_hint(view, args.stack)}")
+            print(f"  {recovery_hint(view, target_flags(args))}")
     return 1 if stuck else 0
 
 

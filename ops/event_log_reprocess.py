@@ -9,6 +9,7 @@ and the workers drop repeats, so running the tool twice (or while the pipeline i
 changes nothing but the number of duplicates the workers skip.
 
     python -m ops.event_log_reprocess --stack Onceflow-prod-EventLog --log-id sheet-1 --from-date 2026-11-01 --dry-run
+    python -m ops.event_log_reprocess --env prod --log-id sheet-1 --from-date 2026-11-01 --dry-run   # cdk-outputs-prod.json
     python -m ops.event_log_reprocess --log-table T --pending-table P --bucket B \\
         --snapshot-queue-url URL --payload-queue-url URL --log-id sheet-1 --from-position 1000
 """

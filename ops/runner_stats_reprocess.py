@@ -45,6 +45,7 @@ differences or runs were skipped or a write lost a race (run it again), 2 on a u
 
     python -m ops.runner_stats_reprocess --stack Onceflow-prod-RunnerStats --from 2026-11-01 --to 2026-11-02
     python -m ops.runner_stats_reprocess --stack Onceflow-prod-RunnerStats --from 2026-11-01 --to 2026-11-02 --apply
+    python -m ops.runner_stats_reprocess --env dev --from 2026-11-01   # the RunnerStats stack of cdk-outputs-dev.json
     python -m ops.runner_stats_reprocess --run-stats-table T --tendency-table U --messages-table M \\
         --from 2026-11-01T12:00:00Z --to 2026-11-01T18:00:00Z --progress
 """

@@ -55,6 +55,7 @@ and 3 runs that generation again. That is harmless, because every phase is idemp
 per row, a flag set twice is the same flag), but it is billed twice.
 
     python -m ops.taxi_redrive --stack Onceflow-prod-TaxiEtl --dry-run
+    python -m ops.taxi_redrive --env prod --dry-run          # the TaxiEtl stack of cdk-outputs-prod.json
     python -m ops.taxi_redrive --stack Onceflow-prod-TaxiEtl --phase store --detail 'error:*'
     python -m ops.taxi_redrive --stack Onceflow-prod-TaxiEtl --id k-load-2019-10-row-1 --id c-0b5e...
     python -m ops.taxi_redrive --state-machine-arn ARN --trips-table T --validation-status-table V \\

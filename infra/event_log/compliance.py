@@ -12,8 +12,8 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.aws_lambda import EventSourceMapping
 from aws_cdk.aws_s3 import IBucket
 
-from infra.compliance import acknowledge, logical_id, policy_of
-from runtime.event_log import contract
+from onceflow.infra.compliance import acknowledge, logical_id, policy_of
+from onceflow.runtime.event_log import contract
 
 
 class EventLogResources(Protocol):

@@ -3,14 +3,12 @@
 API (IAM auth) -> log table (the linchpin write) -> stream -> filtered router -> SQS ->
 snapshot worker (pending-snapshots table, chunks in S3) and payload finalizer (untags S3).
 
-Usable from any stack: pass an existing bucket for payloads and snapshots, or let the construct
-create an encrypted, versioned, TLS-only one with its access-log bucket. Everything it creates
-is exposed as a typed attribute.
+Usable from any stack with no arguments: `EventLog(stack, "Sheets")`. Pass an existing bucket for
+payloads and snapshots, or let the construct create an encrypted, versioned, TLS-only one with its
+access-log bucket. Everything it creates is exposed as a typed attribute.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from aws_cdk import Duration
 from aws_cdk import aws_apigatewayv2 as apigw
@@ -27,11 +25,12 @@ from aws_cdk.aws_apigatewayv2_authorizers import HttpIamAuthorizer
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
-from infra.config import EnvConfig, EventLogConfig
-from infra.event_log.compliance import acknowledge_event_log
-from infra.lambda_factory import FunctionSpec, create_function
-from infra.resources import durable_table, encrypted_queue, throttled_http_api
-from runtime.event_log import contract
+from onceflow.infra.common import CommonProps
+from onceflow.infra.event_log.compliance import acknowledge_event_log
+from onceflow.infra.event_log.props import EventLogConfig, EventLogProps
+from onceflow.infra.lambda_factory import FunctionSpec, create_function
+from onceflow.infra.resources import durable_table, encrypted_queue, throttled_http_api
+from onceflow.runtime.event_log import contract
 
 ROUTES = (
     ("/logs/{logId}/entries", apigw.HttpMethod.POST),
@@ -41,28 +40,16 @@ ROUTES = (
 )
 
 
-@dataclass(frozen=True)
-class EventLogProps:
-    """Inputs of the event log.
+class EventLog(Construct):
+    """An event-sourced log with idempotent appends, exactly-once side effects and snapshots.
 
-    config: the environment configuration (snapshot cadence, chunk size, leases, queues,
-        limits, retention, removal).
-    bucket: an existing bucket for large payloads (under payloads/) and snapshot chunks (under
-        snapshots/). It must have a lifecycle rule that expires objects tagged with
-        config.event_log.pending_tag, or abandoned uploads stay forever. By default the
-        construct creates one with that rule, encryption, versioning and TLS only.
-    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
-        for one of its resources with the reason it holds there, so a stack that adds the
-        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
-        caller, who may add this construct's set with acknowledge_event_log(construct) or write its own.
+    Creates the log table (with its stream and segment index), the pending-snapshots table, the
+    bucket (or takes yours), the snapshot, payload and stream-failure queues with their DLQs, the
+    API, router, snapshot worker, payload finalizer and scheduled pending-check functions, and the
+    IAM-authorized HTTP API.
     """
 
-    config: EnvConfig
-    bucket: s3.IBucket | None = None
-    acknowledge_findings: bool = True
-
-
-class EventLog(Construct):
+    settings: EventLogConfig
     log_table: dynamodb.Table
     pending_table: dynamodb.Table
     bucket: s3.IBucket
@@ -83,18 +70,20 @@ class EventLog(Construct):
     api_stage: apigw.HttpStage
     api_access_logs: logs.LogGroup
 
-    def __init__(self, scope: Construct, construct_id: str, props: EventLogProps) -> None:
+    def __init__(self, scope: Construct, construct_id: str, props: EventLogProps | None = None) -> None:
+        props = props if props is not None else EventLogProps()
         if not isinstance(props, EventLogProps):
             raise TypeError("EventLog needs EventLogProps")
-        props.config.validate()
+        props.validate()
         super().__init__(scope, construct_id)
-        config = props.config
-        settings = config.event_log
+        self.settings = settings = props.settings
+        common, tables = props.common, props.tables
 
         self.log_table = durable_table(
             self,
             "LogTable",
-            config,
+            tables,
+            common,
             dynamodb.Attribute(name=contract.KEY_LOG_ID, type=dynamodb.AttributeType.STRING),
             dynamodb.Attribute(name=contract.KEY_SEQ, type=dynamodb.AttributeType.NUMBER),
             stream=dynamodb.StreamViewType.NEW_IMAGE,
@@ -107,51 +96,55 @@ class EventLog(Construct):
             sort_key=dynamodb.Attribute(name=contract.KEY_CELL_ORDER, type=dynamodb.AttributeType.STRING),
             projection_type=dynamodb.ProjectionType.INCLUDE,
             non_key_attributes=["kind", "cell", "value", "payload_key", "payload_bytes", "request_id", "segment"],
+            read_capacity=tables.read_capacity,
+            write_capacity=tables.write_capacity,
         )
         self.pending_table = durable_table(
             self,
             "PendingSnapshotsTable",
-            config,
+            tables,
+            common,
             dynamodb.Attribute(name=contract.KEY_LOG_ID, type=dynamodb.AttributeType.STRING),
             dynamodb.Attribute(name=contract.KEY_SEQ, type=dynamodb.AttributeType.NUMBER),
         )
         self.access_log_bucket = None
-        self.bucket = props.bucket or self._bucket(config)
+        self.bucket = props.bucket or self._bucket(settings, common)
 
-        self.snapshot_dead_letter_queue = encrypted_queue(self, "SnapshotDeadLetterQueue", config)
+        self.snapshot_dead_letter_queue = encrypted_queue(self, "SnapshotDeadLetterQueue", common)
         self.snapshot_queue = encrypted_queue(
             self,
             "SnapshotQueue",
-            config,
+            common,
             visibility_seconds=settings.snapshot_visibility_seconds,
             dead_letter=sqs.DeadLetterQueue(queue=self.snapshot_dead_letter_queue, max_receive_count=settings.snapshot_max_receives),
         )
-        self.payload_dead_letter_queue = encrypted_queue(self, "PayloadDeadLetterQueue", config)
+        self.payload_dead_letter_queue = encrypted_queue(self, "PayloadDeadLetterQueue", common)
         self.payload_queue = encrypted_queue(
             self,
             "PayloadQueue",
-            config,
+            common,
             visibility_seconds=settings.finalizer_visibility_seconds,
             dead_letter=sqs.DeadLetterQueue(queue=self.payload_dead_letter_queue, max_receive_count=settings.finalizer_max_receives),
         )
-        self.stream_failure_queue = encrypted_queue(self, "StreamFailureQueue", config)
+        self.stream_failure_queue = encrypted_queue(self, "StreamFailureQueue", common)
 
-        self._add_api(config, settings)
-        self._add_router(config, settings)
-        self._add_worker(config, settings)
-        self._add_finalizer(config, settings)
-        self._add_pending_check(config)
+        self._add_api(common, settings)
+        self._add_router(common, settings)
+        self._add_worker(common, settings)
+        self._add_finalizer(common, settings)
+        self._add_pending_check(common, settings)
         if props.acknowledge_findings:
             acknowledge_event_log(self)
 
     # --- functions ------------------------------------------------------------------------------
 
-    def _add_api(self, config: EnvConfig, settings: EventLogConfig) -> None:
+    def _add_api(self, common: CommonProps, settings: EventLogConfig) -> None:
         created = create_function(
             self,
             "ApiHandler",
             FunctionSpec(
                 handler=contract.HANDLER_API,
+                reserved_concurrency=settings.reserved_concurrency.get("api"),
                 service=contract.SERVICE_API,
                 description="Event log API: idempotent appends, large payloads, latest snapshot",
                 memory_mb=settings.api_memory_mb,
@@ -168,7 +161,7 @@ class EventLog(Construct):
                     contract.ENV_READ_PAGE_LIMIT: str(settings.read_page_limit),
                 },
             ),
-            config,
+            common,
         )
         self.api_function = created.function
         # Appends are transactions of a Put and an Update (authorized per item); reads are Get
@@ -196,7 +189,7 @@ class EventLog(Construct):
 
         self.http_api, self.api_stage, self.api_access_logs = throttled_http_api(
             self,
-            config,
+            common,
             description="onceflow event log (IAM-authorized; callers sign with SigV4)",
             authorizer=HttpIamAuthorizer(),
             rate_limit=settings.api_rate_limit,
@@ -206,12 +199,13 @@ class EventLog(Construct):
         for path, method in ROUTES:
             self.http_api.add_routes(path=path, methods=[method], integration=integration)
 
-    def _add_router(self, config: EnvConfig, settings: EventLogConfig) -> None:
+    def _add_router(self, common: CommonProps, settings: EventLogConfig) -> None:
         created = create_function(
             self,
             "RouterHandler",
             FunctionSpec(
                 handler=contract.HANDLER_ROUTER,
+                reserved_concurrency=settings.reserved_concurrency.get("router"),
                 service=contract.SERVICE_ROUTER,
                 description="Turns inserted Snapshot and LargePayload log entries into SQS side-effect messages",
                 timeout_seconds=settings.router_timeout_seconds,
@@ -220,15 +214,19 @@ class EventLog(Construct):
                     contract.ENV_PAYLOAD_QUEUE_URL: self.payload_queue.queue_url,
                 },
             ),
-            config,
+            common,
         )
         self.router_function = created.function
         self.snapshot_queue.grant_send_messages(self.router_function)
         self.payload_queue.grant_send_messages(self.router_function)
+        window = settings.router_batching_window_seconds
         self.router_event_source = sources.DynamoEventSource(
             self.log_table,
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
             batch_size=settings.router_batch_size,
+            # Set only when overridden, so the defaults leave the mapping as the service defaults it.
+            max_batching_window=Duration.seconds(window) if window else None,
+            parallelization_factor=settings.router_parallelization_factor if settings.router_parallelization_factor != 1 else None,
             bisect_batch_on_error=True,
             report_batch_item_failures=True,
             retry_attempts=settings.router_retry_attempts,
@@ -247,12 +245,13 @@ class EventLog(Construct):
         )
         self.router_function.add_event_source(self.router_event_source)
 
-    def _add_worker(self, config: EnvConfig, settings: EventLogConfig) -> None:
+    def _add_worker(self, common: CommonProps, settings: EventLogConfig) -> None:
         created = create_function(
             self,
             "SnapshotWorker",
             FunctionSpec(
                 handler=contract.HANDLER_WORKER,
+                reserved_concurrency=settings.reserved_concurrency.get("worker"),
                 service=contract.SERVICE_WORKER,
                 description="Builds snapshots in log order with claims, checkpoints and hand-offs",
                 memory_mb=settings.worker_memory_mb,
@@ -269,7 +268,7 @@ class EventLog(Construct):
                     contract.ENV_BACKOFF_CAP_SECONDS: str(settings.backoff_cap_seconds),
                 },
             ),
-            config,
+            common,
         )
         self.worker_function = created.function
         self.worker_function.add_to_role_policy(
@@ -299,31 +298,39 @@ class EventLog(Construct):
                 self.snapshot_queue,
                 batch_size=1,  # one snapshot per invocation: the time limit and hand-off are per build
                 report_batch_item_failures=True,
-                max_concurrency=max(2, settings.worker_max_concurrency),
+                max_concurrency=settings.worker_queue_concurrency,
             )
         )
 
-    def _add_finalizer(self, config: EnvConfig, settings: EventLogConfig) -> None:
+    def _add_finalizer(self, common: CommonProps, settings: EventLogConfig) -> None:
         created = create_function(
             self,
             "PayloadFinalizer",
             FunctionSpec(
                 handler=contract.HANDLER_FINALIZER,
+                reserved_concurrency=settings.reserved_concurrency.get("finalizer"),
                 service=contract.SERVICE_FINALIZER,
                 description="Removes the pending tag of large payloads the log now holds",
                 timeout_seconds=settings.finalizer_timeout_seconds,
                 environment={contract.ENV_BUCKET: self.bucket.bucket_name, contract.ENV_PAYLOAD_QUEUE_URL: self.payload_queue.queue_url},
             ),
-            config,
+            common,
         )
         self.finalizer_function = created.function
         self.finalizer_function.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:DeleteObjectTagging"], resources=[self.bucket.arn_for_objects(f"{contract.PAYLOADS_PREFIX}*")])
         )
-        self.finalizer_function.add_event_source(sources.SqsEventSource(self.payload_queue, batch_size=10, report_batch_item_failures=True))
+        # With a reservation, SQS hands the finalizer no more than it may run: a throttled delivery counts as a receive.
+        self.finalizer_function.add_event_source(
+            sources.SqsEventSource(
+                self.payload_queue,
+                batch_size=10,
+                report_batch_item_failures=True,
+                max_concurrency=settings.reserved_concurrency.get("finalizer"),
+            )
+        )
 
-    def _add_pending_check(self, config: EnvConfig) -> None:
-        settings = config.event_log
+    def _add_pending_check(self, common: CommonProps, settings: EventLogConfig) -> None:
         environment = {
             contract.ENV_PENDING_TABLE: self.pending_table.table_name,
             contract.ENV_STUCK_AFTER_SECONDS: str(settings.stuck_after_seconds),
@@ -338,12 +345,13 @@ class EventLog(Construct):
             "PendingCheck",
             FunctionSpec(
                 handler=contract.HANDLER_PENDING_CHECK,
+                reserved_concurrency=settings.reserved_concurrency.get("pending_check"),
                 service=contract.SERVICE_PENDING_CHECK,
                 description="Publishes the oldest pending snapshot's age and counts stuck builds",
                 timeout_seconds=60,
                 environment=environment,
             ),
-            config,
+            common,
         )
         self.pending_check_function = created.function
         # Pending rows are few (one per snapshot being built): a scan reads them all.
@@ -354,14 +362,13 @@ class EventLog(Construct):
             self,
             "PendingCheckSchedule",
             description="Runs the stuck-pending-snapshot check",
-            schedule=events.Schedule.rate(Duration.minutes(config.monitoring.event_log.pending_check_minutes)),
+            schedule=events.Schedule.rate(Duration.minutes(settings.pending_check_minutes)),
             targets=[targets.LambdaFunction(self.pending_check_function, retry_attempts=0)],
         )
 
     # --- resources ------------------------------------------------------------------------------
 
-    def _bucket(self, config: EnvConfig) -> s3.Bucket:
-        settings = config.event_log
+    def _bucket(self, settings: EventLogConfig, common: CommonProps) -> s3.Bucket:
         tag_name, _, tag_value = settings.pending_tag.partition("=")
         self.access_log_bucket = s3.Bucket(
             self,
@@ -371,7 +378,7 @@ class EventLog(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=Duration.days(90))],
-            removal_policy=config.removal_policy,
+            removal_policy=common.removal_policy,
         )
         return s3.Bucket(
             self,
@@ -398,5 +405,5 @@ class EventLog(Construct):
                     abort_incomplete_multipart_upload_after=Duration.days(1),
                 ),
             ],
-            removal_policy=config.removal_policy,
+            removal_policy=common.removal_policy,
         )

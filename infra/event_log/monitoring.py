@@ -2,39 +2,54 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.event_log.construct import EventLog
-from infra.lambda_factory import METRICS_NAMESPACE
-from infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
-from runtime.event_log import contract
+from onceflow.infra.common import expect_types
+from onceflow.infra.event_log.construct import EventLog
+from onceflow.infra.event_log.props import EventLogAlarms
+from onceflow.infra.lambda_factory import METRICS_NAMESPACE
+from onceflow.infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
+from onceflow.runtime.event_log import contract
 
 
 @dataclass(frozen=True)
 class EventLogMonitoringProps:
-    """event_log: the EventLog to watch; config: thresholds (config.monitoring.event_log);
-    alarm_topic: where every alarm notifies (AlarmTopic.topic or an existing topic)."""
+    """Inputs of EventLogMonitoring.
+
+    event_log: the EventLog to watch.
+    alarm_topic: where every alarm notifies on ALARM and OK (an AlarmTopic's topic or any existing
+        topic); by default the construct creates its own AlarmTopic.
+    thresholds: when each alarm fires (defaults: EventLogAlarms()), checked against the event
+        log's settings (the pending check's interval, the stuck-row age, the record age).
+    title: the dashboard's heading.
+    """
 
     event_log: EventLog
-    config: EnvConfig
-    alarm_topic: sns.ITopic
+    alarm_topic: sns.ITopic | None = None
+    thresholds: EventLogAlarms = field(default_factory=EventLogAlarms)
+    title: str = "onceflow: event log and snapshots"
+
+    def validate(self) -> None:
+        expect_types("EventLogMonitoringProps", event_log=(self.event_log, EventLog), thresholds=(self.thresholds, EventLogAlarms))
+        self.thresholds.validate_against(self.event_log.settings)
 
 
 class EventLogMonitoring(PipelineMonitoring):
+    """The event log's alarms (each with a runbook entry) and its dashboard."""
+
     def __init__(self, scope: Construct, construct_id: str, props: EventLogMonitoringProps) -> None:
         if not isinstance(props, EventLogMonitoringProps):
             raise TypeError("EventLogMonitoring needs EventLogMonitoringProps")
-        props.config.validate()
-        super().__init__(scope, construct_id, props.alarm_topic, f"onceflow {props.config.name}: event log and snapshots")
-        thresholds = props.config.monitoring.event_log
+        props.validate()
+        super().__init__(scope, construct_id, props.alarm_topic, props.title)
+        thresholds = props.thresholds
         log = props.event_log
-        check_period = Duration.minutes(3 * thresholds.pending_check_minutes)
+        check_period = Duration.minutes(3 * log.settings.pending_check_minutes)
         self._alarm(
             "RouterIteratorAge",
             "Table-stream records wait for the side-effect router: it is behind or retrying a failing batch.",

@@ -8,11 +8,11 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.event_log.construct import EventLog, EventLogProps
-from infra.event_log.monitoring import EventLogMonitoring, EventLogMonitoringProps
-from infra.stacks import OnceflowStack
-from runtime.event_log import contract
+from onceflow.infra.config import EnvConfig
+from onceflow.infra.event_log.construct import EventLog
+from onceflow.infra.event_log.monitoring import EventLogMonitoring, EventLogMonitoringProps
+from onceflow.infra.stacks import OnceflowStack
+from onceflow.runtime.event_log import contract
 
 
 class EventLogStack(OnceflowStack):
@@ -26,11 +26,16 @@ class EventLogStack(OnceflowStack):
             description="onceflow event log: API -> DynamoDB log -> stream -> SQS -> snapshot worker",
             **kwargs,
         )
-        self.event_log = EventLog(self, "EventLog", EventLogProps(config=config))
+        self.event_log = EventLog(self, "EventLog", config.event_log_props())
         self.monitoring = EventLogMonitoring(
             self,
             "EventLogMonitoring",
-            EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
+            EventLogMonitoringProps(
+                event_log=self.event_log,
+                alarm_topic=self.alarm_topic_or_own(alarm_topic),
+                thresholds=config.monitoring.event_log,
+                title=config.title("event log and snapshots"),
+            ),
         )
         CfnOutput(self, contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, contract.OUTPUT_API_URL, value=self.event_log.http_api.api_endpoint)

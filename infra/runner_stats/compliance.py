@@ -7,7 +7,7 @@ from typing import Protocol
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 
-from infra.compliance import acknowledge
+from onceflow.infra.compliance import acknowledge
 
 
 class RunnerStatsResources(Protocol):

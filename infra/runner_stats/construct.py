@@ -1,12 +1,11 @@
 """RunnerStatsPipeline: Kinesis -> Lambda -> DynamoDB with exactly-once effects.
 
-Usable from any stack: pass an existing stream to consume it, or let the construct create an
-encrypted one. Everything it creates is exposed as a typed attribute.
+Usable from any stack with no arguments: `RunnerStatsPipeline(stack, "Runs")`. Pass an existing
+stream to consume it, or let the construct create an encrypted one. Everything it creates is
+exposed as a typed attribute.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
@@ -16,33 +15,23 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.lambda_factory import FunctionSpec, create_function
-from infra.resources import durable_table, encrypted_queue
-from infra.runner_stats.compliance import acknowledge_runner_stats
-from runtime.runner_stats import contract
-
-
-@dataclass(frozen=True)
-class RunnerStatsPipelineProps:
-    """Inputs of the pipeline.
-
-    config: the environment configuration (stream, batching, limits, retention, removal).
-    stream: an existing Kinesis stream to consume; by default an encrypted stream is created
-        with the configured mode, shard count and retention. An imported stream must allow
-        this function to read it (CDK adds the grant on the construct's side).
-    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
-        for one of its resources with the reason it holds there, so a stack that adds the
-        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
-        caller, who may add this construct's set with acknowledge_runner_stats(construct) or write its own.
-    """
-
-    config: EnvConfig
-    stream: kinesis.IStream | None = None
-    acknowledge_findings: bool = True
+from onceflow.infra.lambda_factory import FunctionSpec, create_function
+from onceflow.infra.resources import durable_table, encrypted_queue
+from onceflow.infra.runner_stats.compliance import acknowledge_runner_stats
+from onceflow.infra.runner_stats.props import RunnerStatsConfig, RunnerStatsPipelineProps
+from onceflow.runtime.runner_stats import contract
 
 
 class RunnerStatsPipeline(Construct):
+    """Device messages from Kinesis folded into per-run statistics, exactly once per message.
+
+    Creates (or takes) the stream, the run-stats table (totals and dedupe record in one item),
+    the tendency, messages-archive and rejects tables, the on-failure queue, and the function
+    with its event source mapping (bisect on error, bounded retries and record age, reported
+    batch item failures).
+    """
+
+    settings: RunnerStatsConfig
     stream: kinesis.IStream
     run_stats_table: dynamodb.Table
     tendency_table: dynamodb.Table
@@ -52,13 +41,14 @@ class RunnerStatsPipeline(Construct):
     function: lambda_.Function
     event_source: sources.KinesisEventSource
 
-    def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsPipelineProps) -> None:
+    def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsPipelineProps | None = None) -> None:
+        props = props if props is not None else RunnerStatsPipelineProps()
         if not isinstance(props, RunnerStatsPipelineProps):
             raise TypeError("RunnerStatsPipeline needs RunnerStatsPipelineProps")
-        props.config.validate()
+        props.validate()
         super().__init__(scope, construct_id)
-        config = props.config
-        settings = config.runner_stats
+        self.settings = settings = props.settings
+        common, tables = props.common, props.tables
 
         self.stream = props.stream or kinesis.Stream(
             self,
@@ -67,29 +57,31 @@ class RunnerStatsPipeline(Construct):
             shard_count=settings.shard_count if settings.stream_mode == kinesis.StreamMode.PROVISIONED else None,
             retention_period=Duration.hours(settings.stream_retention_hours),
             encryption=kinesis.StreamEncryption.MANAGED,
-            removal_policy=config.removal_policy,
+            removal_policy=common.removal_policy,
         )
         self.run_stats_table = durable_table(
             self,
             "RunStatsTable",
-            config,
+            tables,
+            common,
             dynamodb.Attribute(name=contract.KEY_USER_ID, type=dynamodb.AttributeType.NUMBER),
             dynamodb.Attribute(name=contract.KEY_RUN_ID, type=dynamodb.AttributeType.NUMBER),
         )
         self.tendency_table = durable_table(
-            self, "TendencyTable", config, dynamodb.Attribute(name=contract.KEY_USER_ID, type=dynamodb.AttributeType.NUMBER)
+            self, "TendencyTable", tables, common, dynamodb.Attribute(name=contract.KEY_USER_ID, type=dynamodb.AttributeType.NUMBER)
         )
         self.messages_table = durable_table(
             self,
             "MessagesTable",
-            config,
+            tables,
+            common,
             dynamodb.Attribute(name=contract.KEY_RUN_KEY, type=dynamodb.AttributeType.STRING),
             dynamodb.Attribute(name=contract.KEY_CHUNK, type=dynamodb.AttributeType.NUMBER),
         )
         self.rejects_table = durable_table(
-            self, "RejectsTable", config, dynamodb.Attribute(name=contract.KEY_RECORD_ID, type=dynamodb.AttributeType.STRING)
+            self, "RejectsTable", tables, common, dynamodb.Attribute(name=contract.KEY_RECORD_ID, type=dynamodb.AttributeType.STRING)
         )
-        self.failure_queue = encrypted_queue(self, "FailureQueue", config)
+        self.failure_queue = encrypted_queue(self, "FailureQueue", common)
 
         created = create_function(
             self,
@@ -100,6 +92,7 @@ class RunnerStatsPipeline(Construct):
                 description="Folds device messages from Kinesis into exactly-once run statistics",
                 memory_mb=settings.memory_mb,
                 timeout_seconds=settings.timeout_seconds,
+                reserved_concurrency=settings.reserved_concurrency,
                 environment={
                     contract.ENV_RUN_STATS_TABLE: self.run_stats_table.table_name,
                     contract.ENV_TENDENCY_TABLE: self.tendency_table.table_name,
@@ -115,7 +108,7 @@ class RunnerStatsPipeline(Construct):
                     contract.ENV_TIMESTAMP_MAX_AHEAD_SECONDS: str(settings.timestamp_max_ahead_seconds),
                 },
             ),
-            config,
+            common,
         )
         self.function = created.function
         # Exactly the actions the handler uses, on exactly its tables (TransactWriteItems is

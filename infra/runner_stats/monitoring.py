@@ -2,34 +2,52 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.monitoring import FIVE_MINUTES, ONE_MINUTE, PipelineMonitoring, count
-from infra.runner_stats.construct import RunnerStatsPipeline
-from runtime.runner_stats import contract
+from onceflow.infra.common import ConfigError, expect_types
+from onceflow.infra.monitoring import FIVE_MINUTES, ONE_MINUTE, PipelineMonitoring, count
+from onceflow.infra.runner_stats.construct import RunnerStatsPipeline
+from onceflow.infra.runner_stats.props import RunnerStatsAlarms
+from onceflow.runtime.runner_stats import contract
 
 
 @dataclass(frozen=True)
 class RunnerStatsMonitoringProps:
-    """pipeline: the RunnerStatsPipeline to watch; config: thresholds (config.monitoring.runner_stats);
-    alarm_topic: where every alarm notifies (AlarmTopic.topic or an existing topic)."""
+    """Inputs of RunnerStatsMonitoring.
+
+    pipeline: the RunnerStatsPipeline to watch.
+    alarm_topic: where every alarm notifies on ALARM and OK (an AlarmTopic's topic or any existing
+        topic); by default the construct creates its own AlarmTopic.
+    thresholds: when each alarm fires (defaults: RunnerStatsAlarms()).
+    title: the dashboard's heading.
+    """
 
     pipeline: RunnerStatsPipeline
-    config: EnvConfig
-    alarm_topic: sns.ITopic
+    alarm_topic: sns.ITopic | None = None
+    thresholds: RunnerStatsAlarms = field(default_factory=RunnerStatsAlarms)
+    title: str = "onceflow: runner stats"
+
+    def validate(self) -> None:
+        expect_types(
+            "RunnerStatsMonitoringProps", pipeline=(self.pipeline, RunnerStatsPipeline), thresholds=(self.thresholds, RunnerStatsAlarms)
+        )
+        self.thresholds.validate()
+        if self.thresholds.iterator_age_ms >= self.pipeline.settings.max_record_age_seconds * 1000:
+            raise ConfigError("monitoring.runner_stats.iterator_age_ms must fire before records reach max_record_age_seconds")
 
 
 class RunnerStatsMonitoring(PipelineMonitoring):
+    """The runner-stats pipeline's alarms (each with a runbook entry) and its dashboard."""
+
     def __init__(self, scope: Construct, construct_id: str, props: RunnerStatsMonitoringProps) -> None:
         if not isinstance(props, RunnerStatsMonitoringProps):
             raise TypeError("RunnerStatsMonitoring needs RunnerStatsMonitoringProps")
-        props.config.validate()
-        super().__init__(scope, construct_id, props.alarm_topic, f"onceflow {props.config.name}: runner stats")
-        thresholds = props.config.monitoring.runner_stats
+        props.validate()
+        super().__init__(scope, construct_id, props.alarm_topic, props.title)
+        thresholds = props.thresholds
         function = props.pipeline.function
         self._alarm(
             "IteratorAge",

@@ -9,7 +9,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.aws_secretsmanager import Secret
 
-from infra.compliance import acknowledge, logical_id, policy_of
+from onceflow.infra.compliance import acknowledge, logical_id, policy_of
 
 
 class TaxiEtlResources(Protocol):

@@ -6,13 +6,12 @@ functions, each writing its own status table before it acts -> the final table. 
 rejected rows, or the phase's caught error, go to that phase's flag step, which sets the
 reason code in every status table the transaction touched.
 
-Usable from any stack: pass an existing secret holding the API key and an existing trips
-table, or let the construct create them. Everything it creates is exposed as a typed attribute.
+Usable from any stack with no arguments: `TaxiEtlSaga(stack, "Taxis")`. Pass an existing secret
+holding the API key and an existing trips table, or let the construct create them. Everything it
+creates is exposed as a typed attribute.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
@@ -28,11 +27,12 @@ from aws_cdk.aws_apigatewayv2_authorizers import HttpLambdaAuthorizer, HttpLambd
 from aws_cdk.aws_apigatewayv2_integrations import HttpLambdaIntegration
 from constructs import Construct
 
-from infra.config import EnvConfig, TaxiEtlConfig
-from infra.lambda_factory import FunctionSpec, create_function
-from infra.resources import durable_table, throttled_http_api
-from infra.taxi_etl.compliance import acknowledge_taxi_etl
-from runtime.taxi_etl import contract
+from onceflow.infra.common import CommonProps
+from onceflow.infra.lambda_factory import FunctionSpec, create_function
+from onceflow.infra.resources import durable_table, throttled_http_api
+from onceflow.infra.taxi_etl.compliance import acknowledge_taxi_etl
+from onceflow.infra.taxi_etl.props import TaxiEtlConfig, TaxiEtlSagaProps
+from onceflow.runtime.taxi_etl import contract
 
 # Lambda's own transient failures: always worth retrying with backoff.
 LAMBDA_SERVICE_ERRORS = [
@@ -45,33 +45,19 @@ LAMBDA_SERVICE_ERRORS = [
 AUTHORIZER_TIMEOUT_SECONDS = 10  # API Gateway waits at most 10 s for a Lambda authorizer
 # The task's input is not rows: no retry can fix it, so it goes straight to the flag step.
 NON_RETRYABLE_ERRORS = [contract.ERROR_PHASE_INPUT]
-
-
-@dataclass(frozen=True)
-class TaxiEtlSagaProps:
-    """Inputs of the taxi ETL saga.
-
-    config: the environment configuration (workflow type, batch limits, retries, authorizer
-        caching, throttling, retention and removal).
-    api_key_secret: an existing Secrets Manager secret whose SecretString is the API key
-        clients send in the Authorization header. By default the construct creates one with a
-        generated 48-character key.
-    trips_table: an existing table for the stored trips (the seed's nycYellowTaxis), keyed by
-        a string partition key named StoreRequestId with no sort key. By default the construct
-        creates one (on-demand, encrypted, point-in-time recovery, retained in prod).
-    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
-        for one of its resources with the reason it holds there, so a stack that adds the
-        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
-        caller, who may add this construct's set with acknowledge_taxi_etl(construct) or write its own.
-    """
-
-    config: EnvConfig
-    api_key_secret: secretsmanager.ISecret | None = None
-    trips_table: dynamodb.ITable | None = None
-    acknowledge_findings: bool = True
+# Each phase's name in TaxiEtlConfig.reserved_concurrency.
+PHASE_FUNCTIONS = {contract.PHASE_VALIDATION: "validate", contract.PHASE_TRANSFORMATION: "transform", contract.PHASE_STORE: "store"}
 
 
 class TaxiEtlSaga(Construct):
+    """NYC yellow-taxi rows through validate -> transform -> store, each failure flagged by its phase.
+
+    Creates the three status tables, the trips table (or takes yours), the API key secret (or
+    takes yours), the phase, flag, API, row-state and authorizer functions, the Step Functions
+    state machine with its encrypted execution logs, and the HTTP API behind the authorizer.
+    """
+
+    settings: TaxiEtlConfig
     validation_status_table: dynamodb.Table
     transformation_status_table: dynamodb.Table
     store_status_table: dynamodb.Table
@@ -93,30 +79,31 @@ class TaxiEtlSaga(Construct):
     api_access_logs: logs.LogGroup
     authorizer: HttpLambdaAuthorizer
 
-    def __init__(self, scope: Construct, construct_id: str, props: TaxiEtlSagaProps) -> None:
+    def __init__(self, scope: Construct, construct_id: str, props: TaxiEtlSagaProps | None = None) -> None:
+        props = props if props is not None else TaxiEtlSagaProps()
         if not isinstance(props, TaxiEtlSagaProps):
             raise TypeError("TaxiEtlSaga needs TaxiEtlSagaProps")
-        props.config.validate()
+        props.validate()
         super().__init__(scope, construct_id)
-        config = props.config
-        settings = config.taxi_etl
+        self.settings = settings = props.settings
+        common, tables = props.common, props.tables
 
         key = dynamodb.Attribute(name=contract.KEY_STORE_REQUEST_ID, type=dynamodb.AttributeType.STRING)
-        self.validation_status_table = durable_table(self, "ValidationStatusTable", config, key)
-        self.transformation_status_table = durable_table(self, "TransformationStatusTable", config, key)
-        self.store_status_table = durable_table(self, "StoreStatusTable", config, key)
-        self.final_table = props.trips_table or durable_table(self, "TripsTable", config, key)  # the seed's nycYellowTaxis
+        self.validation_status_table = durable_table(self, "ValidationStatusTable", tables, common, key)
+        self.transformation_status_table = durable_table(self, "TransformationStatusTable", tables, common, key)
+        self.store_status_table = durable_table(self, "StoreStatusTable", tables, common, key)
+        self.final_table = props.trips_table or durable_table(self, "TripsTable", tables, common, key)  # the seed's nycYellowTaxis
         self.api_key_secret = props.api_key_secret or secretsmanager.Secret(
             self,
             "ApiKeySecret",
             description="onceflow taxi ETL API key: clients send it as the Authorization header",
             generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True, password_length=48),
-            removal_policy=config.removal_policy,
+            removal_policy=common.removal_policy,
         )
 
-        self._add_phase_functions(config, settings)
-        self._add_state_machine(config, settings)
-        self._add_api(config, settings)
+        self._add_phase_functions(common, settings)
+        self._add_state_machine(common, settings)
+        self._add_api(common, settings)
         if props.acknowledge_findings:
             acknowledge_taxi_etl(self)
 
@@ -132,7 +119,13 @@ class TaxiEtlSaga(Construct):
     # --- functions ------------------------------------------------------------------------------
 
     def _phase_spec(
-        self, settings: TaxiEtlConfig, handler: str, service: str, description: str, environment: dict[str, str]
+        self,
+        settings: TaxiEtlConfig,
+        handler: str,
+        service: str,
+        description: str,
+        environment: dict[str, str],
+        reserved_concurrency: int | None = None,
     ) -> FunctionSpec:
         return FunctionSpec(
             handler=handler,
@@ -140,10 +133,11 @@ class TaxiEtlSaga(Construct):
             description=description,
             memory_mb=settings.phase_memory_mb,
             timeout_seconds=settings.phase_timeout_seconds,
+            reserved_concurrency=reserved_concurrency,
             environment=environment,
         )
 
-    def _add_phase_functions(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+    def _add_phase_functions(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
         descriptions = {
             contract.PHASE_VALIDATION: "Taxi saga Validate: checks each row against the TLC yellow-trip data dictionary",
             contract.PHASE_TRANSFORMATION: "Taxi saga Transform: names for codes, UTC timestamps, tab-separated",
@@ -155,9 +149,14 @@ class TaxiEtlSaga(Construct):
             if phase == contract.PHASE_STORE:
                 environment[contract.ENV_FINAL_TABLE] = self.final_table.table_name
             spec = self._phase_spec(
-                settings, contract.PHASE_HANDLERS[phase], contract.PHASE_SERVICES[phase], descriptions[phase], environment
+                settings,
+                contract.PHASE_HANDLERS[phase],
+                contract.PHASE_SERVICES[phase],
+                descriptions[phase],
+                environment,
+                settings.reserved_concurrency.get(PHASE_FUNCTIONS[phase]),
             )
-            functions[phase] = create_function(self, f"{phase}Function", spec, config).function
+            functions[phase] = create_function(self, f"{phase}Function", spec, common).function
             # The status row: a conditional update (it never clears a flag, keeps a redrive's generation).
             table.grant(functions[phase], "dynamodb:UpdateItem")
         self.validate_function = functions[contract.PHASE_VALIDATION]
@@ -178,7 +177,7 @@ class TaxiEtlSaga(Construct):
                 contract.ENV_FINAL_TABLE: self.final_table.table_name,
             },
         )
-        self.flag_function = create_function(self, "FlagFunction", flag_spec, config).function
+        self.flag_function = create_function(self, "FlagFunction", flag_spec, common).function
         for table in self.status_tables.values():
             table.grant(self.flag_function, "dynamodb:UpdateItem")
         # Reads only: a row already stored is complete and is not flagged.
@@ -219,7 +218,7 @@ class TaxiEtlSaga(Construct):
         )
         return task
 
-    def _add_state_machine(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+    def _add_state_machine(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
         stored = sfn.Succeed(self, "Stored", comment="Every row of the request was stored or flagged")
         next_state: sfn.IChainable = stored
         # Built back to front: each phase continues into the next one.
@@ -251,7 +250,7 @@ class TaxiEtlSaga(Construct):
             "StateMachineLogsKey",
             description="Encrypts the taxi saga's execution logs",
             enable_key_rotation=True,
-            removal_policy=config.removal_policy,
+            removal_policy=common.removal_policy,
         )
         stack = Stack.of(self)
         # Only for this account's log groups in this region (the encryption context CloudWatch Logs sends).
@@ -264,8 +263,8 @@ class TaxiEtlSaga(Construct):
             self,
             "StateMachineLogs",
             encryption_key=self.state_machine_logs_key,
-            retention=config.log_retention,
-            removal_policy=config.removal_policy,
+            retention=common.log_retention,
+            removal_policy=common.removal_policy,
         )
         self.state_machine = sfn.StateMachine(
             self,
@@ -280,14 +279,15 @@ class TaxiEtlSaga(Construct):
             comment="onceflow taxi ETL saga: validate -> transform -> store, each failure flagged by its phase",
         )
         # Its execution history is what tells a repeated request from a new one (for 90 days).
-        self.state_machine.apply_removal_policy(config.removal_policy)
+        self.state_machine.apply_removal_policy(common.removal_policy)
 
     # --- the API ------------------------------------------------------------------------------
 
-    def _add_api(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+    def _add_api(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
         api_spec = FunctionSpec(
             handler=contract.HANDLER_API,
             service=contract.SERVICE_API,
+            reserved_concurrency=settings.reserved_concurrency.get("api"),
             description="Taxi saga API: one execution per request, named by its StoreRequestId",
             timeout_seconds=settings.api_timeout_seconds,
             environment={
@@ -298,7 +298,7 @@ class TaxiEtlSaga(Construct):
                 contract.ENV_MAX_LINE_BYTES: str(settings.max_line_bytes),
             },
         )
-        self.api_function = create_function(self, "ApiFunction", api_spec, config).function
+        self.api_function = create_function(self, "ApiFunction", api_spec, common).function
         self.state_machine.grant_start_execution(self.api_function)
         # A repeated request whose execution has ended: compare its input with the first one's.
         self.state_machine.grant_execution(self.api_function, "states:DescribeExecution")
@@ -306,6 +306,7 @@ class TaxiEtlSaga(Construct):
         authorizer_spec = FunctionSpec(
             handler=contract.HANDLER_AUTHORIZER,
             service=contract.SERVICE_AUTHORIZER,
+            reserved_concurrency=settings.reserved_concurrency.get("authorizer"),
             description="Taxi saga API authorizer: constant-time compare with the key in Secrets Manager",
             timeout_seconds=AUTHORIZER_TIMEOUT_SECONDS,
             environment={
@@ -314,7 +315,7 @@ class TaxiEtlSaga(Construct):
                 contract.ENV_SECRET_REFRESH_FLOOR_SECONDS: str(settings.secret_refresh_floor_seconds),
             },
         )
-        self.authorizer_function = create_function(self, "AuthorizerFunction", authorizer_spec, config).function
+        self.authorizer_function = create_function(self, "AuthorizerFunction", authorizer_spec, common).function
         # CDK's grant also matches a secret imported by name (its ARN ends in a random suffix) and its KMS key.
         self.api_key_secret.grant_read(self.authorizer_function)
         self.authorizer = HttpLambdaAuthorizer(
@@ -328,7 +329,7 @@ class TaxiEtlSaga(Construct):
 
         self.http_api, self.api_stage, self.api_access_logs = throttled_http_api(
             self,
-            config,
+            common,
             description="onceflow taxi ETL (API key in the Authorization header)",
             authorizer=self.authorizer,
             rate_limit=settings.api_rate_limit,
@@ -338,13 +339,14 @@ class TaxiEtlSaga(Construct):
         integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
         for path in (contract.ROUTE_TRIP, contract.ROUTE_TRIP_BATCH):
             self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.POST], integration=integration)
-        self._add_row_state_route(config, settings)
+        self._add_row_state_route(common, settings)
 
-    def _add_row_state_route(self, config: EnvConfig, settings: TaxiEtlConfig) -> None:
+    def _add_row_state_route(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
         """GET /trips/{StoreRequestId}: its own function, which may only read the four tables."""
         spec = FunctionSpec(
             handler=contract.HANDLER_ROW_STATE,
             service=contract.SERVICE_ROW_STATE,
+            reserved_concurrency=settings.reserved_concurrency.get("row_state"),
             description="Taxi saga API: what became of one row (pending, stored or flagged), read-only",
             timeout_seconds=settings.api_timeout_seconds,
             environment={
@@ -354,7 +356,7 @@ class TaxiEtlSaga(Construct):
                 contract.ENV_FINAL_TABLE: self.final_table.table_name,
             },
         )
-        self.row_state_function = create_function(self, "RowStateFunction", spec, config).function
+        self.row_state_function = create_function(self, "RowStateFunction", spec, common).function
         for table in (*self.status_tables.values(), self.final_table):
             table.grant(self.row_state_function, "dynamodb:BatchGetItem")
             # Only a table with a customer managed key has one here (an imported trips table given

@@ -2,36 +2,50 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.lambda_factory import METRICS_NAMESPACE
-from infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
-from infra.taxi_etl.construct import TaxiEtlSaga
-from runtime.taxi_etl import contract
+from onceflow.infra.common import expect_types
+from onceflow.infra.lambda_factory import METRICS_NAMESPACE
+from onceflow.infra.monitoring import FIVE_MINUTES, PipelineMonitoring, count
+from onceflow.infra.taxi_etl.construct import TaxiEtlSaga
+from onceflow.infra.taxi_etl.props import TaxiEtlAlarms
+from onceflow.runtime.taxi_etl import contract
 
 
 @dataclass(frozen=True)
 class TaxiEtlMonitoringProps:
-    """saga: the TaxiEtlSaga to watch; config: thresholds (config.monitoring.taxi_etl);
-    alarm_topic: where every alarm notifies (AlarmTopic.topic or an existing topic)."""
+    """Inputs of TaxiEtlMonitoring.
+
+    saga: the TaxiEtlSaga to watch.
+    alarm_topic: where every alarm notifies on ALARM and OK (an AlarmTopic's topic or any existing
+        topic); by default the construct creates its own AlarmTopic.
+    thresholds: when each alarm fires (defaults: TaxiEtlAlarms()).
+    title: the dashboard's heading.
+    """
 
     saga: TaxiEtlSaga
-    config: EnvConfig
-    alarm_topic: sns.ITopic
+    alarm_topic: sns.ITopic | None = None
+    thresholds: TaxiEtlAlarms = field(default_factory=TaxiEtlAlarms)
+    title: str = "onceflow: taxi ETL saga"
+
+    def validate(self) -> None:
+        expect_types("TaxiEtlMonitoringProps", saga=(self.saga, TaxiEtlSaga), thresholds=(self.thresholds, TaxiEtlAlarms))
+        self.thresholds.validate()
 
 
 class TaxiEtlMonitoring(PipelineMonitoring):
+    """The taxi saga's alarms (each with a runbook entry) and its dashboard."""
+
     def __init__(self, scope: Construct, construct_id: str, props: TaxiEtlMonitoringProps) -> None:
         if not isinstance(props, TaxiEtlMonitoringProps):
             raise TypeError("TaxiEtlMonitoring needs TaxiEtlMonitoringProps")
-        props.config.validate()
-        super().__init__(scope, construct_id, props.alarm_topic, f"onceflow {props.config.name}: taxi ETL saga")
-        thresholds = props.config.monitoring.taxi_etl
+        props.validate()
+        super().__init__(scope, construct_id, props.alarm_topic, props.title)
+        thresholds = props.thresholds
         saga = props.saga
         machine = saga.state_machine
         ended_badly = {

@@ -8,11 +8,11 @@ from aws_cdk import CfnOutput
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EnvConfig
-from infra.stacks import OnceflowStack
-from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
-from infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
-from runtime.taxi_etl import contract
+from onceflow.infra.config import EnvConfig
+from onceflow.infra.stacks import OnceflowStack
+from onceflow.infra.taxi_etl.construct import TaxiEtlSaga
+from onceflow.infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
+from onceflow.runtime.taxi_etl import contract
 
 
 class TaxiEtlStack(OnceflowStack):
@@ -26,11 +26,16 @@ class TaxiEtlStack(OnceflowStack):
             description="onceflow taxi ETL saga: HTTP API -> Step Functions -> validate / transform / store",
             **kwargs,
         )
-        self.saga = TaxiEtlSaga(self, "TaxiEtl", TaxiEtlSagaProps(config=config))
+        self.saga = TaxiEtlSaga(self, "TaxiEtl", config.taxi_etl_props())
         self.monitoring = TaxiEtlMonitoring(
             self,
             "TaxiEtlMonitoring",
-            TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=self.alarm_topic_or_own(alarm_topic)),
+            TaxiEtlMonitoringProps(
+                saga=self.saga,
+                alarm_topic=self.alarm_topic_or_own(alarm_topic),
+                thresholds=config.monitoring.taxi_etl,
+                title=config.title("taxi ETL saga"),
+            ),
         )
         CfnOutput(self, contract.OUTPUT_DASHBOARD, value=self.monitoring.dashboard.dashboard_name)
         CfnOutput(self, contract.OUTPUT_API_URL, value=self.saga.http_api.api_endpoint)

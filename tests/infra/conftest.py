@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from infra.config import EnvConfig, load_config
+from onceflow.infra.config import EnvConfig, load_config
 
 ENVS = ("dev", "prod")
 

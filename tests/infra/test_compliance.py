@@ -18,8 +18,8 @@ from constructs import IConstruct
 
 from app import build_app
 from devtools.aws.template_resources import cdk_context, synth_templates
-from infra.compliance import acknowledge, add_compliance_checks
-from infra.config import load_config
+from onceflow.infra.compliance import acknowledge, add_compliance_checks
+from onceflow.infra.config import load_config
 
 ENVS = ("dev", "prod")
 PLUGINS = {"AwsSolutions", "Serverless"}

@@ -14,7 +14,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
 from devtools.aws.template_resources import PROJECT_ROOT, load_assembly
-from infra.config import ENVIRONMENTS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
+from onceflow.infra.config import ENVIRONMENTS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
 from runtime.event_log.contract import SQS_MAX_VISIBILITY_SECONDS
 
 ENVS = ("dev", "prod")

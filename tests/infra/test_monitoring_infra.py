@@ -24,10 +24,10 @@ from aws_cdk.assertions import Template
 
 import app as cdk_app
 from devtools.aws.template_resources import cdk_context, resources_of_type
-from infra.config import ConfigError, EnvConfig, EventLogAlarms, MonitoringConfig, RunnerStatsAlarms, TaxiEtlAlarms, load_config
-from infra.monitoring import AlarmTopic, AlarmTopicProps
-from infra.runner_stats.stack import RunnerStatsStack
-from infra.stacks import AlarmsStack
+from onceflow.infra.config import ConfigError, EnvConfig, EventLogAlarms, MonitoringConfig, RunnerStatsAlarms, TaxiEtlAlarms, load_config
+from onceflow.infra.monitoring import AlarmTopic, AlarmTopicProps
+from onceflow.infra.runner_stats.stack import RunnerStatsStack
+from onceflow.infra.stacks import AlarmsStack
 from runtime.event_log.pending_check import StuckRules
 from runtime.event_log.settings import PendingCheckSettings
 from tests.infra.template_queries import (
@@ -121,8 +121,6 @@ THRESHOLDS = {
 }
 # Alarms evaluated over more than one period: alarm -> (section, field) of the count.
 EVALUATION_PERIODS = {"IteratorAge": ("runner_stats", "iterator_age_minutes")}
-# Config fields that are no alarm's threshold: the pending check's schedule (also the period of its alarm).
-NOT_THRESHOLDS = {("event_log", "pending_check_minutes")}
 # Only the pending check's alarm fires on silence: the check reports every run, 0 when nothing is pending.
 BREACHING_ON_MISSING_DATA = {"OldestPendingSnapshot"}
 SECTIONS = {"runner_stats": RunnerStatsAlarms, "event_log": EventLogAlarms, "taxi_etl": TaxiEtlAlarms}
@@ -173,7 +171,6 @@ VARIANT_MONITORING = MonitoringConfig(
         stuck_snapshots_resent=2,
         snapshot_build_seconds=2400,
         errors_per_5min=7,
-        pending_check_minutes=10,
     ),
     taxi_etl=TaxiEtlAlarms(
         failed_executions_per_5min=21,
@@ -186,10 +183,10 @@ VARIANT_MONITORING = MonitoringConfig(
         execution_p99_ms=180_000,
     ),
 )
-# ... and the pending check's re-sending of stuck builds is switched off.
+# ... the pending check runs every 10 minutes, and its re-sending of stuck builds is switched off.
 VARIANT_CONFIG = dataclasses.replace(
     load_config("dev"),
-    event_log=dataclasses.replace(load_config("dev").event_log, resend_stuck_snapshots=False),
+    event_log=dataclasses.replace(load_config("dev").event_log, resend_stuck_snapshots=False, pending_check_minutes=10),
     monitoring=VARIANT_MONITORING,
 )
 
@@ -306,7 +303,7 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
         }
     if pipeline == "EventLog":
         functions = {name: function(template_json, handler)[0] for name, handler in _EVENT_LOG_ERROR_INPUTS.items()}
-        check_period = 3 * config.monitoring.event_log.pending_check_minutes * 60
+        check_period = 3 * config.event_log.pending_check_minutes * 60
         return {
             "RouterIteratorAge": lambda_metric(functions["router"], "IteratorAge", "Maximum"),
             "RouterOnFailureRecords": queue_metric(STREAM_FAILURE_QUEUE, "ApproximateNumberOfMessagesVisible"),
@@ -513,7 +510,7 @@ def test_every_threshold_in_the_config_is_some_alarms(section: str) -> None:
     # Given the fields of the section's thresholds
     fields = {field.name for field in dataclasses.fields(SECTIONS[section])}
     # When we collect what the alarms read (thresholds and evaluation periods) and what the check reads
-    used = {f for s, f in (*THRESHOLDS.values(), *EVALUATION_PERIODS.values(), *NOT_THRESHOLDS) if s == section}
+    used = {f for s, f in (*THRESHOLDS.values(), *EVALUATION_PERIODS.values()) if s == section}
     # Then no threshold is configured without an alarm using it
     assert fields == used
 
@@ -631,13 +628,12 @@ def test_alarm_topic_requires_its_props_and_a_valid_config(tmp_path: Path) -> No
     # Given a stack
     stack = Stack(App(outdir=str(tmp_path)), "Topic")
     dev = load_config("dev")
-    # When the topic is given a bare config, or a config with a bad e-mail
+    # When the topic is given a bare config, or props with a bad e-mail
     # Then it refuses, and nothing was added to the stack
     with pytest.raises(TypeError, match="AlarmTopicProps"):
         AlarmTopic(stack, "Bare", dev)  # type: ignore[arg-type]
-    invalid = dataclasses.replace(dev, monitoring=dataclasses.replace(dev.monitoring, alarm_email="oncall"))
     with pytest.raises(ConfigError, match="alarm_email"):
-        AlarmTopic(stack, "Invalid", AlarmTopicProps(config=invalid))
+        AlarmTopic(stack, "Invalid", AlarmTopicProps(alarm_email="oncall"))
     assert stack.node.try_find_child("Invalid") is None
 
 
@@ -769,10 +765,11 @@ def test_pending_check_interval_is_bounded(config: EnvConfig) -> None:
     # Given the environment's config
     # When the check would run less often than hourly, or its alarm's threshold is shorter than one interval
     # Then both are refused
+    every_ten_minutes = dataclasses.replace(config, event_log=dataclasses.replace(config.event_log, pending_check_minutes=10))
     with pytest.raises(ConfigError, match="pending_check_minutes"):
-        with_thresholds(config, "event_log", pending_check_minutes=61).validate()
+        dataclasses.replace(config, event_log=dataclasses.replace(config.event_log, pending_check_minutes=61)).validate()
     with pytest.raises(ConfigError, match="oldest_pending_snapshot_seconds"):
-        with_thresholds(config, "event_log", pending_check_minutes=10, oldest_pending_snapshot_seconds=599).validate()
+        with_thresholds(every_ten_minutes, "event_log", oldest_pending_snapshot_seconds=599).validate()
 
 
 @pytest.mark.parametrize("email", ["", "oncall", "oncall@example", "on call@example.com", "a@b@example.com", "@example.com"])
@@ -803,7 +800,7 @@ def test_pending_check_runs_on_the_configured_schedule(event_log_json: dict[str,
     # When we read its schedule and targets
     # Then it runs at the configured rate, enabled, and its only target is the check, not retried
     # (the next run is minutes away)
-    assert props["ScheduleExpression"] == rate(config.monitoring.event_log.pending_check_minutes) == EXPECTED[env_name]["schedule"]
+    assert props["ScheduleExpression"] == rate(config.event_log.pending_check_minutes) == EXPECTED[env_name]["schedule"]
     assert props["State"] == "ENABLED"
     assert [{n: v for n, v in target.items() if n != "Id"} for target in props["Targets"]] == [
         {"Arn": arn(check_id), "RetryPolicy": {"MaximumRetryAttempts": 0}}

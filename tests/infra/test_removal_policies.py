@@ -20,7 +20,7 @@ from aws_cdk import App, CfnResource, Stack, TagManager
 
 import app as cdk_app
 from devtools.aws.template_resources import cdk_context, resources_of_type
-from infra.config import EnvConfig, load_config
+from onceflow.infra.config import EnvConfig, load_config
 
 STACKS = ("Alarms", "RunnerStats", "EventLog", "TaxiEtl")
 

@@ -17,16 +17,25 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 
 from devtools.aws.template_resources import cdk_context
-from infra.config import load_config
-from infra.event_log.compliance import acknowledge_event_log, acknowledge_imported_bucket
-from infra.event_log.construct import EventLog, EventLogProps
-from infra.event_log.monitoring import EventLogMonitoring, EventLogMonitoringProps
-from infra.runner_stats.compliance import acknowledge_runner_stats
-from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
-from infra.runner_stats.monitoring import RunnerStatsMonitoring, RunnerStatsMonitoringProps
-from infra.taxi_etl.compliance import acknowledge_taxi_etl
-from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
-from infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitoringProps
+from onceflow.constructs import (
+    EventLog,
+    EventLogMonitoring,
+    EventLogMonitoringProps,
+    EventLogProps,
+    RunnerStatsMonitoring,
+    RunnerStatsMonitoringProps,
+    RunnerStatsPipeline,
+    RunnerStatsPipelineProps,
+    TaxiEtlMonitoring,
+    TaxiEtlMonitoringProps,
+    TaxiEtlSaga,
+    TaxiEtlSagaProps,
+    acknowledge_event_log,
+    acknowledge_imported_bucket,
+    acknowledge_runner_stats,
+    acknowledge_taxi_etl,
+    add_compliance_checks,
+)
 
 STREAM_ARN = "arn:aws:kinesis:eu-west-1:111122223333:stream/team-devices"
 BUCKET_NAME = "team-event-log-data"
@@ -43,7 +52,6 @@ class TeamStack(Stack):
 
     def __init__(self, app: App, *, acknowledge_bucket: bool = True, own_acknowledgements: bool = False) -> None:
         super().__init__(app, "TeamStack")
-        config = load_config("dev")
         topic = sns.Topic.from_topic_arn(self, "Pager", TOPIC_ARN)
         stream = kinesis.Stream.from_stream_arn(self, "Devices", STREAM_ARN)
         bucket = s3.Bucket.from_bucket_name(self, "Data", BUCKET_NAME)
@@ -51,37 +59,31 @@ class TeamStack(Stack):
         trips = dynamodb.Table.from_table_name(self, "Trips", TRIPS_TABLE)
 
         by_construct = not own_acknowledgements
-        self.runner_stats = RunnerStatsPipeline(
-            self, "Runs", RunnerStatsPipelineProps(config=config, stream=stream, acknowledge_findings=by_construct)
-        )
+        self.runner_stats = RunnerStatsPipeline(self, "Runs", RunnerStatsPipelineProps(stream=stream, acknowledge_findings=by_construct))
         if own_acknowledgements:
             acknowledge_runner_stats(self.runner_stats)
-        RunnerStatsMonitoring(
-            self, "RunsMonitoring", RunnerStatsMonitoringProps(pipeline=self.runner_stats, config=config, alarm_topic=topic)
-        )
+        RunnerStatsMonitoring(self, "RunsMonitoring", RunnerStatsMonitoringProps(pipeline=self.runner_stats, alarm_topic=topic))
 
-        self.event_log = EventLog(self, "Sheets", EventLogProps(config=config, bucket=bucket, acknowledge_findings=by_construct))
+        self.event_log = EventLog(self, "Sheets", EventLogProps(bucket=bucket, acknowledge_findings=by_construct))
         if own_acknowledgements:
             acknowledge_event_log(self.event_log)
         if acknowledge_bucket:
             acknowledge_imported_bucket(
                 self.event_log, "team-event-log-data is ours; its payloads/ and snapshots/ prefixes are for onceflow."
             )
-        EventLogMonitoring(self, "SheetsMonitoring", EventLogMonitoringProps(event_log=self.event_log, config=config, alarm_topic=topic))
+        EventLogMonitoring(self, "SheetsMonitoring", EventLogMonitoringProps(event_log=self.event_log, alarm_topic=topic))
 
         self.saga = TaxiEtlSaga(
             self,
             "Taxis",
-            TaxiEtlSagaProps(config=config, api_key_secret=secret, trips_table=trips, acknowledge_findings=by_construct),
+            TaxiEtlSagaProps(api_key_secret=secret, trips_table=trips, acknowledge_findings=by_construct),
         )
         if own_acknowledgements:
             acknowledge_taxi_etl(self.saga)
-        TaxiEtlMonitoring(self, "TaxisMonitoring", TaxiEtlMonitoringProps(saga=self.saga, config=config, alarm_topic=topic))
+        TaxiEtlMonitoring(self, "TaxisMonitoring", TaxiEtlMonitoringProps(saga=self.saga, alarm_topic=topic))
 
 
 def team_app(outdir: Path) -> App:
-    from infra.compliance import add_compliance_checks
-
     app = App(context=cdk_context("dev"), outdir=str(outdir))
     add_compliance_checks(app)
     return app
@@ -180,7 +182,7 @@ def test_a_construct_told_to_leave_its_acknowledgements_to_the_user_fails_cdk_na
     # Given a stack whose runner-stats pipeline opts out of its own acknowledgements and adds none
     app = team_app(tmp_path)
     stack = Stack(app, "OptedOut")
-    RunnerStatsPipeline(stack, "Runs", RunnerStatsPipelineProps(config=load_config("dev"), acknowledge_findings=False))
+    RunnerStatsPipeline(stack, "Runs", RunnerStatsPipelineProps(acknowledge_findings=False))
     # When it is synthesized with cdk-nag
     # Then the findings the construct would have acknowledged are open
     with pytest.raises(RuntimeError, match=VALIDATION_FAILED):

@@ -11,7 +11,7 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from infra.config import load_config
+from onceflow.infra.config import load_config
 
 ENVS = ("dev", "prod")
 # Each environment's stacks ("<stack_prefix>-<suffix>") and how many Lambda functions each holds:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infra.config import load_config
+from onceflow.infra.config import load_config
 
 INVENTORY = Path(__file__).with_name("stateful_logical_ids.json")
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_snapshots"

@@ -1,6 +1,9 @@
 """The house's import graph: infra/ and runtime/ import each other's modules without a loop, the
 shared infra modules reach into no pipeline's slice, and infra takes from runtime/ only the
-contract modules (constants), never code that ships in the Lambda asset."""
+contract modules (constants), never code that ships in the Lambda asset.
+
+infra/ is imported as `onceflow.infra` (and reaches the contracts as `onceflow.runtime.<p>.contract`),
+the names it has in the installed wheel; runtime/ is `runtime` inside Lambda and in the tests."""
 
 from __future__ import annotations
 
@@ -10,12 +13,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("infra", "runtime")
 PIPELINES = ("runner_stats", "event_log", "taxi_etl")
-SHARED_INFRA = ("infra.compliance", "infra.monitoring", "infra.lambda_factory", "infra.resources", "infra.config", "infra.stacks")
+SHARED_INFRA = (
+    "onceflow.infra.compliance",
+    "onceflow.infra.monitoring",
+    "onceflow.infra.lambda_factory",
+    "onceflow.infra.resources",
+    "onceflow.infra.common",
+    "onceflow.infra.stacks",
+)
 
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return f"onceflow.{name}" if name.startswith("infra") else name
+
+
+def graph_name(imported: str) -> str:
+    """The contracts infra reaches as onceflow.runtime.<p>.contract are the modules runtime/ holds."""
+    return imported.removeprefix("onceflow.") if imported.startswith("onceflow.runtime") else imported
 
 
 def project_imports() -> dict[str, set[str]]:
@@ -30,7 +46,7 @@ def project_imports() -> dict[str, set[str]]:
                 targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            imported |= {target for target in targets if target in modules and target != name}
+            imported |= {graph_name(target) for target in targets if graph_name(target) in modules and graph_name(target) != name}
         graph[name] = imported
     return graph
 
@@ -77,8 +93,16 @@ def test_shared_infra_reaches_into_no_pipeline_slice() -> None:
     graph = project_imports()
     # Then none imports a pipeline's slice: each slice builds on them, never the other way round
     for shared in SHARED_INFRA:
-        slices = {target for target in graph[shared] if any(target.startswith(f"infra.{p}") for p in PIPELINES)}
+        slices = {target for target in graph[shared] if any(target.startswith(f"onceflow.infra.{p}") for p in PIPELINES)}
         assert slices == set(), shared
+
+
+def test_the_config_composes_only_each_slices_props() -> None:
+    # Given the repository's per-environment config, the composition root of its own app
+    graph = project_imports()
+    # Then what it takes from the slices is their props (settings, thresholds, construct inputs), never a construct
+    slices = {target for target in graph["onceflow.infra.config"] if any(target.startswith(f"onceflow.infra.{p}") for p in PIPELINES)}
+    assert slices == {f"onceflow.infra.{p}.props" for p in PIPELINES}
 
 
 def test_infra_takes_only_contract_modules_from_runtime() -> None:
@@ -86,9 +110,37 @@ def test_infra_takes_only_contract_modules_from_runtime() -> None:
     graph = project_imports()
     # Then what it imports from runtime/ is a contract module (constants), nothing that runs in Lambda
     for name, imported in graph.items():
-        if name.startswith("infra"):
+        if name.startswith("onceflow.infra"):
             from_runtime = {target for target in imported if target.startswith("runtime")}
             assert all(target.endswith(".contract") or target == "runtime" or target.count(".") == 1 for target in from_runtime), (
                 name,
                 from_runtime,
             )
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+def test_infra_is_imported_by_its_installed_name_only() -> None:
+    # Given every Python file of the repository outside the Lambda asset
+    sources = [
+        path
+        for path in ROOT.rglob("*.py")
+        if not {".venv", "node_modules", "cdk.out", "build", "onceflow"} & set(path.relative_to(ROOT).parts)
+    ]
+    assert len(sources) > 100
+    for path in sources:
+        imported = imports_of(path)
+        # Then none imports the top-level name `infra`: the wheel installs it only as onceflow.infra, and a
+        # team's app may have its own `infra` package
+        assert not {name for name in imported if name == "infra" or name.startswith("infra.")}, path
+        # and infra reaches runtime/ only as onceflow.runtime, so the wheel never needs a top-level `runtime`
+        if path.relative_to(ROOT).parts[0] == "infra":
+            assert not {name for name in imported if name == "runtime" or name.startswith("runtime.")}, path

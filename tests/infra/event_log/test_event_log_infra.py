@@ -19,8 +19,8 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Match, Template
 
 from devtools.aws.template_resources import resources_of_type
-from infra.config import ConfigError, EnvConfig, load_config
-from infra.event_log.construct import EventLog, EventLogProps
+from onceflow.infra.config import ConfigError, EnvConfig, load_config
+from onceflow.infra.event_log.construct import EventLog
 from runtime.event_log.settings import ApiSettings, FinalizerSettings, PendingCheckSettings, RouterSettings, WorkerSettings
 from tests.infra.template_queries import (
     Grants,
@@ -740,7 +740,7 @@ def test_only_this_api_may_invoke_the_api_function_and_only_the_schedule_the_che
     # and EventBridge only the pending check, only from its rule, which runs at the configured rate
     ((events,),) = [by_principal["events.amazonaws.com"]]
     assert (events["FunctionName"], events["Action"], events["SourceArn"]) == (arn(check_id), "lambda:InvokeFunction", arn(rule_id))
-    minutes = config.monitoring.event_log.pending_check_minutes
+    minutes = config.event_log.pending_check_minutes
     assert rule["Properties"]["ScheduleExpression"] == f"rate({minutes} minute{'s' if minutes > 1 else ''})"
     assert [target["Arn"] for target in rule["Properties"]["Targets"]] == [arn(check_id)]
 
@@ -850,7 +850,7 @@ def test_construct_rejects_an_invalid_config_before_building_anything(tmp_path: 
     stack = Stack(App(outdir=str(tmp_path)), "Invalid")
     # When the event log is built with it
     with pytest.raises(ConfigError, match="lease_seconds"):
-        EventLog(stack, "EventLog", EventLogProps(config=invalid))
+        EventLog(stack, "EventLog", invalid.event_log_props())
     # Then nothing was added to the stack
     assert stack.node.try_find_child("EventLog") is None
 

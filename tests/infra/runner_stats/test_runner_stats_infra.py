@@ -20,8 +20,8 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk.assertions import Match, Template
 
 from devtools.aws.template_resources import PROJECT_ROOT, load_assembly, resources_of_type, synth_templates
-from infra.config import ConfigError, EnvConfig, load_config
-from infra.runner_stats.construct import RunnerStatsPipeline, RunnerStatsPipelineProps
+from onceflow.infra.config import ConfigError, EnvConfig, load_config
+from onceflow.infra.runner_stats.construct import RunnerStatsPipeline
 from runtime.runner_stats import contract
 from runtime.runner_stats.contract import ENV_MESSAGES_TABLE, ENV_REJECTS_TABLE, ENV_RUN_STATS_TABLE, ENV_TENDENCY_TABLE, HANDLER
 from runtime.runner_stats.settings import RunnerStatsSettings
@@ -500,7 +500,7 @@ def test_pipeline_consumes_an_existing_stream_instead_of_creating_one(tmp_path: 
     arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/existing"
     existing = kinesis.Stream.from_stream_arn(stack, "Existing", arn)
     # When the pipeline is built on it
-    RunnerStatsPipeline(stack, "RunnerStats", RunnerStatsPipelineProps(config=load_config("dev"), stream=existing))
+    RunnerStatsPipeline(stack, "RunnerStats", replace(load_config("dev").runner_stats_props(), stream=existing))
     template = Template.from_stack(stack)
     # Then no stream is created, and the mapping and the read grant use the imported stream
     template.resource_count_is("AWS::Kinesis::Stream", 0)
@@ -522,7 +522,7 @@ def test_pipeline_rejects_an_invalid_config_before_building_anything(tmp_path: P
     stack = Stack(App(outdir=str(tmp_path)), "Invalid")
     # When the pipeline is built with it
     with pytest.raises(ConfigError, match="batch_size"):
-        RunnerStatsPipeline(stack, "RunnerStats", RunnerStatsPipelineProps(config=invalid))
+        RunnerStatsPipeline(stack, "RunnerStats", invalid.runner_stats_props())
     # Then nothing was added to the stack
     assert stack.node.try_find_child("RunnerStats") is None
 

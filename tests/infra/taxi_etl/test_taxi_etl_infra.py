@@ -26,9 +26,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Match, Template
 
 from devtools.aws.template_resources import cdk_context, resources_of_type
-from infra.config import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, ConfigError, EnvConfig, TaxiEtlConfig, load_config
-from infra.taxi_etl.construct import TaxiEtlSaga, TaxiEtlSagaProps
-from infra.taxi_etl.stack import TaxiEtlStack
+from onceflow.infra.config import ConfigError, EnvConfig, TaxiEtlConfig, load_config
+from onceflow.infra.taxi_etl.construct import TaxiEtlSaga
+from onceflow.infra.taxi_etl.props import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES
+from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
 from tests.infra.template_queries import (
     Grants,
@@ -313,7 +314,7 @@ def saga_with_imported_secret(tmp_path: Path) -> tuple[dict[str, Any], Any]:
     app = App(context=cdk_context("dev"), outdir=str(tmp_path))
     stack = Stack(app, "OwnSecret")
     secret = secretsmanager.Secret.from_secret_name_v2(stack, "Existing", IMPORTED_SECRET_NAME)
-    TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=load_config("dev"), api_key_secret=secret))
+    TaxiEtlSaga(stack, "TaxiEtl", replace(load_config("dev").taxi_etl_props(), api_key_secret=secret))
     return dict(Template.from_stack(stack).to_json()), stack.resolve(secret.secret_arn)
 
 
@@ -639,7 +640,7 @@ def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_build
     with pytest.raises(ConfigError, match=re.escape("execution_timeout_minutes must be at most 5 for EXPRESS")):
         taxi_etl.validate()
     with pytest.raises(ConfigError, match="EXPRESS"):
-        TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=config))
+        TaxiEtlSaga(stack, "TaxiEtl", config.taxi_etl_props())
     # and nothing was added to the stack
     assert stack.node.try_find_child("TaxiEtl") is None
 
@@ -1088,7 +1089,7 @@ def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(templ
 
 def test_handler_paths_are_the_contracts_constants() -> None:
     # Given the handler paths written out here, the contract's constants and the construct's
-    from infra.taxi_etl import construct as taxi_etl
+    from onceflow.infra.taxi_etl import construct as taxi_etl
     from runtime.taxi_etl import contract
     from runtime.taxi_etl.errors import PhaseInputError
     from runtime.taxi_etl.models import Phase
@@ -1181,7 +1182,7 @@ def test_construct_requires_its_props_type(tmp_path: Path) -> None:
 def test_construct_exposes_what_it_created(tmp_path: Path) -> None:
     # Given a saga built in a plain stack
     stack = Stack(App(context=cdk_context("dev"), outdir=str(tmp_path)), "Exposed")
-    saga = TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=load_config("dev")))
+    saga = TaxiEtlSaga(stack, "TaxiEtl", load_config("dev").taxi_etl_props())
     # When we resolve its typed attributes
     # Then they are the template's resources, the status tables in phase order
     assert list(saga.status_tables) == list(PHASES)
@@ -1204,7 +1205,7 @@ def test_a_trips_table_with_its_own_key_can_be_read_by_get_and_only_read(tmp_pat
     trips = dynamodb.Table.from_table_attributes(
         stack, "Trips", table_name="nycYellowTaxis", encryption_key=kms.Key.from_key_arn(stack, "TripsKey", key_arn)
     )
-    TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(config=load_config("dev"), trips_table=trips))
+    TaxiEtlSaga(stack, "TaxiEtl", replace(load_config("dev").taxi_etl_props(), trips_table=trips))
     template_json = dict(Template.from_stack(stack).to_json())
     # When we read what the GET function may do with that key
     grants = granted_by(statements_of(template_json, ROW_STATE))

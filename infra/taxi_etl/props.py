@@ -1,0 +1,164 @@
+"""The taxi ETL saga's props: its settings, its alarm thresholds and the construct's inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_stepfunctions as sfn
+
+from onceflow.infra.common import CommonProps, ConfigError, TableOptions, check_reserved_concurrency, expect_types, require_positive
+
+STEP_FUNCTIONS_MAX_PAYLOAD_BYTES = 256 * 1024
+VALIDATE_MAX_LINE_BYTES = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES: longer lines would only be flagged
+# The functions a reservation can name (TaxiEtlConfig.reserved_concurrency); the flag function is not one.
+TAXI_ETL_FUNCTIONS: Final = ("api", "row_state", "authorizer", "validate", "transform", "store")
+
+
+@dataclass(frozen=True)
+class TaxiEtlConfig:
+    """The taxi ETL saga's settings: its API, authorizer, state machine and phase functions.
+    Every field is checked at synth (`validate`) with a message naming it.
+
+    reserved_concurrency: per function ("api", "row_state", "authorizer", "validate",
+        "transform", "store"); a function left out runs in the account's unreserved pool. A
+        throttled phase is retried (service_retry_attempts, with backoff), then its rows are
+        flagged. The flag function takes none: it is the failure path, and a throttled flag step
+        would leave rows neither stored nor flagged.
+    """
+
+    # STANDARD: execution names deduplicate starts (the API's idempotency rests on it) and the
+    # history is kept 90 days. EXPRESS is cheaper per row but runs a repeated start again; see
+    # the README before choosing it.
+    workflow_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD
+    batch_max_lines: int = 100
+    # A batch travels as the execution input, which Step Functions caps at 256 KiB; the
+    # phases' outputs are a little larger than their input, so a batch stays well below.
+    batch_max_bytes: int = 64 * 1024
+    max_line_bytes: int = VALIDATE_MAX_LINE_BYTES
+    authorizer_cache_seconds: int = 300  # API Gateway caches an allow/deny per key this long
+    secret_cache_seconds: int = 300  # the authorizer re-reads the key from Secrets Manager after this
+    secret_refresh_floor_seconds: int = 10  # a refused key re-reads the secret at most this often
+    api_rate_limit: int = 50
+    api_burst_limit: int = 100
+    service_retry_attempts: int = 6  # Lambda service exceptions (throttles, 5xx)
+    task_retry_attempts: int = 2  # any other task failure (a crash, a timeout): every phase is idempotent
+    retry_interval_seconds: int = 2
+    retry_max_delay_seconds: int = 60
+    execution_timeout_minutes: int = 15
+    phase_timeout_seconds: int = 60
+    phase_memory_mb: int = 256
+    api_timeout_seconds: int = 10
+    # What the state machine sends to CloudWatch Logs. ERROR without execution data (the default,
+    # prod's) logs only failures, with no row content; ALL with data (dev's) logs every state's
+    # input and output, which is what debugging a phase needs and adds $2.70 (batch route) to $7.30
+    # (one row per request) per million rows (`make bench` prices both).
+    execution_log_level: sfn.LogLevel = sfn.LogLevel.ERROR
+    execution_log_data: bool = False
+    reserved_concurrency: Mapping[str, int] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.workflow_type not in (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS):
+            raise ConfigError("taxi_etl.workflow_type must be STANDARD or EXPRESS")
+        if not 1 <= self.batch_max_lines <= 1000:
+            raise ConfigError("taxi_etl.batch_max_lines must be 1..1000")
+        if not 256 <= self.max_line_bytes <= min(self.batch_max_bytes, VALIDATE_MAX_LINE_BYTES):
+            raise ConfigError("taxi_etl.max_line_bytes must be 256..batch_max_bytes and at most 4096 (what Validate accepts)")
+        if self.batch_max_bytes > STEP_FUNCTIONS_MAX_PAYLOAD_BYTES // 3:
+            # validate's output holds the batch plus its verdicts; transform's holds it again.
+            raise ConfigError("taxi_etl.batch_max_bytes must be at most a third of Step Functions' 256 KiB payload limit")
+        if not 0 <= self.authorizer_cache_seconds <= 3600:
+            raise ConfigError("taxi_etl.authorizer_cache_seconds must be 0..3600 (API Gateway's limit)")
+        if not 1 <= self.secret_refresh_floor_seconds <= self.secret_cache_seconds <= 3600:
+            raise ConfigError("taxi_etl secret caching must satisfy 1 <= refresh floor <= cache seconds <= 3600")
+        if not 1 <= self.api_rate_limit <= self.api_burst_limit:
+            raise ConfigError("taxi_etl api rate limit must be positive and at most the burst limit")
+        if not 0 <= self.service_retry_attempts <= 10 or not 0 <= self.task_retry_attempts <= 5:
+            raise ConfigError("taxi_etl retries must be bounded: service 0..10, task 0..5")
+        if not 1 <= self.retry_interval_seconds <= self.retry_max_delay_seconds <= 3600:
+            raise ConfigError("taxi_etl retry interval must be 1..retry_max_delay_seconds (at most 3600)")
+        for timeout in (self.phase_timeout_seconds, self.api_timeout_seconds):
+            if not 3 <= timeout <= 900:
+                raise ConfigError("taxi_etl function timeouts must be 3..900 s")
+        if self.api_timeout_seconds > 29:
+            raise ConfigError("taxi_etl.api_timeout_seconds must be at most 29 (the HTTP API integration limit)")
+        if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_timeout_minutes > 5:
+            raise ConfigError("taxi_etl.execution_timeout_minutes must be at most 5 for EXPRESS workflows")
+        if not 1 <= self.execution_timeout_minutes <= 24 * 60:
+            raise ConfigError("taxi_etl.execution_timeout_minutes must be 1..1440")
+        if not 128 <= self.phase_memory_mb <= 10_240:
+            raise ConfigError("taxi_etl.phase_memory_mb must be 128..10240")
+        if not isinstance(self.execution_log_level, sfn.LogLevel):
+            raise ConfigError("taxi_etl.execution_log_level must be an aws_stepfunctions.LogLevel (ALL, ERROR, FATAL or OFF)")
+        if self.execution_log_level == sfn.LogLevel.OFF and self.execution_log_data:
+            raise ConfigError("taxi_etl.execution_log_data needs an execution_log_level other than OFF")
+        if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_log_level == sfn.LogLevel.OFF:
+            raise ConfigError("taxi_etl.execution_log_level must not be OFF for EXPRESS workflows: their logs are their only history")
+        unknown = sorted(set(self.reserved_concurrency) - set(TAXI_ETL_FUNCTIONS))
+        if unknown:
+            raise ConfigError(
+                f"taxi_etl.reserved_concurrency names no function that may take one {unknown}; they are {', '.join(TAXI_ETL_FUNCTIONS)}"
+                " (the flag function is the failure path and is never throttled by a reservation)"
+            )
+        for function, reserved in self.reserved_concurrency.items():
+            check_reserved_concurrency(f"taxi_etl.reserved_concurrency[{function!r}]", reserved)
+
+
+@dataclass(frozen=True)
+class TaxiEtlAlarms:
+    """When the taxi saga pages someone. Counts are per 5-minute period."""
+
+    # Flagged executions end in a Fail state, so this counts rejected rows' executions too.
+    failed_executions_per_5min: int = 20
+    flagged_validation_per_5min: int = 20  # bad input: the clients' data
+    flagged_transformation_per_5min: int = 5  # valid rows that cannot be converted
+    flagged_store_per_5min: int = 1  # the store failed after its retries: ours to fix
+    authorizer_denials_per_5min: int = 50
+    api_4xx_per_5min: int = 100
+    api_5xx_per_5min: int = 1
+    execution_p99_ms: int = 120_000  # a clean run takes seconds; retries with backoff take minutes
+
+    def validate(self) -> None:
+        require_positive("monitoring.taxi_etl", self)
+
+
+@dataclass(frozen=True)
+class TaxiEtlSagaProps:
+    """Inputs of TaxiEtlSaga; every one has a production-safe default.
+
+    settings: workflow type, batch limits, retries, authorizer caching, throttling, logging and each function.
+    common: removal policy (data retained by default), log retention and level, Powertools layer.
+    tables: billing mode (on-demand by default) and the tables' own removal policy (the status
+        tables, and the trips table when the construct creates it).
+    api_key_secret: an existing Secrets Manager secret whose SecretString is the API key
+        clients send in the Authorization header. By default the construct creates one with a
+        generated 48-character key.
+    trips_table: an existing table for the stored trips (the seed's nycYellowTaxis), keyed by
+        a string partition key named StoreRequestId with no sort key. By default the construct
+        creates one (encrypted, point-in-time recovery, billed and removed as `tables` says).
+    acknowledge_findings: True (the default) adds this construct's cdk-nag acknowledgements, each
+        for one of its resources with the reason it holds there, so a stack that adds the
+        AwsSolutions and Serverless packs needs no call of its own. False leaves them to the
+        caller, who may add this construct's set with acknowledge_taxi_etl(construct) or write its own.
+    """
+
+    settings: TaxiEtlConfig = field(default_factory=TaxiEtlConfig)
+    common: CommonProps = field(default_factory=CommonProps)
+    tables: TableOptions = field(default_factory=TableOptions)
+    api_key_secret: secretsmanager.ISecret | None = None
+    trips_table: dynamodb.ITable | None = None
+    acknowledge_findings: bool = True
+
+    def validate(self) -> None:
+        expect_types(
+            "TaxiEtlSagaProps",
+            settings=(self.settings, TaxiEtlConfig),
+            common=(self.common, CommonProps),
+            tables=(self.tables, TableOptions),
+        )
+        self.settings.validate()
+        self.common.validate()
+        self.tables.validate()
