@@ -15,11 +15,15 @@ from constructs import IConstruct
 
 
 def add_compliance_checks(app: App) -> None:
+    """Adds the AwsSolutions and Serverless cdk-nag packs to the app: synth then fails on any finding
+    not acknowledged on its resource, and writes the findings to validation-report.json."""
     Validations.of(app).add_plugins(AwsSolutionsChecks(app), ServerlessChecks(app))
 
 
 def acknowledge(resource: IConstruct, rule: str, reason: str) -> None:
-    """rule like 'AwsSolutions::AwsSolutions-SQS3' or 'Serverless::Serverless-LambdaDLQ'."""
+    """Acknowledges one cdk-nag finding on one resource, with the reason it is acceptable there.
+
+    rule like 'AwsSolutions::AwsSolutions-SQS3' or 'Serverless::Serverless-LambdaDLQ'."""
     Validations.of(resource).acknowledge(Acknowledgment(id=rule, reason=reason))
 
 

@@ -50,6 +50,8 @@ def _wildcard_finding(bucket: IBucket, prefix: str) -> str:
 
 
 def acknowledge_event_log(event_log: EventLogResources) -> None:
+    """EventLog's cdk-nag acknowledgements, each on one of its resources with the reason it holds there
+    (EventLog adds them itself unless built with acknowledge_findings=False)."""
     for queue in (event_log.snapshot_dead_letter_queue, event_log.payload_dead_letter_queue):
         acknowledge(
             queue.node.default_child,  # type: ignore[arg-type]

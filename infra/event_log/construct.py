@@ -32,6 +32,7 @@ from onceflow.infra.lambda_factory import FunctionSpec, create_function
 from onceflow.infra.resources import durable_table, encrypted_queue, throttled_http_api
 from onceflow.runtime.event_log import contract
 
+S3_ACCESS_LOGS_BY_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 ROUTES = (
     ("/logs/{logId}/entries", apigw.HttpMethod.POST),
     ("/logs/{logId}/payloads", apigw.HttpMethod.POST),
@@ -76,6 +77,9 @@ class EventLog(Construct):
             raise TypeError("EventLog needs EventLogProps")
         props.validate()
         super().__init__(scope, construct_id)
+        # The access-log bucket admits S3's log delivery by bucket policy (it refuses ACLs), whatever
+        # the app's cdk.json says: a construct must not depend on its user's feature flags.
+        self.node.set_context(S3_ACCESS_LOGS_BY_POLICY, True)
         self.settings = settings = props.settings
         common, tables = props.common, props.tables
 

@@ -21,6 +21,8 @@ class RunnerStatsResources(Protocol):
 
 
 def acknowledge_runner_stats(pipeline: RunnerStatsResources) -> None:
+    """RunnerStatsPipeline's cdk-nag acknowledgements, each on one of its resources with the reason it holds
+    there (the pipeline adds them itself unless built with acknowledge_findings=False)."""
     for rule in ("AwsSolutions::AwsSolutions-SQS3", "Serverless::Serverless-SQSRedrivePolicy"):
         acknowledge(
             pipeline.failure_queue.node.default_child,  # type: ignore[arg-type]

@@ -39,6 +39,8 @@ class TaxiEtlResources(Protocol):
 
 
 def acknowledge_taxi_etl(saga: TaxiEtlResources) -> None:
+    """TaxiEtlSaga's cdk-nag acknowledgements, each on one of its resources with the reason it holds there
+    (the saga adds them itself unless built with acknowledge_findings=False)."""
     dead_letter_reasons = {
         saga.validate_function: "Invoked synchronously by the state machine only; a failure returns to its Retry and Catch, "
         "which flag the rows, so there is no asynchronous event to keep.",

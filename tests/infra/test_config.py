@@ -4,6 +4,7 @@ selectable from the CDK CLI exactly like from the tests."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
 from devtools.aws.template_resources import PROJECT_ROOT, load_assembly
+from onceflow.infra.common import POWERTOOLS_LAYER_VERSION
 from onceflow.infra.config import ENVIRONMENTS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
 from runtime.event_log.contract import SQS_MAX_VISIBILITY_SECONDS
 
@@ -249,6 +251,51 @@ def test_invalid_environment_values_are_refused(changes: dict[str, str], message
     # Then it fails, quoting the bad value
     with pytest.raises(ConfigError, match=message):
         config.validate()
+
+
+@pytest.mark.parametrize("env_name", ENVS)
+def test_shipped_environments_are_environment_agnostic(env_name: str) -> None:
+    # Given a shipped environment, which names no account or region
+    config = load_config(env_name)
+    # Then its stacks take both from the credentials and profile the CLI runs with
+    assert (config.account, config.region, config.environment) == (None, None, None)
+
+
+def test_an_environment_pointed_at_an_account_and_region_deploys_there(tmp_path: Path) -> None:
+    # Given prod pointed at one account and region
+    from aws_cdk import App
+
+    from devtools.aws.template_resources import cdk_context
+    from onceflow.infra.stacks import AlarmsStack
+
+    config = dataclasses.replace(load_config("prod"), account="111122223333", region="eu-west-1").validate()
+    # When its stack is built
+    stack = AlarmsStack(App(context=cdk_context("prod"), outdir=str(tmp_path)), config.stack_name("Alarms"), config=config)
+    # Then the stack is bound to them
+    assert (stack.account, stack.region) == ("111122223333", "eu-west-1")
+    assert stack.environment == "aws://111122223333/eu-west-1"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"account": "1111-2222-3333"}, r"account '1111-2222-3333' must be a 12-digit AWS account id"),
+        ({"account": "11112222333"}, r"must be a 12-digit AWS account id"),
+        ({"region": "Europe"}, r"region 'Europe' is not an AWS region name such as eu-west-1"),
+        ({"region": "eu-west"}, r"is not an AWS region name"),
+    ],
+)
+def test_a_bad_account_or_region_is_refused(changes: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        dataclasses.replace(load_config("dev"), **changes).validate()
+
+
+def test_the_installed_powertools_is_the_layer_the_functions_run_with() -> None:
+    # Given the Powertools release installed in this environment (what every test runs the handlers with)
+    installed = importlib.metadata.version("aws-lambda-powertools")
+    # Then it is the layer release the constructs default to, and the one every shipped environment deploys
+    assert installed == POWERTOOLS_LAYER_VERSION
+    assert {config.powertools_layer_version for config in ENVIRONMENTS.values()} == {installed}
 
 
 def test_config_errors_are_value_errors() -> None:
