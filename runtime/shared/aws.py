@@ -23,26 +23,38 @@ BATCH_GET_BACKOFF_CAP_SECONDS = 1.0
 _deserializer = TypeDeserializer()
 
 
+# botocore's own default is 10 connections per client; a handler that runs calls on more threads
+# than that would queue them behind the pool, or open and drop connections.
+DEFAULT_POOL_CONNECTIONS = 10
+# Standard mode: retries throttles and 5xx with exponential backoff and jitter, 3 attempts in all,
+# the same in every function (the legacy default differs per service).
+RETRY_MODE = "standard"
+RETRY_MAX_ATTEMPTS = 3
+
+
 class Clients:
     """The SDK clients a pipeline is built with (runtime/<pipeline>/wiring.py).
 
     Each is built on first use (at the first invocation, never at import time) and then kept for
     the execution environment; tests and the embedded cloud inject their own by service name.
+    `pool_connections` sizes each client's connection pool to the handler's I/O concurrency.
     """
 
-    def __init__(self, **injected: Any) -> None:
+    def __init__(self, pool_connections: int = DEFAULT_POOL_CONNECTIONS, **injected: Any) -> None:
         self._clients: dict[str, Any] = dict(injected)
+        self._pool_connections = pool_connections
 
     def _client(self, service: str) -> Any:
         if service not in self._clients:
             import boto3
+            from botocore.config import Config
 
-            config = None
-            if service == "s3":
-                from botocore.config import Config
-
+            config = Config(
+                max_pool_connections=self._pool_connections,
+                retries={"mode": RETRY_MODE, "max_attempts": RETRY_MAX_ATTEMPTS},
                 # SigV4 for presigned URLs: the event log's pending tag is a signed header of an upload URL.
-                config = Config(signature_version="s3v4")
+                signature_version="s3v4" if service == "s3" else None,
+            )
             self._clients[service] = boto3.client(service, config=config)  # type: ignore[call-overload]
         return self._clients[service]
 

@@ -1,0 +1,124 @@
+"""Network latency for the embedded cloud: every AWS call waits a fixed time, as a real call would.
+
+moto answers in microseconds, so on it a handler's wall time hides how many of its calls happen
+one after another. `Latency(delay_ms)` patches botocore's `BaseClient._make_api_call`, the one
+place every client call goes through (retries included, since botocore retries inside it), so
+the code under test cannot tell: each call sleeps `delay_ms` in its own thread, then runs.
+Concurrent calls overlap their sleeps, as concurrent requests overlap on the network.
+
+Measured at delay 0 and delay L, the extra wall time divided by L is the serial depth: the
+number of calls on the longest chain that one waits for the other. `peak_in_flight` is the most
+calls that were waiting at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.client import BaseClient
+
+
+@dataclass
+class Latency:
+    """Counts every botocore API call made while installed, delaying each by `delay_ms`."""
+
+    delay_ms: float = 0.0
+    calls: Counter[str] = field(default_factory=Counter)
+    peak_in_flight: int = 0
+    call_cpu_s: float = 0.0  # CPU spent inside the calls: botocore and the embedded cloud, not the code under test
+    _in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.peak_in_flight = 0
+
+    @contextmanager
+    def installed(self) -> Iterator[Latency]:
+        original: Callable[..., Any] = BaseClient._make_api_call
+        meter = self
+
+        def delayed(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
+            with meter._lock:
+                meter.calls[operation_name] += 1
+                meter._in_flight += 1
+                meter.peak_in_flight = max(meter.peak_in_flight, meter._in_flight)
+            try:
+                if meter.delay_ms:
+                    time.sleep(meter.delay_ms / 1000)
+                cpu_started = time.thread_time()
+                try:
+                    return original(client, operation_name, api_params)
+                finally:
+                    spent = time.thread_time() - cpu_started
+                    with meter._lock:
+                        meter.call_cpu_s += spent
+            finally:
+                with meter._lock:
+                    meter._in_flight -= 1
+
+        BaseClient._make_api_call = delayed  # type: ignore[method-assign]
+        try:
+            yield self
+        finally:
+            BaseClient._make_api_call = original  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class LatencyRun:
+    """One piece of work measured at delay 0 and at delay L (the same work twice, from the same start)."""
+
+    delay_ms: float
+    calls: int
+    calls_by_operation: dict[str, int]
+    peak_in_flight: int
+    wall_at_zero_s: float
+    wall_at_delay_s: float
+    cpu_s: float  # the process's CPU at delay 0, less what the calls themselves spent (SDK and moto)
+
+    @property
+    def serial_depth(self) -> float:
+        """Calls on the longest chain: the extra wall time over the delay."""
+        return max(0.0, self.wall_at_delay_s - self.wall_at_zero_s) / (self.delay_ms / 1000)
+
+    def ceiling_per_second(self, work: int, call_ms: float = 5.0) -> float:
+        """Units of work per second if each call took `call_ms` and only the serial chain waited for them."""
+        return work / (self.serial_depth * call_ms / 1000) if self.serial_depth else float("inf")
+
+    def duration_ms(self, call_ms: float = 5.0) -> float:
+        """A Lambda duration estimate: the serial chain at `call_ms` per call, plus the CPU measured at delay 0."""
+        return self.serial_depth * call_ms + self.cpu_s * 1000
+
+
+def measure(run: Callable[[], Any], prepare: Callable[[], Any], delay_ms: float) -> LatencyRun:
+    """`prepare()` builds a fresh starting state; `run()` does the work. Both runs start from a fresh state."""
+    results: list[tuple[float, float, Latency]] = []
+    for delay in (0.0, delay_ms):
+        prepare()
+        meter = Latency(delay)
+        with meter.installed():
+            cpu_started, started = time.process_time(), time.perf_counter()
+            run()
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started - meter.call_cpu_s
+        results.append((wall, max(0.0, cpu), meter))
+    (zero_wall, zero_cpu, _), (delayed_wall, _, delayed) = results
+    return LatencyRun(
+        delay_ms=delay_ms,
+        calls=delayed.total_calls,
+        calls_by_operation=dict(delayed.calls),
+        peak_in_flight=delayed.peak_in_flight,
+        wall_at_zero_s=zero_wall,
+        wall_at_delay_s=delayed_wall,
+        cpu_s=zero_cpu,
+    )
