@@ -46,7 +46,7 @@ class Latency:
 
     @contextmanager
     def installed(self) -> Iterator[Latency]:
-        original: Callable[..., Any] = BaseClient._make_api_call
+        original: Callable[..., Any] = getattr(BaseClient, "_make_api_call")  # noqa: B009 (private: no stub names it)
         meter = self
 
         def delayed(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
@@ -68,11 +68,11 @@ class Latency:
                 with meter._lock:
                     meter._in_flight -= 1
 
-        BaseClient._make_api_call = delayed  # type: ignore[method-assign]
+        setattr(BaseClient, "_make_api_call", delayed)  # noqa: B010
         try:
             yield self
         finally:
-            BaseClient._make_api_call = original  # type: ignore[method-assign]
+            setattr(BaseClient, "_make_api_call", original)  # noqa: B010
 
 
 @dataclass(frozen=True)

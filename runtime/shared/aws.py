@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
@@ -28,8 +28,8 @@ _deserializer = TypeDeserializer()
 DEFAULT_POOL_CONNECTIONS = 10
 # Standard mode: retries throttles and 5xx with exponential backoff and jitter, 3 attempts in all,
 # the same in every function (the legacy default differs per service).
-RETRY_MODE = "standard"
-RETRY_MAX_ATTEMPTS = 3
+RETRY_MODE: Final = "standard"
+RETRY_MAX_ATTEMPTS: Final = 3
 
 
 class Clients:
