@@ -120,11 +120,14 @@ def generate(
     wrong_sequences: int = 0,
     bad_clocks: int = 0,
     base_epoch_ms: int = BASE_EPOCH_MS,
+    start_spread_ms: int = _START_SPREAD_MS,
 ) -> Workload:
     """Build a deterministic workload for ``seed``.
 
     Defaults give 200 x 3 x 60 = 36,000 unique messages and 43,200 deliveries. ``base_epoch_ms``
     moves the whole workload in time (a replay into a stream that stamps arrivals with the clock).
+    ``start_spread_ms`` is the window the users' first runs start in: 30 minutes by default; one
+    interval puts every device on the air at once, evenly staggered (a full shard's steady state).
     """
     if min(users, runs_per_user, messages_per_run, malformed, wrong_sequences, bad_clocks) < 0:
         raise ValueError("counts must be >= 0")
@@ -140,7 +143,7 @@ def generate(
     run_id = _FIRST_RUN_ID
     for user_index in range(users):
         user_id = _FIRST_USER_ID + user_index
-        start = base_epoch_ms + rng.randrange(_START_SPREAD_MS)
+        start = base_epoch_ms + rng.randrange(start_spread_ms)
         for _ in range(runs_per_user):
             last_ts = start
             for seq in range(1, messages_per_run + 1):

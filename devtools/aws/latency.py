@@ -8,7 +8,9 @@ Concurrent calls overlap their sleeps, as concurrent requests overlap on the net
 
 Measured at delay 0 and delay L, the extra wall time divided by L is the serial depth: the
 number of calls on the longest chain that one waits for the other. `peak_in_flight` is the most
-calls that were waiting at once.
+calls that were waiting at once. When calls overlap, moto's own CPU per call (shared by the
+threads) would hide the waits at small L, so the depth is taken between two larger delays
+(`measure` does both; LatencyRun.method says which).
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class Latency:
 
 @dataclass(frozen=True)
 class LatencyRun:
-    """One piece of work measured at delay 0 and at delay L (the same work twice, from the same start)."""
+    """One piece of work measured at delay 0, at delay L, and (when its calls overlapped) at two
+    larger delays; every run starts from the same fresh state."""
 
     delay_ms: float
     calls: int
@@ -86,11 +89,28 @@ class LatencyRun:
     wall_at_zero_s: float
     wall_at_delay_s: float
     cpu_s: float  # the process's CPU at delay 0, less what the calls themselves spent (SDK and moto)
+    # (delay ms, wall s) at two delays long enough that the waits, not moto's CPU, set the wall time.
+    io_bound: tuple[tuple[float, float], tuple[float, float]] | None = None
 
     @property
     def serial_depth(self) -> float:
-        """Calls on the longest chain: the extra wall time over the delay."""
+        """Calls on the longest chain that wait for each other.
+
+        Calls one after another: the extra wall time at L over L. Overlapping calls: moto spends a
+        millisecond or more of CPU per call, and threads share that CPU, so at small L the wall
+        time is moto's CPU, not the waits; between two delays where every thread mostly waits, the
+        extra wall time over the extra delay is the chain."""
+        if self.io_bound is not None:
+            (low_ms, low_wall), (high_ms, high_wall) = self.io_bound
+            return max(0.0, high_wall - low_wall) / ((high_ms - low_ms) / 1000)
         return max(0.0, self.wall_at_delay_s - self.wall_at_zero_s) / (self.delay_ms / 1000)
+
+    @property
+    def method(self) -> str:
+        if self.io_bound is None:
+            return f"(wall at {self.delay_ms:.0f} ms - wall at 0) / {self.delay_ms:.0f} ms"
+        (low_ms, _), (high_ms, _) = self.io_bound
+        return f"(wall at {high_ms:.0f} ms - wall at {low_ms:.0f} ms) / {high_ms - low_ms:.0f} ms"
 
     def ceiling_per_second(self, work: int, call_ms: float = 5.0) -> float:
         """Units of work per second if each call took `call_ms` and only the serial chain waited for them."""
@@ -101,18 +121,35 @@ class LatencyRun:
         return self.serial_depth * call_ms + self.cpu_s * 1000
 
 
-def measure(run: Callable[[], Any], prepare: Callable[[], Any], delay_ms: float) -> LatencyRun:
-    """`prepare()` builds a fresh starting state; `run()` does the work. Both runs start from a fresh state."""
-    results: list[tuple[float, float, Latency]] = []
-    for delay in (0.0, delay_ms):
-        prepare()
-        meter = Latency(delay)
-        with meter.installed():
-            cpu_started, started = time.process_time(), time.perf_counter()
-            run()
-            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started - meter.call_cpu_s
-        results.append((wall, max(0.0, cpu), meter))
-    (zero_wall, zero_cpu, _), (delayed_wall, _, delayed) = results
+def _timed(run: Callable[[], Any], prepare: Callable[[], Any], delay_ms: float) -> tuple[float, float, Latency]:
+    prepare()
+    meter = Latency(delay_ms)
+    with meter.installed():
+        cpu_started, started = time.process_time(), time.perf_counter()
+        run()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started - meter.call_cpu_s
+    return wall, max(0.0, cpu), meter
+
+
+def measure(
+    run: Callable[[], Any],
+    prepare: Callable[[], Any],
+    delay_ms: float,
+    *,
+    io_bound_delays_ms: tuple[float, float] = (200.0, 400.0),
+) -> LatencyRun:
+    """`prepare()` builds a fresh starting state; `run()` does the work, once per delay.
+
+    At 0 (calls and CPU) and at `delay_ms`; when calls overlapped there, also at the two
+    `io_bound_delays_ms`, from which the depth is taken (see LatencyRun.serial_depth)."""
+    zero_wall, zero_cpu, _ = _timed(run, prepare, 0.0)
+    delayed_wall, _, delayed = _timed(run, prepare, delay_ms)
+    io_bound = None
+    if delayed.peak_in_flight > 1:
+        low_ms, high_ms = io_bound_delays_ms
+        low_wall, _, _ = _timed(run, prepare, low_ms)
+        high_wall, _, _ = _timed(run, prepare, high_ms)
+        io_bound = ((low_ms, low_wall), (high_ms, high_wall))
     return LatencyRun(
         delay_ms=delay_ms,
         calls=delayed.total_calls,
@@ -121,4 +158,5 @@ def measure(run: Callable[[], Any], prepare: Callable[[], Any], delay_ms: float)
         wall_at_zero_s=zero_wall,
         wall_at_delay_s=delayed_wall,
         cpu_s=zero_cpu,
+        io_bound=io_bound,
     )

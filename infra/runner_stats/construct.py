@@ -106,6 +106,7 @@ class RunnerStatsPipeline(Construct):
                     contract.ENV_REJECT_PAYLOAD_MAX_BYTES: str(settings.reject_payload_max_bytes),
                     contract.ENV_TIMESTAMP_MAX_AGE_SECONDS: str(settings.timestamp_max_age_seconds),
                     contract.ENV_TIMESTAMP_MAX_AHEAD_SECONDS: str(settings.timestamp_max_ahead_seconds),
+                    contract.ENV_IO_CONCURRENCY: str(settings.io_concurrency),
                 },
             ),
             common,

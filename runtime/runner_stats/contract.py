@@ -21,6 +21,7 @@ ENV_MAX_MESSAGE_BYTES: Final = "MAX_MESSAGE_BYTES"
 ENV_REJECT_PAYLOAD_MAX_BYTES: Final = "REJECT_PAYLOAD_MAX_BYTES"
 ENV_TIMESTAMP_MAX_AGE_SECONDS: Final = "TIMESTAMP_MAX_AGE_SECONDS"
 ENV_TIMESTAMP_MAX_AHEAD_SECONDS: Final = "TIMESTAMP_MAX_AHEAD_SECONDS"
+ENV_IO_CONCURRENCY: Final = "IO_CONCURRENCY"
 
 # The handler's EMF counts (namespace from the Lambda factory, dimension `service`).
 METRIC_ACCEPTED_MESSAGES: Final = "AcceptedMessages"
@@ -47,3 +48,4 @@ OUTPUT_DASHBOARD: Final = "DashboardName"
 
 # Limits both the config (at synth) and the settings (at cold start) enforce.
 ARCHIVE_CHUNK_SIZE_MAX: Final = 40  # messages per archive chunk; keeps the run item near 1 KB
+IO_CONCURRENCY_MAX: Final = 64  # users processed at once in one invocation (threads, and connections per client)

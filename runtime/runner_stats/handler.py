@@ -12,7 +12,6 @@ from runtime.runner_stats import contract, wiring
 from runtime.runner_stats.service import BatchReport
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.runner_stats.wiring import CountSink, RunnerStatsDeps
-from runtime.shared.aws import Clients
 from runtime.shared.observability import instrumented, logger
 
 _METRIC_NAMES = {
@@ -35,7 +34,7 @@ def settings() -> RunnerStatsSettings:
 @functools.cache
 def deps() -> RunnerStatsDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return wiring.build(settings(), wiring.clients_for(settings()))
 
 
 def publish(report: BatchReport, count: CountSink) -> None:

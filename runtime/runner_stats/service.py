@@ -12,6 +12,11 @@ whose push was confirmed (`tendency`); until then the push is owed and step 1 se
 A key that keeps losing races, or whose writes fail, is reported at its first record in the
 batch (stop-at-first-failure per key); Lambda re-reads from there and the records already
 applied are dropped as duplicates.
+
+Users are independent (no write of one user's touches another's items), so up to
+`io_concurrency` users are processed at once, each on its own thread with its own report; a
+user's keys, and the steps above, stay in order within that thread. The batch's reads of the run
+contexts go out concurrently too, and so do the rejects of poison records.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from runtime.runner_stats.models import (
 )
 from runtime.runner_stats.parsing import parse_record
 from runtime.runner_stats.store import RunStatsStore
+from runtime.shared.concurrency import map_bounded
 from runtime.shared.consistency import VersionConflict
 from runtime.shared.observability import logger
 
@@ -48,6 +54,10 @@ class BatchReport:
 
     failures: list[StreamPosition] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: BatchReport) -> None:
+        self.failures.extend(other.failures)
+        self.counts.update(other.counts)
 
     def batch_item_failures(self) -> list[dict[str, str]]:
         return [{"itemIdentifier": position.sequence_number} for position in self.failures]
@@ -60,6 +70,8 @@ class ServiceOptions:
     # Kinesis's record limit: extra device metadata is ignored, not a reason to reject.
     max_message_bytes: int = 1_048_576
     timestamps: TimestampWindow = field(default_factory=TimestampWindow)
+    # Users processed at once (threads), and BatchGetItem chunks read at once. 1 runs everything in order.
+    io_concurrency: int = 32
 
 
 def owes_tendency_push(context: RunContext) -> bool:
@@ -83,12 +95,15 @@ class RunnerStatsService:
         """
         report = BatchReport()
         by_key: dict[RunKey, list[PositionedMessage]] = {}
+        rejections: list[Rejection] = []
         for record in records:
             parsed = parse_record(record, max_bytes=self._options.max_message_bytes, window=self._options.timestamps)
             if isinstance(parsed, Rejection):
-                self._reject(parsed, report)
+                rejections.append(parsed)
             else:
                 by_key.setdefault(parsed.message.key, []).append(parsed)
+        for rejected in map_bounded(self._reject, rejections, self._options.io_concurrency):
+            report.merge(rejected)
         if not by_key:
             return report
         keys = list(by_key)
@@ -101,23 +116,33 @@ class RunnerStatsService:
         by_user: dict[int, list[RunKey]] = {}
         for key in keys:
             by_user.setdefault(key.user_id, []).append(key)
-        for user_id, user_keys in by_user.items():
-            failed = self._process_user(user_id, user_keys, contexts, by_key, report)
-            report.failures.extend(by_key[key][0].position for key in failed)
+
+        def process_user(user_id: int) -> BatchReport:
+            # The user's own contexts and report: threads share nothing they write.
+            user_report = BatchReport()
+            user_contexts = {key: contexts[key] for key in by_user[user_id]}
+            failed = self._process_user(user_id, by_user[user_id], user_contexts, by_key, user_report)
+            user_report.failures.extend(by_key[key][0].position for key in failed)
+            return user_report
+
+        for user_report in map_bounded(process_user, list(by_user), self._options.io_concurrency):
+            report.merge(user_report)
         return report
 
-    def _reject(self, rejection: Rejection, report: BatchReport) -> None:
+    def _reject(self, rejection: Rejection) -> BatchReport:
+        report = BatchReport()
         try:
             self._store.save_rejections([rejection])
         except Exception:
             logger.exception("could not store a rejected record", extra={"record_id": rejection.position.record_id})
             report.failures.append(rejection.position)
-            return
+            return report
         logger.warning(
             "record rejected",
             extra={"record_id": rejection.position.record_id, "reason": rejection.reason.value, "detail": rejection.detail},
         )
         report.counts["rejected"] += 1
+        return report
 
     def _process_user(
         self,

@@ -11,6 +11,7 @@ from runtime.runner_stats.contract import (
     ENV_COMMIT_ATTEMPTS,
     ENV_GAP_MAX_LAG,
     ENV_GAP_MAX_OPEN,
+    ENV_IO_CONCURRENCY,
     ENV_MAX_MESSAGE_BYTES,
     ENV_MESSAGES_TABLE,
     ENV_REJECT_PAYLOAD_MAX_BYTES,
@@ -19,6 +20,7 @@ from runtime.runner_stats.contract import (
     ENV_TENDENCY_TABLE,
     ENV_TIMESTAMP_MAX_AGE_SECONDS,
     ENV_TIMESTAMP_MAX_AHEAD_SECONDS,
+    IO_CONCURRENCY_MAX,
 )
 from runtime.runner_stats.models import FoldPolicy, TimestampWindow
 from runtime.runner_stats.service import ServiceOptions
@@ -45,6 +47,9 @@ class RunnerStatsSettings:
         max_ahead = int_setting(env, ENV_TIMESTAMP_MAX_AHEAD_SECONDS, window.max_ahead_ms // 1000)
         if max_age < 1 or max_ahead < 1:
             raise SettingsError(f"{ENV_TIMESTAMP_MAX_AGE_SECONDS} and {ENV_TIMESTAMP_MAX_AHEAD_SECONDS} must be >= 1")
+        io_concurrency = int_setting(env, ENV_IO_CONCURRENCY, ServiceOptions().io_concurrency)
+        if io_concurrency > IO_CONCURRENCY_MAX:
+            raise SettingsError(f"{ENV_IO_CONCURRENCY} must be <= {IO_CONCURRENCY_MAX}")
         if policy.archive_chunk_size > ARCHIVE_CHUNK_SIZE_MAX:
             raise SettingsError(f"{ENV_ARCHIVE_CHUNK_SIZE} must be <= {ARCHIVE_CHUNK_SIZE_MAX} so the run item stays near 1 KB")
         return cls(
@@ -59,6 +64,7 @@ class RunnerStatsSettings:
                 commit_attempts=int_setting(env, ENV_COMMIT_ATTEMPTS, ServiceOptions().commit_attempts),
                 max_message_bytes=int_setting(env, ENV_MAX_MESSAGE_BYTES, ServiceOptions().max_message_bytes),
                 timestamps=TimestampWindow(max_age_ms=max_age * 1000, max_ahead_ms=max_ahead * 1000),
+                io_concurrency=io_concurrency,
             ),
             reject_payload_max_bytes=int_setting(env, ENV_REJECT_PAYLOAD_MAX_BYTES, 4096),
         )

@@ -174,11 +174,13 @@ class DynamoRunStatsStore:
         client: DynamoDBClient,
         reject_payload_max_bytes: int = 4096,
         sleep: Callable[[float], None] = time.sleep,
+        read_concurrency: int = 1,
     ) -> None:
         self._tables = tables
         self._client = client
         self._reject_payload_max_bytes = reject_payload_max_bytes
         self._sleep = sleep
+        self._read_concurrency = read_concurrency
 
     @property
     def client(self) -> DynamoDBClient:
@@ -189,7 +191,8 @@ class DynamoRunStatsStore:
     def load_contexts(self, keys: Sequence[RunKey]) -> dict[RunKey, RunContext]:
         contexts = {key: RunContext(key) for key in keys}
         wanted = [to_attributes({KEY_USER_ID: key.user_id, KEY_RUN_ID: key.run_id}) for key in keys]
-        for item in batch_get_all(self.client, {self._tables.run_stats: wanted}, sleep=self._sleep)[self._tables.run_stats]:
+        found = batch_get_all(self.client, {self._tables.run_stats: wanted}, sleep=self._sleep, concurrency=self._read_concurrency)
+        for item in found[self._tables.run_stats]:
             context = context_from_item(item)
             contexts[context.key] = context
         return contexts

@@ -29,6 +29,16 @@ class RunnerStatsDeps:
     count: CountSink = count_metric
 
 
+def clients_for(settings: RunnerStatsSettings) -> Clients:
+    """Lambda's clients: one connection per thread the handler runs its I/O on."""
+    return Clients(pool_connections=settings.options.io_concurrency)
+
+
 def build(settings: RunnerStatsSettings, clients: Clients) -> RunnerStatsDeps:
-    store = DynamoRunStatsStore(settings.tables, client=clients.dynamodb, reject_payload_max_bytes=settings.reject_payload_max_bytes)
+    store = DynamoRunStatsStore(
+        settings.tables,
+        client=clients.dynamodb,
+        reject_payload_max_bytes=settings.reject_payload_max_bytes,
+        read_concurrency=settings.options.io_concurrency,
+    )
     return RunnerStatsDeps(service=RunnerStatsService(store, settings.options))

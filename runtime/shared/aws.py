@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Final
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
+from runtime.shared.concurrency import map_bounded
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
@@ -89,30 +91,38 @@ def batch_get_all(
     *,
     consistent: bool = True,
     sleep: Callable[[float], None] = time.sleep,
+    concurrency: int = 1,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every item of these keys (in DynamoDB's attribute form) that exists, per table, deserialized.
 
-    Calls carry at most BATCH_GET_LIMIT keys. Keys DynamoDB leaves unprocessed are asked again,
-    after a doubling backoff, for up to BATCH_GET_ROUNDS calls per chunk; then KeysUnprocessed.
+    Calls carry at most BATCH_GET_LIMIT keys; up to `concurrency` chunks are read at once. Keys
+    DynamoDB leaves unprocessed are asked again, after a doubling backoff, for up to
+    BATCH_GET_ROUNDS calls per chunk; then KeysUnprocessed.
     """
     pending = [(table, dict(key)) for table, keys in keys_by_table.items() for key in keys]
-    found: dict[str, list[dict[str, Any]]] = {table: [] for table in keys_by_table}
-    for start in range(0, len(pending), BATCH_GET_LIMIT):
+    chunks = [pending[start : start + BATCH_GET_LIMIT] for start in range(0, len(pending), BATCH_GET_LIMIT)]
+
+    def read_chunk(chunk: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
         request: dict[str, Any] = {}
-        for table, key in pending[start : start + BATCH_GET_LIMIT]:
+        for table, key in chunk:
             request.setdefault(table, {"Keys": [], "ConsistentRead": consistent})["Keys"].append(key)
+        items: list[tuple[str, dict[str, Any]]] = []
         for round_number in range(BATCH_GET_ROUNDS):
             response = client.batch_get_item(RequestItems=request)
-            for table, items in response.get("Responses", {}).items():
-                found[table].extend({name: _deserializer.deserialize(value) for name, value in item.items()} for item in items)
+            for table, answered in response.get("Responses", {}).items():
+                items.extend((table, {name: _deserializer.deserialize(value) for name, value in item.items()}) for item in answered)
             request = dict(response.get("UnprocessedKeys") or {})
             if not request:
-                break
+                return items
             if round_number + 1 < BATCH_GET_ROUNDS:
                 sleep(min(BATCH_GET_BACKOFF_SECONDS * 2**round_number, BATCH_GET_BACKOFF_CAP_SECONDS))
-        if request:
-            left = sum(len(entry["Keys"]) for entry in request.values())
-            raise KeysUnprocessed(f"BatchGetItem left {left} keys unprocessed after {BATCH_GET_ROUNDS} rounds")
+        left = sum(len(entry["Keys"]) for entry in request.values())
+        raise KeysUnprocessed(f"BatchGetItem left {left} keys unprocessed after {BATCH_GET_ROUNDS} rounds")
+
+    found: dict[str, list[dict[str, Any]]] = {table: [] for table in keys_by_table}
+    for items in map_bounded(read_chunk, chunks, concurrency):
+        for table, item in items:
+            found[table].append(item)
     return found
 
 

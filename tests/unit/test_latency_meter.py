@@ -71,3 +71,27 @@ def test_the_patch_is_removed_afterwards() -> None:
     client.list_queues()  # type: ignore[attr-defined]
     # Then the meter did not see it
     assert meter.total_calls == 0
+
+
+def test_overlapping_calls_take_their_depth_between_two_larger_delays() -> None:
+    # Given two threads that each make three calls one after another, at the same time
+    client, _ = stubbed_sqs(6 * 4)
+
+    def chain() -> None:
+        for _ in range(3):
+            client.list_queues()  # type: ignore[attr-defined]
+
+    def work() -> None:
+        threads = [threading.Thread(target=chain) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    # When they are measured (calls overlapped, so also at two larger delays)
+    run = measure(work, lambda: None, delay_ms=20, io_bound_delays_ms=(60, 120))
+    # Then the chain is three calls long, not six, and the method says where it came from
+    assert (run.calls, run.peak_in_flight) == (6, 2)
+    assert run.io_bound is not None
+    assert 2.5 <= run.serial_depth <= 3.8
+    assert "wall at 120 ms - wall at 60 ms" in run.method
