@@ -71,9 +71,12 @@ class MotoSession:
     def prepare(self) -> None:
         from moto import mock_aws
 
+        from devtools.aws.moto_patches import atomic_moto_dynamodb
+
         self.close()
         self._stack = ExitStack()
         self._stack.enter_context(mock_aws())
+        self._stack.enter_context(atomic_moto_dynamodb())
         self.state = self._setup()
 
     def close(self) -> None:

@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from moto import mock_aws
 
+    from devtools.aws.moto_patches import atomic_moto_dynamodb
+
     templates = load_assembly(args.assembly)
     template = next(t for name, t in templates.items() if name.endswith("RunnerStats"))
     # The embedded stream stamps each record's arrival with the clock, and the handler rejects a
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         malformed=12,
         base_epoch_ms=int(time.time() * 1000) - REPLAY_LEAD_MS,
     )
-    with mock_aws():
+    with mock_aws(), atomic_moto_dynamodb():
         runner_stats = run_demo(template, workload)
     from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
 

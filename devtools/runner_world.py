@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,34 +57,3 @@ class RunnerStatsWorld:
 
     def view(self) -> PipelineView:
         return capture(self.client, self.settings.tables)
-
-
-_MOTO_WRITE_LOCK = threading.RLock()
-_ATOMIC_METHODS = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item", "get_item", "batch_get_item")
-
-
-@contextmanager
-def atomic_moto_dynamodb() -> Iterator[None]:
-    """Make moto's condition-check-then-write atomic across threads, as DynamoDB's is.
-
-    moto checks a condition and then writes without a lock, so two threads can both pass the
-    same condition; real DynamoDB never allows that, and tests of races must not be fooled by it.
-    """
-    from moto.dynamodb.models import DynamoDBBackend
-
-    originals = {name: getattr(DynamoDBBackend, name) for name in _ATOMIC_METHODS}
-
-    def locked(original: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _MOTO_WRITE_LOCK:
-                return original(*args, **kwargs)
-
-        return wrapper
-
-    for name, original in originals.items():
-        setattr(DynamoDBBackend, name, locked(original))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(DynamoDBBackend, name, original)

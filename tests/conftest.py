@@ -6,6 +6,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+# Imported at collection: the X-Ray recorder opens its UDP socket when its module is first imported,
+# and the Tracer (with it the X-Ray SDK) is created at a handler's first invocation
+# (runtime/shared/observability.py), which in the tests happens inside a test, where sockets are blocked.
+import aws_xray_sdk.core  # noqa: F401
 import pytest
 
 from devtools.aws.template_resources import Template, synth_templates
@@ -64,7 +68,10 @@ def runner_stats_template(dev_templates: dict[str, Template]) -> Template:
 def moto_aws() -> Iterator[None]:
     from moto import mock_aws
 
-    with mock_aws():
+    from devtools.aws.moto_patches import atomic_moto_dynamodb
+
+    # Handlers run their DynamoDB calls on a pool: moto must take them as DynamoDB does.
+    with mock_aws(), atomic_moto_dynamodb():
         yield
 
 

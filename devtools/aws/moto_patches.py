@@ -1,4 +1,4 @@
-"""Two corrections to moto for the event log's tests, demo and benchmark.
+"""Corrections to moto for the tests, the demo and the benchmarks.
 
 - Transactions: moto deep-copies every table a TransactWriteItems touches, to roll back on a
   failed condition. That makes an append cost O(size of the log), so a 50,000-event log takes
@@ -7,6 +7,8 @@
 - Time: moto's SQS reads the wall clock for visibility timeouts and delays. `VirtualClock`
   replaces that clock, so a test can jump over a 30-minute visibility timeout or a lease, and
   the snapshot worker is given the same clock.
+- Threads: `atomic_moto_dynamodb` makes each DynamoDB data call atomic across threads, as on
+  DynamoDB (moto's are not), for handlers that run their calls on a pool.
 """
 
 from __future__ import annotations
@@ -120,3 +122,49 @@ class VirtualClock:
 
     def millis(self) -> float:
         return self() * 1000
+
+
+_MOTO_WRITE_LOCK = threading.RLock()
+# Every data call: a write checks its condition and writes; moto's own transactions deep-copy the
+# tables they touch, and a read walks a table's items, so none may interleave with another thread's write.
+_ATOMIC_METHODS = (
+    "put_item",
+    "update_item",
+    "delete_item",
+    "transact_write_items",
+    "batch_write_item",
+    "get_item",
+    "batch_get_item",
+    "query",
+    "scan",
+)
+
+
+@contextmanager
+def atomic_moto_dynamodb() -> Iterator[None]:
+    """Make moto's DynamoDB data calls atomic across threads, as DynamoDB's are.
+
+    moto checks a condition and then writes without a lock, so two threads can both pass the
+    same condition; real DynamoDB never allows that, and tests of races must not be fooled by it.
+    Its TransactWriteItems deep-copies the tables it touches, which fails ("dictionary changed size
+    during iteration") when another thread writes meanwhile. Handlers that run calls on a pool
+    (runner stats, the saga's phases) need this wherever moto serves them.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    originals = {name: getattr(DynamoDBBackend, name) for name in _ATOMIC_METHODS}
+
+    def locked(original: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _MOTO_WRITE_LOCK:
+                return original(*args, **kwargs)
+
+        return wrapper
+
+    for name, original in originals.items():
+        setattr(DynamoDBBackend, name, locked(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(DynamoDBBackend, name, original)

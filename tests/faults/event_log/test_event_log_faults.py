@@ -19,9 +19,8 @@ import pytest
 
 from devtools.aws.faults import LostResponse, SimulatedCrash, WriteBoundaryCrasher
 from devtools.aws.lambda_context import ClockedLambdaContext
-from devtools.aws.moto_patches import VirtualClock
+from devtools.aws.moto_patches import VirtualClock, atomic_moto_dynamodb
 from devtools.event_log_world import Clients, EventLogWorld, embedded_event_log_cloud
-from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import worker_handler
 from runtime.event_log.errors import PoisonMessage

@@ -24,7 +24,8 @@ from devtools import reference
 from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard, PollStats
 from devtools.aws.faults import WRITE_OPERATIONS, SimulatedCrash
-from devtools.runner_world import RunnerStatsWorld, atomic_moto_dynamodb
+from devtools.aws.moto_patches import atomic_moto_dynamodb
+from devtools.runner_world import RunnerStatsWorld
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
 from devtools.workload import shard_records as workload_records

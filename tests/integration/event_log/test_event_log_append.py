@@ -13,8 +13,8 @@ from decimal import Decimal
 import pytest
 
 from devtools.aws.faults import SimulatedCrash, WriteBoundaryCrasher
+from devtools.aws.moto_patches import atomic_moto_dynamodb
 from devtools.event_log_world import EventLogWorld, edit_request
-from devtools.runner_world import atomic_moto_dynamodb
 from devtools.sheet_workload import Edit, sheet_edits
 from runtime.event_log.errors import AppendConflict, HeadMoved, RequestMismatch
 from runtime.event_log.logic import next_marker
