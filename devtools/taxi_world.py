@@ -66,8 +66,11 @@ class Invocations:
 
 @contextmanager
 def embedded_saga_cloud() -> Iterator[list[float]]:
-    """moto executing state machines in-process and synchronously; yields the retry waits it skipped."""
+    """moto executing state machines in-process and synchronously, its DynamoDB requests atomic across
+    the phases' threads; yields the retry waits it skipped."""
     from moto import mock_aws
+
+    from devtools.aws.moto_patches import atomic_moto_dynamodb
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
@@ -77,6 +80,7 @@ def embedded_saga_cloud() -> Iterator[list[float]]:
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=waits.append)),
         mock.patch.object(ExecutionWorker, "start", lambda worker: worker._execution_logic()),
+        atomic_moto_dynamodb(),
     ):
         yield waits
 

@@ -6,10 +6,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-# Imported at collection: the X-Ray recorder opens its UDP socket when its module is first imported,
-# and the Tracer (with it the X-Ray SDK) is created at a handler's first invocation
-# (runtime/shared/observability.py), which in the tests happens inside a test, where sockets are blocked.
-import aws_xray_sdk.core  # noqa: F401
 import pytest
 
 from devtools.aws.template_resources import Template, synth_templates

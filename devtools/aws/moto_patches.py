@@ -7,7 +7,7 @@
 - Time: moto's SQS reads the wall clock for visibility timeouts and delays. `VirtualClock`
   replaces that clock, so a test can jump over a 30-minute visibility timeout or a lease, and
   the snapshot worker is given the same clock.
-- Threads: `atomic_moto_dynamodb` makes each DynamoDB data call atomic across threads, as on
+- Threads: `atomic_moto_dynamodb` makes each DynamoDB request atomic across threads, as on
   DynamoDB (moto's are not), for handlers that run their calls on a pool.
 """
 
@@ -124,47 +124,31 @@ class VirtualClock:
         return self() * 1000
 
 
-_MOTO_WRITE_LOCK = threading.RLock()
-# Every data call: a write checks its condition and writes; moto's own transactions deep-copy the
-# tables they touch, and a read walks a table's items, so none may interleave with another thread's write.
-_ATOMIC_METHODS = (
-    "put_item",
-    "update_item",
-    "delete_item",
-    "transact_write_items",
-    "batch_write_item",
-    "get_item",
-    "batch_get_item",
-    "query",
-    "scan",
-)
+_MOTO_DYNAMODB_LOCK = threading.RLock()
 
 
 @contextmanager
 def atomic_moto_dynamodb() -> Iterator[None]:
-    """Make moto's DynamoDB data calls atomic across threads, as DynamoDB's are.
+    """Make each of moto's DynamoDB requests atomic across threads, as DynamoDB's are.
 
     moto checks a condition and then writes without a lock, so two threads can both pass the
     same condition; real DynamoDB never allows that, and tests of races must not be fooled by it.
-    Its TransactWriteItems deep-copies the tables it touches, which fails ("dictionary changed size
-    during iteration") when another thread writes meanwhile. Handlers that run calls on a pool
-    (runner stats, the saga's phases) need this wherever moto serves them.
+    Its TransactWriteItems deep-copies the tables it touches, and its responses read items after
+    the backend call, so a request on one thread fails ("dictionary changed size during
+    iteration") while another thread writes. The lock is taken around the whole request (moto's
+    DynamoHandler.call_action), so requests from a pool are served one at a time; their waits
+    (devtools/aws/latency.py) still overlap, since they happen before the request reaches moto.
     """
-    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.responses import DynamoHandler
 
-    originals = {name: getattr(DynamoDBBackend, name) for name in _ATOMIC_METHODS}
+    original = DynamoHandler.call_action
 
-    def locked(original: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with _MOTO_WRITE_LOCK:
-                return original(*args, **kwargs)
+    def call_action(self: Any) -> Any:
+        with _MOTO_DYNAMODB_LOCK:
+            return original(self)
 
-        return wrapper
-
-    for name, original in originals.items():
-        setattr(DynamoDBBackend, name, locked(original))
+    DynamoHandler.call_action = call_action  # type: ignore[method-assign]
     try:
         yield
     finally:
-        for name, original in originals.items():
-            setattr(DynamoDBBackend, name, original)
+        DynamoHandler.call_action = original  # type: ignore[method-assign]

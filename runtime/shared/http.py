@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+if TYPE_CHECKING:  # Powertools' event handler (tens of ms of imports, asyncio among them) is loaded by the HTTP handlers alone
+    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 
 class Refusal(Exception):
@@ -54,6 +55,8 @@ class Unprocessable(Refusal):
 
 
 def json_response(status: int, body: dict[str, Any]) -> Response[str]:
+    from aws_lambda_powertools.event_handler import Response, content_types
+
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
 
 

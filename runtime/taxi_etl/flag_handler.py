@@ -32,13 +32,13 @@ def settings() -> FlagSettings:
 
 @functools.cache
 def deps() -> FlagDeps:
-    """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    """Built on the first invocation (cold start), never at import time; one pooled connection per update made at once."""
+    return wiring.build(settings(), Clients(pool_connections=wiring.FLAG_UPDATE_CONCURRENCY))
 
 
-def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], final: FinalTable) -> dict[str, Any]:
+def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], final: FinalTable, concurrency: int = 1) -> dict[str, Any]:
     request = parse_flag_request(event)
-    outcome = flag(request, status, final)
+    outcome = flag(request, status, final, concurrency=concurrency)
     # Alarms watch executions per phase; the dashboard splits rows by phase and reason.
     if outcome.flagged:
         add_dimensioned_metric(contract.METRIC_EXECUTIONS_FLAGGED, 1, phase=request.phase.value)
@@ -52,7 +52,7 @@ def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], f
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: FlagDeps) -> dict[str, Any]:
-    return handle_flag(event, deps.status, deps.final)
+    return handle_flag(event, deps.status, deps.final, deps.concurrency)
 
 
 @instrumented

@@ -31,12 +31,12 @@ def settings() -> StoreSettings:
 
 @functools.cache
 def deps() -> StoreDeps:
-    """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    """Built on the first invocation (cold start), never at import time; one pooled connection per row written at once."""
+    return wiring.build(settings(), Clients(pool_connections=wiring.PHASE_ROW_CONCURRENCY))
 
 
-def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTable) -> dict[str, Any]:
-    report = run_store(parse_rows(event), status, final)
+def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTable, concurrency: int = 1) -> dict[str, Any]:
+    report = run_store(parse_rows(event), status, final, concurrency=concurrency)
     metrics.add_metric(name=contract.METRIC_ROWS_STORED, unit=MetricUnit.Count, value=report.stored)
     metrics.add_metric(name=contract.METRIC_ROWS_ALREADY_STORED, unit=MetricUnit.Count, value=report.already_stored)
     # Real trips stored with something odd about them, by finding: the dashboard's data-quality graph.
@@ -46,7 +46,7 @@ def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTabl
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: StoreDeps) -> dict[str, Any]:
-    return handle_store(event, deps.status, deps.final)
+    return handle_store(event, deps.status, deps.final, deps.concurrency)
 
 
 @instrumented

@@ -27,19 +27,19 @@ def settings() -> PhaseSettings:
 
 @functools.cache
 def deps() -> PhaseDeps:
-    """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    """Built on the first invocation (cold start), never at import time; one pooled connection per row written at once."""
+    return wiring.build(settings(), Clients(pool_connections=wiring.PHASE_ROW_CONCURRENCY))
 
 
-def handle_validation(event: Mapping[str, Any], status: StatusTable) -> dict[str, Any]:
-    result = run_validation(parse_rows(event), status)
+def handle_validation(event: Mapping[str, Any], status: StatusTable, concurrency: int = 1) -> dict[str, Any]:
+    result = run_validation(parse_rows(event), status, concurrency=concurrency)
     metrics.add_metric(name=contract.METRIC_ROWS_VALIDATED, unit=MetricUnit.Count, value=len(result.passed))
     metrics.add_metric(name=contract.METRIC_ROWS_REJECTED_BY_VALIDATION, unit=MetricUnit.Count, value=len(result.rejected))
     return result.to_json()
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: PhaseDeps) -> dict[str, Any]:
-    return handle_validation(event, deps.status)
+    return handle_validation(event, deps.status, deps.concurrency)
 
 
 @instrumented

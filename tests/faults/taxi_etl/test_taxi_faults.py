@@ -1,15 +1,20 @@
 """The taxi saga under faults: a crash at every write boundary (before and after each write) of
 every handler, redelivered by the workflow's own Retry, must end exactly like one clean pass; so
-must a write at every position that is applied, loses its response and is sent again by botocore.
+must every write that is applied, loses its response and is sent again by botocore.
 Also: crashes and a lost response around the API's StartExecution with the client's retry,
 executions of the same rows interleaved, and the same rows sent in other orders and groupings.
+
+The phases write their rows on a pool, so writes are named by what they are (kind, table, row;
+tests/faults/taxi_etl/saga_write_faults.py), not by their place in the run: each boundary of the
+sweep is the same write in every run, and the other rows' writes go on around it, as they would.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,14 +24,45 @@ from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_
 from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id
+from tests.faults.taxi_etl.saga_write_faults import CrashAt, LoseResponse, Write, WriteTap, pooled_saga
 
 LINES = sample_lines()
 # One row of each fate: stored, flagged at validation, flagged at transformation, stored.
-MIXED_BATCH = "\n".join([LINES[0], bad_at_validation(LINES[1]), bad_at_transformation(LINES[2]), LINES[3]])
+ROWS = {
+    "one good row": [LINES[0]],
+    "mixed batch": [LINES[0], bad_at_validation(LINES[1]), bad_at_transformation(LINES[2]), LINES[3]],
+}
+MIXED_BATCH = "\n".join(ROWS["mixed batch"])
 SCENARIOS: dict[str, tuple[str, str]] = {"one good row": ("/trips", LINES[0]), "mixed batch": ("/trips/batch", MIXED_BATCH)}
-# Writes of one clean pass: put per phase status row and the trips item for the good row; for the
-# batch also the flag steps' updates. Pinned, so a changed write path shows up here first.
-CLEAN_WRITES = {"one good row": 4, "mixed batch": 14}  # 4 + 1 flag + 3 + 2 flags + 2 + 2 items
+# The writes of one clean pass, `kind:table:row` (row n is the scenario's n-th line): each phase's
+# status row of every row it is given, the flag steps' updates of their rejected rows in every
+# table the transaction touched, and the trips item of each good row. Pinned, so a changed write
+# path shows up here first.
+CLEAN_WRITES: dict[str, tuple[str, ...]] = {
+    "one good row": ("begin:validation:r0", "begin:transformation:r0", "begin:store:r0", "put:trips:r0"),
+    "mixed batch": (
+        *(f"begin:validation:r{row}" for row in range(4)),
+        "flag:validation:r1",
+        *(f"begin:transformation:r{row}" for row in (0, 2, 3)),
+        "flag:validation:r2",
+        "flag:transformation:r2",
+        *(f"begin:store:r{row}" for row in (0, 3)),
+        *(f"put:trips:r{row}" for row in (0, 3)),
+    ),
+}
+
+
+def named(scenario: str, label: str) -> Write:
+    """The write `kind:table:rN` of a scenario, as the tap names it (the first time it is made)."""
+    kind, table, row = label.split(":")
+    return Write(kind, table, content_id(ROWS[scenario][int(row.removeprefix("r"))]))
+
+
+@pytest.fixture
+def saga(taxi_etl_template: Any) -> Iterator[TaxiWorld]:
+    """tests/conftest.py's `saga`, with moto's DynamoDB calls atomic across threads, as DynamoDB's are."""
+    with pooled_saga(taxi_etl_template) as world:
+        yield world
 
 
 def end_state(world: TaxiWorld) -> dict[str, Any]:
@@ -51,16 +87,12 @@ def run(world: TaxiWorld, scenario: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def clean_passes(taxi_etl_template: Any) -> dict[str, dict[str, Any]]:
-    """Each scenario's end state after one clean pass, and its write count."""
-    from devtools.taxi_world import embedded_saga_cloud
-
+    """Each scenario's end state after one clean pass, and its writes by name."""
     passes: dict[str, dict[str, Any]] = {}
     for scenario in SCENARIOS:
-        with embedded_saga_cloud():
-            world = TaxiWorld.create(taxi_etl_template)
-            counter = WriteBoundaryCrasher().attach(world.dynamodb)
-            with world.serving_api():
-                passes[scenario] = {"state": run(world, scenario), "writes": counter.writes, "operations": counter.operations}
+        with pooled_saga(taxi_etl_template) as world:
+            tap = WriteTap().attach(world)
+            passes[scenario] = {"state": run(world, scenario), "writes": tap.count()}
     return passes
 
 
@@ -71,24 +103,25 @@ def taxi_etl_template(dev_templates: dict[str, Any]) -> Any:
 
 def test_clean_passes_write_what_the_schedule_assumes(clean_passes: dict[str, dict[str, Any]]) -> None:
     # Given one clean pass per scenario
-    # When we count their writes
-    # Then they match the pinned counts, and the mixed batch stored its two good rows only
-    assert {scenario: clean["writes"] for scenario, clean in clean_passes.items()} == CLEAN_WRITES
+    # When we name their writes
+    # Then they are the pinned writes, each made once, and the mixed batch stored its two good rows only
+    assert {scenario: clean["writes"] for scenario, clean in clean_passes.items()} == {
+        scenario: Counter(named(scenario, label) for label in labels) for scenario, labels in CLEAN_WRITES.items()
+    }
     assert set(clean_passes["mixed batch"]["state"]["final"]) == {content_id(LINES[0]), content_id(LINES[3])}
 
 
-def boundaries() -> list[tuple[str, str, int]]:
-    return [
-        (scenario, when, at) for scenario, writes in CLEAN_WRITES.items() for when in ("before", "after") for at in range(1, writes + 1)
-    ]
+def boundaries() -> list[tuple[str, str, str]]:
+    return [(scenario, when, label) for scenario, labels in CLEAN_WRITES.items() for when in ("before", "after") for label in labels]
 
 
-@pytest.mark.parametrize(("scenario", "when", "at"), boundaries())
+@pytest.mark.parametrize(("scenario", "when", "label"), boundaries())
 def test_a_crash_at_any_write_boundary_ends_like_a_clean_pass(
-    saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]], scenario: str, when: str, at: int
+    saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]], scenario: str, when: str, label: str
 ) -> None:
-    # Given the handler that makes write number `at` dies just before or just after it
-    crasher = WriteBoundaryCrasher(at=at, when=when).attach(saga.dynamodb)
+    # Given the handler that makes the write `label` dies just before or just after it (its other
+    # rows' writes, on other threads, go on)
+    crasher = CrashAt(named(scenario, label), when).attach(saga)
     # When the request is posted (the workflow's Retry re-runs the crashed task)
     state = run(saga, scenario)
     # Then the crash happened, the task was retried once, and the end state equals the clean pass
@@ -97,22 +130,22 @@ def test_a_crash_at_any_write_boundary_ends_like_a_clean_pass(
     assert state == clean_passes[scenario]["state"]
 
 
-def lost_responses() -> list[tuple[str, int]]:
-    return [(scenario, at) for scenario, writes in CLEAN_WRITES.items() for at in range(1, writes + 1)]
+def lost_responses() -> list[tuple[str, str]]:
+    return [(scenario, label) for scenario, labels in CLEAN_WRITES.items() for label in labels]
 
 
-@pytest.mark.parametrize(("scenario", "at"), lost_responses())
+@pytest.mark.parametrize(("scenario", "label"), lost_responses())
 def test_a_write_applied_whose_response_is_lost_and_retried_by_the_sdk_ends_like_a_clean_pass(
-    saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]], scenario: str, at: int
+    saga: TaxiWorld, clean_passes: dict[str, dict[str, Any]], scenario: str, label: str
 ) -> None:
-    # Given write number `at` is applied, its response lost, and botocore sends it again
-    lost = LostResponse(at=at).attach(saga.dynamodb)
+    # Given the write `label` is applied, its response lost, and botocore sends it again
+    lost = LoseResponse(named(scenario, label)).attach(saga)
     # When the request is posted
     state = run(saga, scenario)
     # Then the retry went out and met the first write's effect: a status begin or a flag is applied
     # again to the same end, and the trips item's own earlier put is recognised by its content
     assert lost.retried
-    assert lost.second_answer == ("ConditionalCheckFailedException" if lost.chosen.startswith("PutItem:") else "ok")
+    assert lost.second_answer == ("ConditionalCheckFailedException" if label.startswith("put:") else "ok")
     # and no task failed because of it: nothing was retried by the workflow, and the end state equals the clean pass
     assert saga.retry_waits == []
     assert state == clean_passes[scenario]["state"]
