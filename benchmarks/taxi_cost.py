@@ -75,7 +75,8 @@ LOG_PRICES = LogPrices(ingestion_per_gib=0.50, storage_per_gib_month=0.03)
 TRACE_PRICES = TracePrices(recorded=5.00 / 1e6, retrieved=0.50 / 1e6)
 RETENTION_DAYS = {"ONE_DAY": 1, "THREE_DAYS": 3, "ONE_WEEK": 7, "TWO_WEEKS": 14, "ONE_MONTH": 30, "THREE_MONTHS": 90, "SIX_MONTHS": 180}
 SEED_RETENTION_DAYS = 90  # the seed's log groups never expire; priced as kept as long as prod keeps ours
-# Assumed, not measured (moto's timings say nothing about Lambda's).
+# Assumed durations; the table is also printed with the phases' durations measured under latency
+# (benchmarks/saga_latency.py: serial depth x 5 ms per call + CPU), which replace these when given.
 PHASE_MS_PER_INVOCATION = 40.0
 PHASE_MS_PER_ROW = 4.0  # one or two conditional writes per row
 API_MS_PER_REQUEST = 30.0
@@ -92,6 +93,22 @@ ACCESS_LOG_VALUES = {
 SERVICE = taxi_etl_contract.SERVICE_TRANSFORM  # the longest of the functions' service names
 TRACE_ID = "Root=1-67891233-abcdef012345678912345678;Parent=53995c3f42cd8ad8;Sampled=1"
 LOG_ORDER = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
+
+
+@dataclass(frozen=True)
+class PhaseDurations:
+    """Measured Lambda durations (ms) of one phase invocation, per task, at 1 row and at 100 rows
+    (benchmarks.saga_latency.phase_durations_ms); a batch of k rows is interpolated between them."""
+
+    by_task: dict[str, dict[int, float]]
+
+    def phases_ms(self, rows: float) -> float:
+        """Validate + Transform + Store for one execution of `rows` rows."""
+        total = 0.0
+        for task in ("validate", "transform", "store"):
+            one, hundred = self.by_task[task][1], self.by_task[task][100]
+            total += one + (hundred - one) * (rows - 1) / 99
+        return total
 
 
 @dataclass
@@ -130,9 +147,13 @@ class Measured:
             return 0
         return self.executions + 2 * (self.phase_invocations + self.api_invocations) + self.sdk_calls
 
-    def cost_per_million_rows(self, env: str, sampled: float = 1.0) -> dict[str, float]:
+    def cost_per_million_rows(self, env: str, sampled: float = 1.0, durations: PhaseDurations | None = None) -> dict[str, float]:
         scale = 1e6 / self.rows
-        lambda_seconds = (self.phase_invocations * PHASE_MS_PER_INVOCATION + self.stored * 3 * PHASE_MS_PER_ROW) / 1000
+        if durations is None:
+            lambda_seconds = (self.phase_invocations * PHASE_MS_PER_INVOCATION + self.stored * 3 * PHASE_MS_PER_ROW) / 1000
+        else:
+            # Each execution runs the three phases once over its rows (flag steps are rare on clean rows).
+            lambda_seconds = self.executions * durations.phases_ms(self.rows / self.executions) / 1000
         lambda_seconds += self.api_invocations * API_MS_PER_REQUEST / 1000
         costs = {
             "workflow": (
@@ -149,8 +170,8 @@ class Measured:
         }
         return {name: value * scale for name, value in costs.items()}
 
-    def total(self, env: str, sampled: float = 1.0) -> float:
-        return sum(self.cost_per_million_rows(env, sampled).values())
+    def total(self, env: str, sampled: float = 1.0, durations: PhaseDurations | None = None) -> float:
+        return sum(self.cost_per_million_rows(env, sampled, durations).values())
 
 
 def requests_for(lines: list[str], rng: random.Random, group: int, share: float = RETRY_SHARE) -> list[list[str]]:
@@ -336,7 +357,9 @@ def flagged_row_error_bytes(template: dict[str, Any]) -> int:
         )
 
 
-def main(template: dict[str, Any], *, seed: int = 11) -> bool:
+def main(template: dict[str, Any], *, seed: int = 11, phase_durations: dict[str, dict[int, float]] | None = None) -> bool:
+    """The cost table with assumed durations, and again with the phases' measured ones (measured here
+    unless `phase_durations` from benchmarks.saga_latency are given)."""
     lines = sample_lines()
     sets = {"single": lines[:SINGLE_ROWS], "batch": lines}
     distinct = {name: len({content_id(line) for line in rows}) for name, rows in sets.items()}
@@ -432,6 +455,25 @@ def main(template: dict[str, Any], *, seed: int = 11) -> bool:
     )
     print(f"log levels: {levels}")
     print(f"prices: {PRICES_CHECKED}: {PRICES}; logs {LOG_PRICES}; traces {TRACE_PRICES}")
+    if phase_durations is None:
+        from benchmarks.saga_latency import phase_durations_ms
+
+        phase_durations = phase_durations_ms(template)
+    durations = PhaseDurations(phase_durations)
+    print("\nLambda cost with the phases' durations measured under latency (depth x 5 ms per call + CPU), against the assumed ones:")
+    print(f"{'$ per million rows, prod':<76} {'λ assumed':>10} {'λ measured':>11} {'total assumed':>14} {'total measured':>15}")
+    for m in measured.values():
+        if m.design == "seed":
+            continue  # the seed's own functions were not measured; its row keeps the assumed durations
+        print(
+            f"{m.label:<76} {m.cost_per_million_rows('prod')['lambda']:>10.2f} "
+            f"{m.cost_per_million_rows('prod', durations=durations)['lambda']:>11.2f} {m.total('prod'):>14.2f} "
+            f"{m.total('prod', durations=durations):>15.2f}"
+        )
+    print(
+        "measured phase durations (ms per invocation, 1 row / 100 rows): "
+        + ", ".join(f"{task} {by_rows[1]:.0f} / {by_rows[100]:.0f}" for task, by_rows in phase_durations.items())
+    )
     print(
         f"assumed durations: phase {PHASE_MS_PER_INVOCATION:.0f} ms + {PHASE_MS_PER_ROW:.0f} ms/row, API {API_MS_PER_REQUEST:.0f} ms, "
         f"{LAMBDA_GB * 1024:.0f} MB arm64 (the seed's: {SEED_LAMBDA_GB * 1024:.0f} MB x86_64); "

@@ -17,7 +17,9 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 logger = Logger()
-tracer = Tracer()
+# botocore only: the handlers make no other calls worth a subsegment, and patching every library the X-Ray
+# SDK supports imports each one (http.client, sqlite3, requests...) at every cold start.
+tracer = Tracer(patch_modules=("botocore",))
 metrics = Metrics()
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])

@@ -244,3 +244,14 @@ def test_the_seed_shape_flags_every_table_the_transaction_touched_in_parallel() 
     # and every task is the lambda:invoke integration, retried only on Lambda's service errors
     tasks = [state for state in states.values() if state["Type"] == "Task"]
     assert all(task["Resource"] == "arn:aws:states:::lambda:invoke" and task["Retry"][0]["MaxAttempts"] == 3 for task in tasks)
+
+
+def test_measured_phase_durations_replace_the_assumed_ones_for_the_phases() -> None:
+    from benchmarks.taxi_cost import PhaseDurations
+
+    # Given durations measured for 1 row and 100 rows per invocation
+    durations = PhaseDurations({"validate": {1: 4.0, 100: 40.0}, "transform": {1: 5.0, 100: 50.0}, "store": {1: 10.0, 100: 80.0}})
+    # Then one execution's three phases cost their sum at 1 and at 100 rows, and in between by rows
+    assert durations.phases_ms(1) == 19.0
+    assert durations.phases_ms(100) == 170.0
+    assert durations.phases_ms(50.5) == (19.0 + 170.0) / 2
