@@ -14,7 +14,6 @@ semantics. This is a benchmark that prints figures, not a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -23,22 +22,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from benchmarks import environment
 from devtools import reference
 from devtools.aws.capacity import CapacityMeter
 from devtools.aws.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.workload import Delivery, Workload, generate
 from runtime.runner_stats import contract as runner_stats_contract
-
-AWS_ENV = {
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "CRITICAL",
-    "POWERTOOLS_METRICS_NAMESPACE": "onceflow-bench",
-    "POWERTOOLS_METRICS_DISABLED": "true",
-}
 
 
 @dataclass
@@ -159,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     # The runner-stats section is named after the pipeline's service.
     parser.add_argument("--only", choices=[runner_stats_contract.SERVICE, "snapshots", "saga", "latency"], help="run one section")
     args = parser.parse_args(argv)
-    os.environ.update(AWS_ENV)
+    environment.apply()
 
     from devtools.aws.template_resources import synth_templates
     from onceflow.infra.config import load_config

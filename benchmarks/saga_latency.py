@@ -28,30 +28,12 @@ This prints figures; `main` answers whether the target is met.
 
 from __future__ import annotations
 
-import os
+from benchmarks import environment
 
-# Run alone (`python -m benchmarks.saga_latency`): `make bench`'s environment (benchmarks/run.py), set
-# before the handlers are imported, since Powertools reads its variables at import. Variables already
-# set are kept; imported (by benchmarks/latency.py, or a test), this module changes nothing.
-os.environ.update(
-    {
-        name: os.environ.get(name, value)
-        for name, value in (
-            {
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ACCESS_KEY_ID": "bench",
-                "AWS_SECRET_ACCESS_KEY": "bench",
-                "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-                "POWERTOOLS_TRACE_DISABLED": "true",
-                "POWERTOOLS_LOG_LEVEL": "CRITICAL",
-                "POWERTOOLS_METRICS_NAMESPACE": "onceflow-bench",
-                "POWERTOOLS_METRICS_DISABLED": "true",
-            }
-            if __name__ == "__main__"
-            else {}
-        ).items()
-    }
-)
+# Run alone (`python -m benchmarks.saga_latency`), it sets `make bench`'s environment before the
+# handlers are imported (Powertools reads it at import); imported, it changes nothing.
+if __name__ == "__main__":
+    environment.apply(keep_existing=True)
 
 import hashlib
 import json

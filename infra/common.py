@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
@@ -108,6 +108,19 @@ def require_positive(prefix: str, thresholds: object, exclude: tuple[str, ...] =
     for name, value in vars(thresholds).items():
         if name not in exclude and value < 1:
             raise ConfigError(f"{prefix}.{name} must be at least 1")
+
+
+class Validated(Protocol):
+    def validate(self) -> None: ...
+
+
+def validate_pipeline_props(owner: str, settings: Validated, settings_type: type, common: CommonProps, tables: TableOptions) -> None:
+    """A pipeline construct's props: each part of the right type (a clear error for, say, the repository's
+    EnvConfig where the pipeline's settings belong), then each part's own checks."""
+    expect_types(owner, settings=(settings, settings_type), common=(common, CommonProps), tables=(tables, TableOptions))
+    settings.validate()
+    common.validate()
+    tables.validate()
 
 
 def expect_types(owner: str, **fields: tuple[object, type]) -> None:

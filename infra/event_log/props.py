@@ -8,7 +8,14 @@ from typing import Final
 
 from aws_cdk import aws_s3 as s3
 
-from onceflow.infra.common import CommonProps, ConfigError, TableOptions, check_reserved_concurrency, expect_types, require_positive
+from onceflow.infra.common import (
+    CommonProps,
+    ConfigError,
+    TableOptions,
+    check_reserved_concurrency,
+    require_positive,
+    validate_pipeline_props,
+)
 from onceflow.runtime.event_log import contract
 
 QUEUE_RETENTION_SECONDS = 14 * 24 * 3600  # SQS's longest, on every queue of the project
@@ -212,9 +219,4 @@ class EventLogProps:
     acknowledge_findings: bool = True
 
     def validate(self) -> None:
-        expect_types(
-            "EventLogProps", settings=(self.settings, EventLogConfig), common=(self.common, CommonProps), tables=(self.tables, TableOptions)
-        )
-        self.settings.validate()
-        self.common.validate()
-        self.tables.validate()
+        validate_pipeline_props("EventLogProps", self.settings, EventLogConfig, self.common, self.tables)

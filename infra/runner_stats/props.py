@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 from aws_cdk import aws_kinesis as kinesis
 
-from onceflow.infra.common import CommonProps, ConfigError, TableOptions, check_reserved_concurrency, expect_types, require_positive
+from onceflow.infra.common import (
+    CommonProps,
+    ConfigError,
+    TableOptions,
+    check_reserved_concurrency,
+    require_positive,
+    validate_pipeline_props,
+)
 from onceflow.runtime.runner_stats import contract
 
 
@@ -155,12 +162,4 @@ class RunnerStatsPipelineProps:
     acknowledge_findings: bool = True
 
     def validate(self) -> None:
-        expect_types(
-            "RunnerStatsPipelineProps",
-            settings=(self.settings, RunnerStatsConfig),
-            common=(self.common, CommonProps),
-            tables=(self.tables, TableOptions),
-        )
-        self.settings.validate()
-        self.common.validate()
-        self.tables.validate()
+        validate_pipeline_props("RunnerStatsPipelineProps", self.settings, RunnerStatsConfig, self.common, self.tables)

@@ -10,7 +10,14 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 
-from onceflow.infra.common import CommonProps, ConfigError, TableOptions, check_reserved_concurrency, expect_types, require_positive
+from onceflow.infra.common import (
+    CommonProps,
+    ConfigError,
+    TableOptions,
+    check_reserved_concurrency,
+    require_positive,
+    validate_pipeline_props,
+)
 
 STEP_FUNCTIONS_MAX_PAYLOAD_BYTES = 256 * 1024
 VALIDATE_MAX_LINE_BYTES = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES: longer lines would only be flagged
@@ -153,12 +160,4 @@ class TaxiEtlSagaProps:
     acknowledge_findings: bool = True
 
     def validate(self) -> None:
-        expect_types(
-            "TaxiEtlSagaProps",
-            settings=(self.settings, TaxiEtlConfig),
-            common=(self.common, CommonProps),
-            tables=(self.tables, TableOptions),
-        )
-        self.settings.validate()
-        self.common.validate()
-        self.tables.validate()
+        validate_pipeline_props("TaxiEtlSagaProps", self.settings, TaxiEtlConfig, self.common, self.tables)
