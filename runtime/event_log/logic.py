@@ -2,7 +2,8 @@
 
 A snapshot is built by merging two streams that are both in cell order: the previous
 snapshot's cells (read chunk by chunk) and the segment's events (read from the segment index,
-sorted by cell, then position). Memory holds one chunk and one page, never the sheet.
+sorted by cell, then position). Memory holds at most two chunks and two pages (one merged while
+the other is written or read), never the sheet.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 _MISSING_OBJECT = {"404", "NoSuchKey", "NotFound"}
+_DELETE_BATCH = 1000  # keys per DeleteObjects request, S3's limit
 _GONE_MESSAGE = {"ReceiptHandleIsInvalid", "AWS.SimpleQueueService.NonExistentQueue", "InvalidParameterValue"}
 
 
@@ -24,6 +25,7 @@ class ObjectStore(Protocol):
     def put(self, key: str, body: bytes) -> None: ...
     def get(self, key: str) -> bytes: ...
     def delete(self, key: str) -> None: ...
+    def delete_many(self, keys: Sequence[str]) -> None: ...
     def keys(self, prefix: str) -> Iterator[str]: ...
 
 
@@ -64,6 +66,17 @@ class S3Objects:
 
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self._bucket, Key=key)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete `keys` (absent ones too), up to 1,000 per request; raises if S3 refused any."""
+        for start in range(0, len(keys), _DELETE_BATCH):
+            batch = keys[start : start + _DELETE_BATCH]
+            response = self.client.delete_objects(Bucket=self._bucket, Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True})
+            errors = response.get("Errors", [])
+            if errors:
+                raise RuntimeError(
+                    f"s3://{self._bucket}: {len(errors)} objects not deleted, e.g. {errors[0].get('Key')}: {errors[0].get('Code')}"
+                )
 
     def keys(self, prefix: str) -> Iterator[str]:
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix):

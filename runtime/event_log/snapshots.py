@@ -17,27 +17,71 @@ Per message (one Snapshot entry):
 6. Finish: write the root object, the root id to the Snapshot entry, move the last-snapshot
    pointer forward, delete objects of failed attempts, delete the pending item; the message is
    deleted last (by the event source mapping, when the handler returns).
+
+Overlapped I/O. Reads never wait for writes they do not depend on, and writes stay one after
+another (each guard below orders them; a crash or a fault test meets them in one order):
+- the claim runs alongside the reads of snapshot k-1's entry and root (the root's key is
+  known, so it is read without waiting for the entry that names it);
+- the segment index and the previous snapshot's chunks are read ahead (`store.ReadAhead`): the
+  first page and chunk at once, each next one while the one before is merged;
+- chunk n+1 is merged (and read) while chunk n is written and checkpointed. Chunk n+1's
+  PutObject starts only after chunk n's checkpoint succeeded, so at most one written chunk is
+  ever not checkpointed (at most one is redone after a crash), and a checkpoint only names
+  chunks whose PutObject completed;
+- the listing of the snapshot's prefix (for objects of failed attempts) runs alongside the last
+  checkpoint, after the last chunk's PutObject; strays are deleted in one DeleteObjects.
+Every read ahead finishes before the handling returns, and at most two chunks, two index pages
+and two chunks of the previous snapshot are held at once.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from runtime.event_log.errors import PoisonMessage
-from runtime.event_log.logic import chain_digest, chunk_key, decode_chunk, encode_cell, merge_segment, root_key, snapshot_prefix
+from runtime.event_log.errors import ObjectMissing, PoisonMessage
+from runtime.event_log.logic import (
+    MergedCell,
+    chain_digest,
+    chunk_key,
+    decode_chunk,
+    encode_cell,
+    merge_segment,
+    root_key,
+    snapshot_prefix,
+)
 from runtime.event_log.models import BuildState, CellValue, PendingSnapshot, SideEffect, SideEffectMessage, SnapshotMarker, SnapshotRoot
 from runtime.event_log.objects import MessageQueue, ObjectStore
 from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.service import iso_utc
-from runtime.event_log.store import LogStore, PendingStore
+from runtime.event_log.store import LogStore, PendingStore, ReadAhead
+from runtime.shared.concurrency import map_bounded
 from runtime.shared.consistency import full_jitter_backoff
 from runtime.shared.observability import logger
+
+First = TypeVar("First")
+Second = TypeVar("Second")
+
+
+def both(first: Callable[[], First], second: Callable[[], Second]) -> tuple[First, Second]:
+    """first() and second() at the same time. Both have finished when it returns or raises (the
+    first's error before the second's), so nothing started here outlives the call."""
+    results = map_bounded(lambda task: task(), [first, second], 2)
+    return cast("First", results[0]), cast("Second", results[1])
+
+
+def close_reads(reads: Iterator[Any]) -> None:
+    """Stop a read ahead (waiting for its read in flight); iterators that read nothing ahead have nothing to stop."""
+    close = getattr(reads, "close", None)
+    if close is not None:
+        close()
 
 
 class Outcome(StrEnum):
@@ -63,6 +107,46 @@ class WorkerOptions:
     backoff_base_seconds: float = 2
     backoff_cap_seconds: float = 12 * 3600
     redrive_after_retries: int = 5  # about a minute of waiting with the default backoff
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkFill:
+    """The next chunk's body and the checkpoint's counters after it."""
+
+    body: bytes
+    cursor: str
+    consumed: int
+    cells: int
+    previous_chunk: int
+    full: bool  # it reached the chunk size; False: the merge ended (the body may be empty)
+
+
+class ChunkFiller:
+    """Cuts the merged cells into chunk bodies of at least `chunk_bytes` (the last may be shorter),
+    counting what the checkpoint records. One chunk's body in memory at a time: it is written
+    into a BytesIO, whose bytes are handed over without a copy."""
+
+    def __init__(self, merged: Iterator[MergedCell], state: BuildState, chunk_bytes: int) -> None:
+        self._merged = merged
+        self._chunk_bytes = chunk_bytes
+        self._cursor, self._consumed, self._cells, self._previous_chunk = state.cursor, state.consumed, state.cells, state.previous_chunk
+
+    def fill(self) -> ChunkFill:
+        buffer = io.BytesIO()
+        for merged in self._merged:
+            self._cursor = merged.order
+            self._consumed += merged.events
+            if merged.previous_chunk is not None:
+                self._previous_chunk = merged.previous_chunk
+            if merged.value is not None:
+                buffer.write(encode_cell(merged.value))
+                self._cells += 1
+            if buffer.tell() >= self._chunk_bytes:
+                return self._made(buffer, full=True)
+        return self._made(buffer, full=False)
+
+    def _made(self, buffer: io.BytesIO, *, full: bool) -> ChunkFill:
+        return ChunkFill(buffer.getvalue(), self._cursor, self._consumed, self._cells, self._previous_chunk, full)
 
 
 @dataclass
@@ -106,33 +190,70 @@ class SnapshotWorker:
                 raise PoisonMessage(f"log {message.log_id!r} does not exist")
             raise PoisonMessage(f"log {message.log_id!r} has no Snapshot entry at {message.seq}")
         if marker.root:
-            self._finish(marker, json.loads(self._objects.get(marker.root)), marker.root)
+            built = marker.root
+            document, present = both(lambda: json.loads(self._objects.get(built)), lambda: self._present(marker))
+            self._finish(marker, document, built, present)
             return Outcome.ALREADY_BUILT
-        pending = self._pending.claim(marker.log_id, marker.seq, token, self._clock(), self._options.lease_seconds)
+
+        def claim() -> PendingSnapshot | None:
+            return self._pending.claim(marker.log_id, marker.seq, token, self._clock(), self._options.lease_seconds)
+
+        previous: SnapshotMarker | None = None
+        previous_root: dict[str, Any] | None = None
+        if marker.previous_seq is None:
+            pending = claim()
+        else:
+            # Snapshot k-1's entry and root are read while the claim is made (wasted only for a duplicate).
+            pending, (previous, previous_root) = both(claim, lambda: self._read_previous(marker))
         if pending is None:
             return Outcome.DUPLICATE
-        previous_root: dict[str, Any] | None = None
         if marker.previous_seq is not None:
-            previous = self._log.read_marker(marker.log_id, marker.previous_seq)
             if previous is None:
                 raise RuntimeError(f"log {marker.log_id} lost Snapshot entry {marker.number - 1}; the log is damaged")
             if not previous.root:
                 self._redrive_if_stuck(previous, pending)
                 return self._defer(pending, marker, receipt_handle)
-            previous_root = json.loads(self._objects.get(previous.root))
         return self._build(marker, pending, previous_root, receipt_handle, remaining_ms)
+
+    def _read_previous(self, marker: SnapshotMarker) -> tuple[SnapshotMarker | None, dict[str, Any] | None]:
+        """Snapshot k-1's entry, and its root document if the entry names one. The root's key is
+        derived (`root_key`), so it is read alongside the entry; until k-1 is built it may be
+        missing, or written but not yet named by the entry: then it is not used."""
+        seq = marker.previous_seq
+        if seq is None:
+            return None, None
+        expected = root_key(marker.log_id, marker.number - 1)
+        previous, document = both(lambda: self._log.read_marker(marker.log_id, seq), lambda: self._document_if_written(expected))
+        if previous is None or not previous.root:
+            return previous, None
+        if previous.root != expected or document is None:  # named otherwise, or written after the read
+            document = json.loads(self._objects.get(previous.root))
+        return previous, document
+
+    def _document_if_written(self, key: str) -> dict[str, Any] | None:
+        try:
+            return cast("dict[str, Any]", json.loads(self._objects.get(key)))
+        except ObjectMissing:
+            return None
+
+    def _present(self, marker: SnapshotMarker) -> list[str]:
+        """Every object under the snapshot's prefix (to find the ones no root names)."""
+        return list(self._objects.keys(snapshot_prefix(marker.log_id, marker.number)))
 
     # --- build ----------------------------------------------------------------------------------
 
     def _previous_cells(self, previous_root: dict[str, Any] | None, state: BuildState) -> Iterator[tuple[int, CellValue]]:
-        """The previous snapshot's cells after the cursor, one chunk in memory at a time."""
-        if previous_root is None:
-            return
-        keys: list[str] = previous_root["chunks"]
-        for index in range(state.previous_chunk, len(keys)):
-            for cell in decode_chunk(self._objects.get(keys[index])):
-                if cell.order > state.cursor:
-                    yield index, cell
+        """The previous snapshot's cells after the cursor, with the index of their chunk; the next
+        chunk is read while one is merged (two in memory at most)."""
+        keys: list[str] = previous_root["chunks"] if previous_root is not None else []
+        if state.previous_chunk >= len(keys):
+            return iter(())
+
+        def chunk(index: int) -> tuple[list[tuple[int, CellValue]], int | None]:
+            cells = [(index, cell) for cell in decode_chunk(self._objects.get(keys[index])) if cell.order > state.cursor]
+            return cells, (index + 1 if index + 1 < len(keys) else None)
+
+        return ReadAhead(chunk, state.previous_chunk, name="previous-read")
 
     def _build(
         self,
@@ -143,33 +264,45 @@ class SnapshotWorker:
         remaining_ms: Callable[[], int],
     ) -> Outcome:
         state = pending.state
-        events = self._counted(self._log.segment_events(marker.log_id, marker.number, state.cursor))
-        buffer = bytearray()
-        cursor, consumed, cells, previous_chunk = state.cursor, state.consumed, state.cells, state.previous_chunk
-        for merged in merge_segment(self._previous_cells(previous_root, state), events):
-            cursor = merged.order
-            consumed += merged.events
-            if merged.previous_chunk is not None:
-                previous_chunk = merged.previous_chunk
-            if merged.value is not None:
-                buffer += encode_cell(merged.value)
-                cells += 1
-            if len(buffer) >= self._options.chunk_bytes:
-                state = self._write_chunk(marker, state, bytes(buffer), cursor, previous_chunk, consumed, cells)
-                buffer.clear()
-                if not self._pending.checkpoint(pending, state, self._clock()):
+        with ExitStack() as reads:
+            # Both streams start reading at once: the segment's first page, the previous snapshot's chunk at the cursor.
+            events = self._log.segment_events(marker.log_id, marker.number, state.cursor)
+            reads.callback(close_reads, events)
+            previous = self._previous_cells(previous_root, state)
+            reads.callback(close_reads, previous)
+            filler = ChunkFiller(merge_segment(previous, self._counted(events)), state, self._options.chunk_bytes)
+            fill = filler.fill()
+            while fill.full:
+                # Chunk n is written and checkpointed while chunk n+1 is merged; n+1 is written
+                # only once n's checkpoint holds, so at most one written chunk is not checkpointed.
+                # Only the write holds chunk n's body, until its PutObject is done.
+                write = self._write_and_checkpoint(marker, pending, state, fill)
+                del fill
+                written, fill = both(write, filler.fill)
+                del write
+                if written is None:
                     return Outcome.SUPERSEDED
+                state = written
                 pending = replace(pending, state=state)
                 if remaining_ms() < self._options.handoff_margin_ms:
                     return self._hand_off(pending, marker, receipt_handle)
-        if buffer or consumed != state.consumed:
-            state = (
-                self._write_chunk(marker, state, bytes(buffer), cursor, previous_chunk, consumed, cells)
-                if buffer
-                else replace(state, cursor=cursor, consumed=consumed, cells=cells, previous_chunk=previous_chunk)
+        # The merge is over (every read finished). The last chunk, or the counters of a tail that
+        # only cleared cells; if the segment was read whole, the prefix is listed meanwhile.
+        complete = fill.consumed == marker.expected_events
+        present: list[str] | None = None
+        if fill.body or fill.consumed != state.consumed:
+            last = (
+                self._put_chunk(marker, state, fill)
+                if fill.body
+                else replace(state, cursor=fill.cursor, consumed=fill.consumed, cells=fill.cells, previous_chunk=fill.previous_chunk)
             )
-            if not self._pending.checkpoint(pending, state, self._clock()):
+            held, present = both(
+                lambda: self._pending.checkpoint(pending, last, self._clock()),
+                lambda: self._present(marker) if complete else None,
+            )
+            if not held:
                 return Outcome.SUPERSEDED
+            state = last
             pending = replace(pending, state=state)
         if state.consumed != marker.expected_events:
             # The segment index is eventually consistent: it did not list every event yet.
@@ -192,7 +325,7 @@ class SnapshotWorker:
         key = root_key(marker.log_id, marker.number)
         self._objects.put(key, json.dumps(document, indent=1).encode("utf-8"))
         self._log.set_root(marker, key, iso_utc(self._clock()))
-        self._finish(marker, document, key, pending.increment)
+        self._finish(marker, document, key, present if present is not None else self._present(marker), pending.increment)
         seconds = max(0.0, self._clock() - pending.created)
         self.progress.build_seconds.append(seconds)
         logger.info(
@@ -212,29 +345,45 @@ class SnapshotWorker:
             self.progress.events_read += 1
             yield event
 
-    def _write_chunk(
-        self, marker: SnapshotMarker, state: BuildState, body: bytes, cursor: str, previous_chunk: int, consumed: int, cells: int
-    ) -> BuildState:
-        self._objects.put(chunk_key(marker.log_id, marker.number, state.chunks), body)
+    def _put_chunk(self, marker: SnapshotMarker, state: BuildState, fill: ChunkFill) -> BuildState:
+        """Write the chunk after `state`'s; the state that names it (to checkpoint once this returned)."""
+        self._objects.put(chunk_key(marker.log_id, marker.number, state.chunks), fill.body)
         self.progress.chunks_written += 1
         return BuildState(
             chunks=state.chunks + 1,
-            cursor=cursor,
-            previous_chunk=previous_chunk,
-            consumed=consumed,
-            cells=cells,
-            digest=chain_digest(state.digest, body),
+            cursor=fill.cursor,
+            previous_chunk=fill.previous_chunk,
+            consumed=fill.consumed,
+            cells=fill.cells,
+            digest=chain_digest(state.digest, fill.body),
         )
+
+    def _write_and_checkpoint(
+        self, marker: SnapshotMarker, pending: PendingSnapshot, state: BuildState, fill: ChunkFill
+    ) -> Callable[[], BuildState | None]:
+        """The chunk's PutObject, then (once it completed) the checkpoint naming it; None when the
+        checkpoint found the claim moved (another worker holds it). The call lets go of the
+        chunk's body as soon as it is written."""
+        held = [fill]
+
+        def write() -> BuildState | None:
+            written = self._put_chunk(marker, state, held.pop())
+            return written if self._pending.checkpoint(pending, written, self._clock()) else None
+
+        return write
 
     # --- finish, defer, hand off ----------------------------------------------------------------
 
-    def _finish(self, marker: SnapshotMarker, root: dict[str, Any], key: str, increment: int | None = None) -> None:
-        """Idempotent tail of a build whose root is written: pointer, stray objects, pending item."""
+    def _finish(self, marker: SnapshotMarker, root: dict[str, Any], key: str, present: list[str], increment: int | None = None) -> None:
+        """Idempotent tail of a build whose root is written: pointer, stray objects, pending item.
+
+        `present`: the snapshot's prefix as listed after its last chunk was written."""
         self._log.advance_pointer(marker, key)
         keep = {*root["chunks"], key}
-        for stray in [k for k in self._objects.keys(snapshot_prefix(marker.log_id, marker.number)) if k not in keep]:
+        strays = [k for k in present if k not in keep]
+        if strays:
             # Written by an attempt that started over (its segment read was incomplete).
-            self._objects.delete(stray)
+            self._objects.delete_many(strays)
         self._pending.delete(marker.log_id, marker.seq, increment)
 
     def _defer(self, pending: PendingSnapshot, marker: SnapshotMarker, receipt_handle: str) -> Outcome:

@@ -12,9 +12,10 @@ Retries, Active, Increment and State of a snapshot being built.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from botocore.exceptions import ClientError
 
@@ -48,7 +49,14 @@ HEAD_SEQ = 0
 SEGMENT_INDEX = contract.INDEX_SEGMENT_EVENTS
 SEGMENT_INDEX_PARTITION = contract.KEY_SEGMENT
 SEGMENT_INDEX_SORT = contract.KEY_CELL_ORDER
-_PAGE_LIMIT = 500  # items per segment-index page: bounds what a build holds at once
+# Items per segment-index page (was 500). A build holds the page it folds and the next one, read
+# meanwhile: 2,000 events of short values are a few hundred KB, and DynamoDB ends a page at 1 MB
+# whatever the Limit. A segment's pages are read one after another (each starts at the one
+# before's LastEvaluatedKey), so fewer, larger pages keep the index read off a build's critical
+# path; they cost the same read units.
+_PAGE_LIMIT = 2000
+# What the fold reads of an indexed event (the index keys and the segment are known from the query).
+_FOLD_ATTRIBUTES = ("seq", "kind", "cell", "value", "payload_key", "payload_bytes", "request_id")
 WRITE_TOKEN = "write_token"  # on log entries: the ClientRequestToken of the transaction that wrote it
 
 
@@ -66,6 +74,46 @@ SEED_NAMES = {
 
 def _written_by(item: dict[str, Any] | None, token: str) -> bool:
     return item is not None and item.get(WRITE_TOKEN) == token
+
+
+Item = TypeVar("Item")
+
+
+class ReadAhead(Generic[Item]):
+    """The items of successive pages, each page read while the one before it is consumed.
+
+    `fetch(token)` answers a page and the token of the next (None: it was the last). The first
+    page is requested at once, and each next page when the reader starts on the one before it,
+    on one background thread: the reader waits for a page only when it consumes a page faster
+    than the next is read. At most two pages are held (the one being consumed, the next).
+    `close()` (also when the last page is consumed) waits for a read in flight, so none outlives
+    its reader; a read's error is raised to the reader, at the item where its page would start.
+    """
+
+    def __init__(self, fetch: Callable[[Any], tuple[Sequence[Item], Any]], first: Any, *, name: str) -> None:
+        self._fetch = fetch
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"onceflow-{name}")
+        self._next: Future[tuple[Sequence[Item], Any]] | None = self._pool.submit(fetch, first)
+        self._page: Iterator[Item] = iter(())
+
+    def __iter__(self) -> ReadAhead[Item]:
+        return self
+
+    def __next__(self) -> Item:
+        while True:
+            for item in self._page:
+                return item
+            if self._next is None:
+                self.close()
+                raise StopIteration
+            page, token = self._next.result()
+            self._next = self._pool.submit(self._fetch, token) if token is not None else None
+            self._page = iter(page)
+
+    def close(self) -> None:
+        self._next = None
+        self._page = iter(())
+        self._pool.shutdown(wait=True)
 
 
 def segment_key(log_id: str, segment: int) -> str:
@@ -146,6 +194,11 @@ def entry_from_item(item: dict[str, Any]) -> LogEntry:
         event=CellEvent(kind, str(item["cell"]), item.get("value"), payload),
         segment=int(item["segment"]),
     )
+
+
+def indexed_entry(log_id: str, segment: int, item: dict[str, Any]) -> LogEntry:
+    """An event as the segment index lists it, with the fold's attributes only (`_FOLD_ATTRIBUTES`)."""
+    return entry_from_item({**item, "log_id": log_id, "segment": segment})
 
 
 def marker_from_item(item: dict[str, Any]) -> SnapshotMarker:
@@ -333,18 +386,23 @@ class DynamoLogStore(_Dynamo):
         attributes = from_attributes(item)
         return marker_from_item(attributes) if attributes.get("kind") == EntryKind.SNAPSHOT.value else None
 
-    def segment_events(self, log_id: str, segment: int, after_order: str) -> Iterator[LogEntry]:
+    def segment_events(self, log_id: str, segment: int, after_order: str) -> ReadAhead[LogEntry]:
         """A segment's events in (cell, position) order, for cells after `after_order`, page by page.
+
+        The first page is requested at once, and every next page while the one before is folded
+        (`ReadAhead`); close the answer when done with it. Only what the fold needs is read
+        (ProjectionExpression).
 
         The index is eventually consistent; the builder counts what it read against the
         segment's size and starts over if an event was not there yet.
         """
+        names = {"#segment": SEGMENT_INDEX_PARTITION} | {f"#a{index}": name for index, name in enumerate(_FOLD_ATTRIBUTES)}
         request: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": SEGMENT_INDEX,
             "Limit": _PAGE_LIMIT,
+            "ProjectionExpression": ", ".join(f"#a{index}" for index in range(len(_FOLD_ATTRIBUTES))),
         }
-        names = {"#segment": SEGMENT_INDEX_PARTITION}
         values: dict[str, Any] = {":segment": segment_key(log_id, segment)}
         if after_order:
             # "~" sorts after the "#position" suffix of every event of the cell `after_order`.
@@ -355,14 +413,13 @@ class DynamoLogStore(_Dynamo):
             request["KeyConditionExpression"] = "#segment = :segment"
         request["ExpressionAttributeNames"] = names
         request["ExpressionAttributeValues"] = to_attributes(values)
-        while True:
-            response = self.client.query(**request)
-            for raw in response.get("Items", []):
-                yield entry_from_item(from_attributes(raw))
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                return
-            request["ExclusiveStartKey"] = last
+
+        def page(start: dict[str, Any] | None) -> tuple[list[LogEntry], dict[str, Any] | None]:
+            response = self.client.query(**({**request, "ExclusiveStartKey": start} if start else request))
+            entries = [indexed_entry(log_id, segment, from_attributes(raw)) for raw in response.get("Items", [])]
+            return entries, response.get("LastEvaluatedKey") or None
+
+        return ReadAhead(page, None, name="segment-read")
 
     def set_root(self, marker: SnapshotMarker, root: str, built_at: str) -> None:
         """Write the root to the Snapshot entry; rewriting the same root is a no-op."""
