@@ -69,10 +69,10 @@ def embedded_saga_cloud() -> Iterator[list[float]]:
     """moto executing state machines in-process and synchronously, its DynamoDB requests atomic across
     the phases' threads; yields the retry waits it skipped."""
     from moto import mock_aws
-
-    from devtools.aws.moto_patches import atomic_moto_dynamodb
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+    from devtools.aws.moto_patches import atomic_moto_dynamodb
 
     waits: list[float] = []
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)  # it logs every caught failure
