@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # `make` alone installs, as before; `help` is a target like the others.
 .DEFAULT_GOAL := install
-.PHONY: help install lock synth diff test lint typecheck cfn-lint demo bench deploy destroy clean
+.PHONY: help install lock synth diff test lint typecheck cfn-lint demo serve smoke bench deploy destroy clean
 
 # Each documented target carries `## what it does` on its rule line; `make help` prints those lines
 # and tests/unit/test_setup.py fails when a .PHONY target has none.
@@ -76,6 +76,19 @@ cfn-lint: install ## synthesizes dev and prod, then cfn-lint on their templates
 demo: install ## synthesizes dev, then runs the three pipelines end to end on moto (prints OK or MISMATCH)
 	$(MAKE) --no-print-directory synth ENV=dev
 	$(PY) -m devtools.demo --assembly cdk.out/dev
+
+# The dev synth `make serve` runs from, made again when the app, its config or a construct changed.
+SERVE_ASSEMBLY := cdk.out/dev/manifest.json
+$(SERVE_ASSEMBLY): app.py cdk.json $(shell find infra -name '*.py') $(wildcard runtime/*/contract.py) | $(STAMP) $(NODE_STAMP)
+	$(MAKE) --no-print-directory synth ENV=dev
+
+# Extra arguments for `make serve`, e.g. SERVE_ARGS='--port-base 9400 --set SNAPSHOT_EVERY=10'.
+SERVE_ARGS ?=
+serve: install $(SERVE_ASSEMBLY) ## both HTTP APIs on localhost on the embedded cloud (moto), from the dev synth; writes cdk-outputs-local.json; Ctrl-C stops
+	$(PY) -m devtools.serve --assembly cdk.out/dev $(SERVE_ARGS)
+
+smoke: install ## one round trip per pipeline against the stacks of cdk-outputs-<ENV>.json (ENV=dev|prod|local); PASS/FAIL per step, exit 0 if all pass
+	$(PY) -m ops.smoke --env $(ENV)
 
 bench: install ## the benchmarks on moto (prints figures; not a test)
 	$(PY) -m benchmarks.run

@@ -1,0 +1,202 @@
+"""The embedded cloud over HTTP: moto's backends *of this process* served on a localhost port, so
+another process (a CLI, a test client, the operator tools) reaches the very tables, queues, streams,
+buckets and secrets the in-process handlers use.
+
+moto's own server mode (`moto.server.ThreadedMotoServer`) needs Flask, which is not a dependency of
+this project; this is the same dispatch on the standard library. A request is matched to its service
+the way moto's server does it (the SigV4 credential scope of its `Authorization` header, or of a
+presigned URL's `X-Amz-Credential`; S3 when there is neither), its URL is rewritten to the service's
+AWS endpoint (S3 path-style), and moto's request router (`BotocoreStubber.process_request`, what
+`mock_aws` uses) answers it. The `Host` header is kept, so the URLs moto hands out (SQS queue URLs)
+point back at this server.
+
+`serving_state_machines` sets moto up to run the state machines it is given (its Step Functions
+executor on its own threads, calling Lambda back through this server, where `TaxiWorld.routing`
+takes the calls) and makes moto's DynamoDB requests atomic across the server's threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+HOST = "127.0.0.1"
+DEFAULT_REGION = "us-east-1"
+# Services whose endpoint is not `<signing name>.<region>.amazonaws.com`.
+GLOBAL_SERVICES = frozenset({"iam", "cloudfront", "route53", "budgets"})
+SIGV4 = "AWS4-HMAC-SHA256"
+S3_URL = "http://s3."
+FORM_TYPE = "application/x-www-form-urlencoded"
+S3_DEFAULT_TYPE = "binary/octet-stream"
+
+
+def credential_scope(headers: Mapping[str, str], query: str) -> tuple[str, str] | None:
+    """(region, signing name) of a SigV4-signed request (headers by lower-case name): from its
+    Authorization header, or from a presigned URL's X-Amz-Credential (key/date/region/service/aws4_request)."""
+    authorization = headers.get("authorization", "")
+    credential = ""
+    if authorization.startswith(SIGV4):
+        for part in authorization[len(SIGV4) :].split(","):
+            name, _, value = part.strip().partition("=")
+            if name == "Credential":
+                credential = value
+    else:
+        credential = parse_qs(query).get("X-Amz-Credential", [""])[0]
+    parts = credential.split("/")
+    if len(parts) != 5:
+        return None
+    return parts[2], parts[3].lower()
+
+
+def aws_url(method_target: str, headers: Mapping[str, str]) -> str:
+    """The AWS endpoint URL moto's router matches, for a request line's target (`/path?query`) and its
+    headers by lower-case name."""
+    path, _, query = method_target.partition("?")
+    scope = credential_scope(headers, query)
+    region, service = scope if scope is not None else (DEFAULT_REGION, "s3")
+    target = headers.get("x-amz-target", "")
+    if service == "dynamodb" and target.startswith("DynamoDBStreams"):
+        host = f"streams.dynamodb.{region}.amazonaws.com"
+    elif service in GLOBAL_SERVICES:
+        host = f"{service}.amazonaws.com"
+    else:
+        host = f"{service}.{region}.amazonaws.com"  # S3 included: path-style, the bucket is the first segment
+    return f"http://{host}{path}" + (f"?{query}" if query else "")
+
+
+def _as_bytes(body: Any) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return b"".join(part if isinstance(part, bytes) else str(part).encode() for part in body)
+
+
+class _MotoRequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs expect; every answer carries Content-Length
+    server: _MotoHttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
+        """Silent: an SDK makes many calls, and moto's answers are not what the console is for."""
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _dispatch(self) -> None:
+        from botocore.awsrequest import AWSPreparedRequest
+        from botocore.compat import HTTPHeaders
+
+        body = self._read_body()
+        url = aws_url(self.path, {name.lower(): value for name, value in self.headers.items()})
+        headers = HTTPHeaders()
+        for name, value in self.headers.items():
+            headers[name] = value
+        if self.command == "PUT" and url.startswith(S3_URL) and FORM_TYPE in (headers.get("Content-Type") or ""):
+            # moto reads a form-encoded body as a form and stores nothing; S3 stores the bytes (curl -d/--data-binary
+            # sends this type unless told otherwise).
+            headers.replace_header("Content-Type", S3_DEFAULT_TYPE)
+        request = AWSPreparedRequest(method=self.command, url=url, headers=headers, body=body, stream_output=False)
+        try:
+            answer = self.server.stubber.process_request(request)
+        except Exception as error:  # moto's own failure: an answer, not a dead connection
+            answer = (500, {"Content-Type": "text/plain"}, f"moto failed: {type(error).__name__}: {error}")
+        status, response_headers, payload = answer if answer is not None else (404, {}, f"no embedded service answers {request.url}")
+        data = _as_bytes(payload)
+        self.send_response(int(status))
+        sent_length = False
+        for name, value in (response_headers or {}).items():
+            lowered = name.lower()
+            if lowered in ("transfer-encoding", "connection", "server", "date"):
+                continue
+            if lowered == "content-length":
+                if self.command != "HEAD":
+                    continue  # the body's own length below
+                sent_length = True
+            self.send_header(name, str(value))
+        if not sent_length:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD" and data:
+            self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _dispatch  # noqa: N815  # the stdlib's names
+
+
+class _MotoHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    stubber: Any
+
+
+class MotoServer:
+    """moto's in-process backends on http://127.0.0.1:<port> (port 0: one the OS picks)."""
+
+    def __init__(self, port: int = 0, host: str = HOST) -> None:
+        from moto.core.botocore_stubber import BotocoreStubber
+
+        self._server = _MotoHttpServer((host, port), _MotoRequestHandler)
+        self._server.stubber = BotocoreStubber()
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        host = self._server.server_address[0]
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{self.port}"
+
+    def start(self) -> MotoServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def serving_state_machines(port: int) -> Iterator[None]:
+    """moto runs the state machines it is given (Lambda tasks on its simple, docker-free backend,
+    reached through the server on `port`), and each of its DynamoDB requests is atomic across threads."""
+    from unittest import mock
+
+    from moto.core.config import default_user_config
+    from moto.stepfunctions.parser.asl.utils import boto_client
+
+    from devtools.aws.moto_patches import atomic_moto_dynamodb
+
+    config = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+    parser_log = logging.getLogger("moto.stepfunctions.parser")
+    level = parser_log.level
+    parser_log.setLevel(logging.CRITICAL)  # it logs every failure a Retry or Catch handles
+    with (
+        mock.patch.dict(default_user_config, config),
+        # Outside mock_aws, moto's executor calls Lambda over HTTP at localhost:<MOTO_PORT>: this server.
+        mock.patch.object(boto_client, "moto_server_port", lambda: str(port)),
+        atomic_moto_dynamodb(),
+    ):
+        try:
+            yield
+        finally:
+            parser_log.setLevel(level)

@@ -1,0 +1,1 @@
+"""`make serve`: the dev stacks on localhost, on the embedded cloud (moto) (see devtools/serve.py)."""

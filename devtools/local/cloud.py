@@ -1,0 +1,433 @@
+"""The three pipelines on the embedded cloud served over HTTP (devtools/aws/moto_server.py).
+
+Every table, bucket, queue, stream and secret comes from the synthesized dev templates
+(devtools/aws/template_resources.EmbeddedCloud, the taxi saga's through devtools/taxi_world.TaxiWorld);
+every function is its real entry point (`handle`), built through its pipeline's wiring from the
+settings of its synthesized environment (plus the overrides given), on SDK clients whose endpoint is
+the moto server, as another process's clients are.
+
+What Lambda's event sources do is done by one background thread (`Poller`), every half second:
+the log table's stream -> router (filtered like the event source mapping, devtools/aws/table_stream.py),
+the snapshot queue -> snapshot worker and the payload queue -> payload finalizer (devtools/aws/sqs_esm.py),
+and the runner-stats Kinesis stream -> its handler (devtools/aws/esm.py). The taxi saga's state
+machine runs on moto's Step Functions executor, whose Lambda tasks `TaxiWorld.routing` sends to the
+phases' entry points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+from devtools.aws.esm import EventSourceMapping, KinesisShard, ListShard
+from devtools.aws.esm import Invoke as EventInvoke
+from devtools.aws.lambda_context import ClockedLambdaContext, as_lambda_context
+from devtools.aws.sqs_esm import SqsEventSource
+from devtools.aws.table_stream import StreamRecord, TableStream, dynamodb_stream_event, filter_patterns
+from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from devtools.local.http_api import ACCOUNT, Denied, Integration, Invoke, Route
+from runtime.shared.aws import RETRY_MAX_ATTEMPTS, RETRY_MODE, Clients
+from runtime.shared.observability import metrics
+
+REGION = "us-east-1"
+# Any key pair is taken by moto (account 123456789012); these are what `make serve` prints.
+ACCESS_KEY_ID = "onceflow-local"
+SECRET_ACCESS_KEY = "onceflow-local-secret"
+# The handlers run up to 64 requests at once on one client (runner stats' IO_CONCURRENCY_MAX).
+POOL_CONNECTIONS = 64
+SIGV4_PREFIX = "AWS4-HMAC-SHA256 Credential="
+# The most messages one poll takes from a queue before the other sources get their turn.
+MESSAGES_PER_POLL = 50
+HEADER_SOURCE = "$request.header."
+# What a payload 2.0 authorizer gets of the request's event, besides its own fields.
+AUTHORIZER_EVENT_KEYS = (
+    "routeKey",
+    "rawPath",
+    "rawQueryString",
+    "cookies",
+    "headers",
+    "queryStringParameters",
+    "pathParameters",
+    "requestContext",
+)
+
+
+class EndpointClients:
+    """SDK clients of the embedded cloud at `endpoint`: the local key pair, one region, S3 path-style
+    and SigV4 (so a presigned URL names the endpoint and carries the signed headers)."""
+
+    def __init__(self, endpoint: str, region: str = REGION) -> None:
+        import boto3
+
+        self.endpoint = endpoint
+        self.region = region
+        self._session = boto3.session.Session(aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY, region_name=region)
+        self._lock = threading.Lock()  # a boto3 session is not safe to create clients from on several threads
+
+    def client(self, service: str) -> Any:
+        from botocore.config import Config
+
+        config = Config(
+            max_pool_connections=POOL_CONNECTIONS,
+            retries={"mode": RETRY_MODE, "max_attempts": RETRY_MAX_ATTEMPTS},
+            s3={"addressing_style": "path"},
+            signature_version="s3v4" if service == "s3" else None,
+        )
+        with self._lock:
+            factory: Any = self._session.client
+            return factory(service, endpoint_url=self.endpoint, config=config)
+
+    def clients(self, *services: str) -> Clients:
+        return Clients(**{service: self.client(service) for service in services})
+
+
+def function_handlers(template: Template) -> list[str]:
+    return [str(res["Properties"].get("Handler")) for res in resources_of_type(template, "AWS::Lambda::Function").values()]
+
+
+def environment(cloud: EmbeddedCloud, handler: str, overrides: Mapping[str, str]) -> dict[str, str]:
+    """The function's synthesized environment, with the overrides of the variables it has."""
+    synthesized = cloud.function_environment(handler)
+    return {**synthesized, **{name: value for name, value in overrides.items() if name in synthesized}}
+
+
+def function_timeout(template: Template, handler: str) -> int:
+    return int(template["Resources"][find_function(template, handler)]["Properties"].get("Timeout", 3))
+
+
+def entry_point(handle: Callable[[dict[str, Any], Any, Any], Any], deps: Any, *, timeout_seconds: float = 60) -> EventInvoke:
+    """`handle(event, context, deps)` as Lambda would run it: a fresh context per invocation whose
+    remaining time runs down from the function's timeout; its metrics dropped (no runtime flushes them)."""
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        context = ClockedLambdaContext(clock=time.time, timeout_seconds=timeout_seconds)
+        try:
+            result: dict[str, Any] = handle(event, as_lambda_context(context), deps)
+            return result
+        finally:
+            metrics.clear_metrics()
+
+    return invoke
+
+
+def on_failure_destination(cloud: EmbeddedCloud, mapping: Mapping[str, Any], sqs: Any, info_key: str, source_arn: str) -> Any:
+    """The mapping's on-failure SQS destination: a record of each batch given up on, as Lambda sends it."""
+    destination = mapping.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+    if destination is None:
+        return lambda records: None
+    queue_url = cloud.names[f"{destination['Fn::GetAtt'][0]}.url"]
+
+    def send(records: list[Any]) -> None:
+        info = {
+            "startSequenceNumber": records[0].sequence_number,
+            "endSequenceNumber": records[-1].sequence_number,
+            "batchSize": len(records),
+            "streamArn": source_arn,
+        }
+        document = {"version": "1.0", "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), info_key: info}
+        sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(document))
+
+    return send
+
+
+def sigv4_present(event: dict[str, Any]) -> Denied | dict[str, Any]:
+    """IAM authorization, reduced to what can be checked without IAM: a SigV4 Authorization header.
+    The signature and the caller's permissions are not evaluated."""
+    authorization = str(event["headers"].get("authorization", ""))
+    if not authorization.startswith(SIGV4_PREFIX):
+        return Denied(403, "Forbidden")
+    access_key = authorization[len(SIGV4_PREFIX) :].split("/", 1)[0]
+    return {
+        "iam": {
+            "accessKey": access_key,
+            "accountId": ACCOUNT,
+            "callerId": access_key,
+            "cognitoIdentity": None,
+            "principalOrgId": None,
+            "userArn": f"arn:aws:iam::{ACCOUNT}:user/{access_key}",
+            "userId": access_key,
+        }
+    }
+
+
+def lambda_authorizer(invoke: Invoke, identity_headers: list[str], region: str = REGION) -> Callable[[dict[str, Any]], Any]:
+    """A Lambda REQUEST authorizer (payload 2.0, simple responses) as API Gateway calls it: no identity
+    -> 401 without a call; `isAuthorized` false -> 403; true -> the request goes on with its context."""
+
+    def authorize(event: dict[str, Any]) -> Denied | dict[str, Any]:
+        headers = event["headers"]
+        identity = [str(headers.get(name, "")) for name in identity_headers]
+        if not all(identity):
+            return Denied(401, "Unauthorized")
+        context = event["requestContext"]
+        method, path = context["http"]["method"], context["http"]["path"]
+        authorizer_event: dict[str, Any] = {
+            "version": "2.0",
+            "type": "REQUEST",
+            "routeArn": f"arn:aws:execute-api:{region}:{ACCOUNT}:{context['apiId']}/{context['stage']}/{method}{path}",
+            "identitySource": identity,
+            **{key: event[key] for key in AUTHORIZER_EVENT_KEYS if key in event},
+        }
+        decision = invoke(authorizer_event)
+        if decision.get("isAuthorized") is not True:
+            return Denied(403, "Forbidden")
+        return {"lambda": decision.get("context") or {}}
+
+    return authorize
+
+
+def identity_headers(template: Template) -> list[str]:
+    """The header names of the API's Lambda authorizer's identity source, from the template."""
+    ((_, authorizer),) = resources_of_type(template, "AWS::ApiGatewayV2::Authorizer").items()
+    sources = authorizer["Properties"].get("IdentitySource", [])
+    return [str(source)[len(HEADER_SOURCE) :].lower() for source in sources if str(source).startswith(HEADER_SOURCE)]
+
+
+# --- the pipelines ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LocalEventLog:
+    """The event log: its API's routes and the poll that drives its stream and queues."""
+
+    cloud: EmbeddedCloud
+    routes: list[Route]
+    poll: Callable[[], int]
+    snapshot_every: int
+
+    @classmethod
+    def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalEventLog:
+        from onceflow.infra.event_log.construct import ROUTES
+        from runtime.event_log import api_handler, finalizer_handler, router_handler, wiring, worker_handler
+        from runtime.event_log import contract as log_contract
+        from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
+
+        sdk = clients.clients("dynamodb", "s3", "sqs")
+        cloud = EmbeddedCloud(template).create(dynamodb=sdk.dynamodb, sqs=sdk.sqs, s3=sdk.s3)
+
+        def settings_env(handler: str) -> dict[str, str]:
+            return environment(cloud, handler, overrides)
+
+        api = ApiSettings.from_env(settings_env(log_contract.HANDLER_API))
+        api_function = Integration(
+            "event-log API function",
+            entry_point(api_handler.handle, wiring.build(api, sdk), timeout_seconds=function_timeout(template, log_contract.HANDLER_API)),
+        )
+        routes = [Route(str(method.value), path, api_function) for path, method in ROUTES]
+
+        router = entry_point(
+            router_handler.handle,
+            wiring.build(RouterSettings.from_env(settings_env(log_contract.HANDLER_ROUTER)), sdk),
+            timeout_seconds=function_timeout(template, log_contract.HANDLER_ROUTER),
+        )
+        mapping = cloud.event_source_mapping(log_contract.HANDLER_ROUTER)
+        stream_arn = str(sdk.dynamodb.describe_table(TableName=api.log_table)["Table"]["LatestStreamArn"])
+        stream = TableStream(api.log_table, stream_arn, filter_patterns(mapping))
+        stream_mapping = EventSourceMapping(
+            router,
+            batch_size=int(mapping["BatchSize"]),
+            retry_attempts=int(mapping["MaximumRetryAttempts"]),
+            bisect_on_error=bool(mapping["BisectBatchOnFunctionError"]),
+            to_event=dynamodb_stream_event,
+            on_failure=on_failure_destination(cloud, mapping, sdk.sqs, "DDBStreamBatchInfo", stream_arn),
+        )
+        worker_settings = WorkerSettings.from_env(settings_env(log_contract.HANDLER_WORKER))
+        finalizer_settings = FinalizerSettings.from_env(settings_env(log_contract.HANDLER_FINALIZER))
+        sources = [
+            sqs_source(
+                cloud,
+                template,
+                sdk.sqs,
+                worker_settings.options.queue_url,
+                log_contract.HANDLER_WORKER,
+                entry_point(
+                    worker_handler.handle,
+                    wiring.build(worker_settings, sdk),
+                    timeout_seconds=function_timeout(template, log_contract.HANDLER_WORKER),
+                ),
+            ),
+            sqs_source(
+                cloud,
+                template,
+                sdk.sqs,
+                finalizer_settings.queue_url,
+                log_contract.HANDLER_FINALIZER,
+                entry_point(
+                    finalizer_handler.handle,
+                    wiring.build(finalizer_settings, sdk),
+                    timeout_seconds=function_timeout(template, log_contract.HANDLER_FINALIZER),
+                ),
+            ),
+        ]
+
+        def poll() -> int:
+            records: list[StreamRecord] = stream.poll()
+            if records:
+                stream_mapping.drain(ListShard(records))
+            delivered = len(records)
+            for source in sources:
+                for _ in range(MESSAGES_PER_POLL):
+                    received = source.poll_once()
+                    delivered += received
+                    if not received:
+                        break
+            return delivered
+
+        return cls(cloud, routes, poll, api.options.snapshot_every)
+
+
+def sqs_source(cloud: EmbeddedCloud, template: Template, sqs: Any, queue_url: str, handler: str, invoke: Invoke) -> SqsEventSource:
+    mapping = cloud.event_source_mapping(handler)
+    arn = str(sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+    return SqsEventSource(sqs, queue_url, arn, invoke, batch_size=int(mapping.get("BatchSize", 10)))
+
+
+@dataclass
+class LocalTaxiSaga:
+    """The taxi saga: its API's routes (behind the real authorizer), the API key, the state machine's task routing."""
+
+    cloud: EmbeddedCloud
+    routes: list[Route]
+    authorize: Callable[[dict[str, Any]], Any]
+    api_key: str
+    routing: contextlib.AbstractContextManager[None]
+
+    @classmethod
+    def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalTaxiSaga:
+        from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+        from devtools import taxi_world
+        from runtime.taxi_etl import api_handler, authorizer_handler, row_state_handler, wiring
+        from runtime.taxi_etl import contract as taxi_contract
+        from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, RowStateSettings
+
+        # The world's tables, secret and state machine, made through this server's clients.
+        with mock.patch.object(taxi_world, "client", clients.client):
+            world = taxi_world.TaxiWorld.create(template)
+
+        def settings_env(handler: str) -> dict[str, str]:
+            return environment(world.cloud, handler, overrides)
+
+        api = wiring.build(ApiSettings.from_env(settings_env(taxi_contract.HANDLER_API)), Clients(stepfunctions=world.api_stepfunctions))
+        row_state = wiring.build(RowStateSettings.from_env(settings_env(taxi_contract.HANDLER_ROW_STATE)), Clients(dynamodb=world.dynamodb))
+        authorizer_settings = AuthorizerSettings.from_env(settings_env(taxi_contract.HANDLER_AUTHORIZER))
+        # wiring.build gives the authorizer a SecretsProvider on a default client (Clients has no Secrets
+        # Manager client to inject): the same deps, from the wiring's key check, on this server's client.
+        provider = SecretsProvider(boto3_client=clients.client("secretsmanager"))
+        authorizer = wiring.AuthorizerDeps(provider, wiring.key_check(provider, authorizer_settings))
+        api_function = Integration(
+            "taxi API function",
+            entry_point(api_handler.handle, api, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_API)),
+        )
+        row_state_function = Integration(
+            "taxi row-state function",
+            entry_point(row_state_handler.handle, row_state, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_ROW_STATE)),
+        )
+        authorizer_function = Integration(
+            "taxi authorizer function",
+            entry_point(
+                authorizer_handler.handle, authorizer, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_AUTHORIZER)
+            ),
+        )
+        routes = [
+            Route("POST", taxi_contract.ROUTE_TRIP, api_function),
+            Route("POST", taxi_contract.ROUTE_TRIP_BATCH, api_function),
+            Route("GET", taxi_contract.ROUTE_ROW_STATE, row_state_function),
+        ]
+        api_key = str(world.secrets.get_secret_value(SecretId=world.secret_arn)["SecretString"])
+        return cls(world.cloud, routes, lambda_authorizer(authorizer_function, identity_headers(template)), api_key, world.routing())
+
+
+@dataclass
+class LocalRunnerStats:
+    """Runner stats: the poll that delivers its Kinesis stream to the handler."""
+
+    cloud: EmbeddedCloud
+    poll: Callable[[], int]
+
+    @classmethod
+    def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalRunnerStats:
+        from runtime.runner_stats import contract as runner_contract
+        from runtime.runner_stats import handler, wiring
+        from runtime.runner_stats.settings import RunnerStatsSettings
+
+        sdk = clients.clients("dynamodb", "sqs")
+        kinesis = clients.client("kinesis")
+        cloud = EmbeddedCloud(template).create(dynamodb=sdk.dynamodb, sqs=sdk.sqs, kinesis=kinesis)
+        settings = RunnerStatsSettings.from_env(environment(cloud, runner_contract.HANDLER, overrides))
+        invoke = entry_point(
+            handler.handle, wiring.build(settings, sdk), timeout_seconds=function_timeout(template, runner_contract.HANDLER)
+        )
+        mapping = cloud.event_source_mapping(runner_contract.HANDLER)
+        (stream_id,) = resources_of_type(template, "AWS::Kinesis::Stream")
+        stream_name = cloud.names[stream_id]
+        stream_arn = str(kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"])
+        esm = EventSourceMapping(
+            invoke,
+            batch_size=int(mapping["BatchSize"]),
+            retry_attempts=int(mapping["MaximumRetryAttempts"]),
+            bisect_on_error=bool(mapping["BisectBatchOnFunctionError"]),
+            on_failure=on_failure_destination(cloud, mapping, sdk.sqs, "KinesisBatchInfo", stream_arn),
+        )
+        shards = [str(shard["ShardId"]) for shard in kinesis.list_shards(StreamName=stream_name)["Shards"]]
+        checkpoints: dict[str, str | None] = dict.fromkeys(shards)
+
+        def poll() -> int:
+            before = sum(esm.stats.batch_sizes)
+            for shard_id in shards:
+                checkpoints[shard_id] = esm.drain(KinesisShard(kinesis, stream_name, shard_id), checkpoints[shard_id])
+            return sum(esm.stats.batch_sizes) - before
+
+        return cls(cloud, poll)
+
+
+# --- the event sources' thread ------------------------------------------------------------------------
+
+
+@dataclass
+class Poller:
+    """Runs each poll in turn, again at once while any delivered something, else after `interval` s.
+    A poll that fails is reported once per distinct error (as a Lambda log line would be) and retried."""
+
+    polls: Mapping[str, Callable[[], int]]
+    interval: float = 0.5
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _last_error: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0
+
+    def start(self) -> Poller:
+        self._thread = threading.Thread(target=self._run, name="event-sources", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            delivered = sum(self._poll(name, poll) for name, poll in self.polls.items())
+            self.rounds += 1
+            if not delivered:
+                self._stop.wait(self.interval)
+
+    def _poll(self, name: str, poll: Callable[[], int]) -> int:
+        try:
+            delivered = poll()
+        except Exception as error:
+            text = f"{type(error).__name__}: {error}"
+            if self._last_error.get(name) != text and not self._stop.is_set():
+                print(f"event source {name}: {text} (retried every {self.interval} s)", file=sys.stderr)
+            self._last_error[name] = text
+            return 0
+        self._last_error.pop(name, None)
+        return delivered
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
