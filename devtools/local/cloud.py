@@ -301,8 +301,6 @@ class LocalTaxiSaga:
 
     @classmethod
     def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalTaxiSaga:
-        from aws_lambda_powertools.utilities.parameters import SecretsProvider
-
         from devtools import taxi_world
         from runtime.taxi_etl import api_handler, authorizer_handler, row_state_handler, wiring
         from runtime.taxi_etl import contract as taxi_contract
@@ -318,10 +316,7 @@ class LocalTaxiSaga:
         api = wiring.build(ApiSettings.from_env(settings_env(taxi_contract.HANDLER_API)), Clients(stepfunctions=world.api_stepfunctions))
         row_state = wiring.build(RowStateSettings.from_env(settings_env(taxi_contract.HANDLER_ROW_STATE)), Clients(dynamodb=world.dynamodb))
         authorizer_settings = AuthorizerSettings.from_env(settings_env(taxi_contract.HANDLER_AUTHORIZER))
-        # wiring.build gives the authorizer a SecretsProvider on a default client (Clients has no Secrets
-        # Manager client to inject): the same deps, from the wiring's key check, on this server's client.
-        provider = SecretsProvider(boto3_client=clients.client("secretsmanager"))
-        authorizer = wiring.AuthorizerDeps(provider, wiring.key_check(provider, authorizer_settings))
+        authorizer = wiring.build(authorizer_settings, Clients(secretsmanager=clients.client("secretsmanager")))
         api_function = Integration(
             "taxi API function",
             entry_point(api_handler.handle, api, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_API)),

@@ -76,6 +76,10 @@ class Clients:
     def stepfunctions(self) -> SFNClient:
         return self._client("stepfunctions")  # type: ignore[no-any-return]
 
+    @property
+    def secretsmanager(self) -> Any:
+        return self._client("secretsmanager")
+
 
 def error_code(err: ClientError) -> str:
     return str(err.response.get("Error", {}).get("Code", ""))

@@ -9,9 +9,7 @@ the devtools world, the demo, the benchmarks and the tests build them with their
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import overload
-
-from aws_lambda_powertools.utilities.parameters import SecretsProvider
+from typing import TYPE_CHECKING, overload
 
 from runtime.shared.aws import Clients
 from runtime.taxi_etl.api_key import ApiKeyCheck
@@ -19,6 +17,9 @@ from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
 from runtime.taxi_etl.store import DynamoFinalTable, DynamoRowReader, DynamoStatusTable, FinalTable, RowReader, StatusTable
 from runtime.taxi_etl.workflow import StepFunctionsWorkflow
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
 
 # Rows a phase writes at once (threads, and connections in its client's pool). A row's chain is at
 # most two calls (Store: its status row, then its item), so a 100-row batch waits for about
@@ -121,5 +122,8 @@ def build(
             settings.state_machine_arn, deduplicates=settings.deduplicates_starts, client=clients.stepfunctions
         )
         return ApiDeps(settings, workflow)
-    provider = SecretsProvider()
+    # Only the authorizer reads the secret: the other handlers do not import Powertools' parameters.
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+    provider = SecretsProvider(boto3_client=clients.secretsmanager)
     return AuthorizerDeps(provider, key_check(provider, settings))
