@@ -166,12 +166,16 @@ def runner_stats_section(template: dict[str, Any]) -> bool:
         f"({DEVICES} devices every 30 s, after {HISTORY} records), every AWS call delayed {DELAY_MS:.0f} ms =="
     )
     ours = runner_stats_run(template)
+    one_at_a_time = runner_stats_run(template, io_concurrency=1)
     seed, sampled = seed_run()
-    for line in runner_table(
-        [("onceflow handler (pool of users)", ours, len(batch)), ("seed design (one record at a time)", seed, sampled)]
-    ):
+    rows = [
+        ("onceflow handler (pool of users)", ours, len(batch)),
+        ("onceflow, users one at a time (before)", one_at_a_time, len(batch)),
+        ("seed design (one record at a time)", seed, sampled),
+    ]
+    for line in runner_table(rows):
         print("  " + line)
-    for name, run in (("onceflow", ours), ("seed", seed)):
+    for name, run in (("onceflow", ours), ("one at a time", one_at_a_time), ("seed", seed)):
         by_operation = ", ".join(f"{op} {count}" for op, count in sorted(run.calls_by_operation.items()))
         print(f"  {name} calls: {by_operation}; depth {run.method}")
     ceiling = ours.ceiling_per_second(len(batch), CALL_MS)
