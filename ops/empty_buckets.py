@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ops.cli import AwsSession, UsageError, add_aws_options, usage_errors
-from ops.progress import Progress
+from ops.progress import progress_bar
 
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 
@@ -74,7 +74,7 @@ def versions(s3: Any, bucket: str) -> Iterator[dict[str, str]]:
 def empty_bucket(s3: Any, bucket: str, *, force_progress: bool = False) -> int:
     """Delete everything in the bucket, in batches; returns how many versions were deleted."""
     entries = list(versions(s3, bucket))  # a bucket being torn down is a dev bucket: small
-    progress = Progress(len(entries), f"emptying {bucket}", force=force_progress)
+    progress = progress_bar(len(entries), f"emptying {bucket}", force=force_progress)
     for start in range(0, len(entries), DELETE_BATCH):
         batch = entries[start : start + DELETE_BATCH]
         response = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
@@ -82,7 +82,7 @@ def empty_bucket(s3: Any, bucket: str, *, force_progress: bool = False) -> int:
         if errors:
             first = errors[0]
             raise SystemExit(f"S3 refused {len(errors)} deletions in {bucket} (first: {first.get('Key')}: {first.get('Code')}); run again")
-        progress.advance(len(batch))
+        progress.update(len(batch))
     progress.close()
     return len(entries)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, target_flags, usage_errors
 from ops.event_log_store import PendingRepairStore
-from ops.progress import Progress
+from ops.progress import Bar, progress_bar
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.models import PendingSnapshot
 from runtime.event_log.pending_check import PendingReport, PendingStatus, PendingView, StuckRules, check, format_duration
@@ -33,11 +33,11 @@ PENDING_TABLE = StackKind("EventLog", {event_log_contract.OUTPUT_PENDING_TABLE: 
 COLUMNS = ("LOG ID", "SEQ", "AGE", "LAST MODIFIED (UTC)", "RETRIES", "CLAIM HOLDER", "LEASE", "STATUS")
 
 
-def scan(store: PendingRepairStore, now: float, rules: StuckRules, progress: Progress | None = None) -> PendingReport:
+def scan(store: PendingRepairStore, now: float, rules: StuckRules, progress: Bar | None = None) -> PendingReport:
     def counted() -> Iterator[PendingSnapshot]:
         for row in store.scan():
             if progress:
-                progress.advance()
+                progress.update()
             yield row
 
     return check(counted(), now, rules)
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb:
     with usage_errors(parser):
         table_name = resolve_target(args, PENDING_TABLE, cloudformation, aws)["pending_table"]
         store = PendingRepairStore(table_name, client=dynamodb or aws.client("dynamodb"))
-        progress = Progress(store.approximate_count(), f"scanning {table_name}", stream=sys.stderr, force=args.progress)
+        progress = progress_bar(store.approximate_count(), f"scanning {table_name}", stream=sys.stderr, force=args.progress)
         report = scan(store, clock(), rules, progress)
         progress.close()
 

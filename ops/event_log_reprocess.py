@@ -27,7 +27,7 @@ from typing import Any
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
 from ops.event_log_store import LogRepairStore
-from ops.progress import Progress
+from ops.progress import Bar, progress_bar
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.errors import ObjectMissing
 from runtime.event_log.models import EntryKind, SideEffect, SideEffectMessage
@@ -88,12 +88,12 @@ class Reprocessor:
         self.queue = SqsQueue(client=sqs or aws.client("sqs"))
         self.lease_seconds = lease_seconds
 
-    def scan(self, log_id: str, from_position: int, progress: Progress | None = None) -> Report:
+    def scan(self, log_id: str, from_position: int, progress: Bar | None = None) -> Report:
         report = Report()
         for item in self._entries(log_id, from_position):
             report.scanned += 1
             if progress:
-                progress.advance()
+                progress.update()
             kind = item["kind"]
             seq = Decimal(item[event_log_contract.KEY_SEQ])
             if kind == EntryKind.SNAPSHOT.value and not item.get("root"):
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.from_date:
             since = datetime.fromisoformat(args.from_date).replace(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%S")
             from_position = first_position_at(tool.log, args.log_id, since)
-        progress = Progress(max(head.next_position - from_position, 0) + head.snapshots, f"scanning {args.log_id}", force=args.progress)
+        progress = progress_bar(max(head.next_position - from_position, 0) + head.snapshots, f"scanning {args.log_id}", force=args.progress)
         report = tool.scan(args.log_id, from_position, progress)
         progress.close()
 

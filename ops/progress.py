@@ -1,37 +1,20 @@
-"""A progress bar on stderr for long scans (no dependency; quiet when stderr is not a terminal)."""
+"""The operator tools' progress bars: tqdm on stderr, drawn when stderr is a terminal or when the
+tool's --progress forces it (a pipe, a CI log). A total of 0 means unknown: the bar then counts."""
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, TypeAlias
+
+from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from typing import Never
+
+Bar: TypeAlias = "tqdm[Never]"  # a bar driven by update(n) and close(), not by iterating; tqdm is generic in its stubs only
 
 
-class Progress:
-    def __init__(self, total: int, label: str, *, stream: TextIO | None = None, force: bool = False, width: int = 30) -> None:
-        self.total = max(total, 1)
-        self.label = label
-        self.done = 0
-        self._stream = stream or sys.stderr  # looked up now, so a redirected stderr is honoured
-        self._show = force or self._stream.isatty()
-        self._width = width
-        self._last = 0.0
-
-    def advance(self, count: int = 1) -> None:
-        self.done += count
-        now = time.monotonic()
-        if self._show and (now - self._last > 0.2 or self.done >= self.total):
-            self._last = now
-            self._draw()
-
-    def _draw(self) -> None:
-        filled = min(self._width, self._width * self.done // self.total)
-        bar = "#" * filled + "." * (self._width - filled)
-        self._stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}")
-        self._stream.flush()
-
-    def close(self) -> None:
-        if self._show:
-            self._draw()
-            self._stream.write("\n")
-            self._stream.flush()
+def progress_bar(total: int, label: str, *, force: bool = False, stream: TextIO | None = None) -> Bar:
+    """A bar of `total` steps labelled `label`; disabled (every call a no-op) unless stderr is a terminal or `force`."""
+    out = stream or sys.stderr  # looked up now, so a redirected stderr is honoured
+    return tqdm(total=total or None, desc=label, file=out, disable=not (force or out.isatty()), dynamic_ncols=True)

@@ -64,7 +64,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
-from ops.progress import Progress
+from ops.progress import Bar, progress_bar
 from ops.runner_stats_store import RunStatsRepairStore
 from runtime.runner_stats.contract import KEY_RUN_ID, KEY_USER_ID, OUTPUT_MESSAGES_TABLE, OUTPUT_RUN_STATS_TABLE, OUTPUT_TENDENCY_TABLE
 from runtime.runner_stats.logic import contains, fold, merge_tendency, tendency_label
@@ -324,14 +324,14 @@ class Reprocessor:
         bar = self._progress(self.resources.messages_table, "scanning archive chunks", progress)
         for chunk in self.store.scan_chunks():
             plan.chunks_scanned += 1
-            bar.advance()
+            bar.update()
             if _any_in(chunk.messages, plan.window):
                 found.add(chunk.key)
         bar.close()
         bar = self._progress(self.resources.run_stats_table, "scanning run items", progress)
         for key, tail in self.store.scan_archive_tails():
             plan.items_scanned += 1
-            bar.advance()
+            bar.update()
             if _any_in(tail, plan.window):
                 found.add(key)
         bar.close()
@@ -341,10 +341,10 @@ class Reprocessor:
         """Everything a dry run prints; reads only."""
         plan = Plan(window)
         plan.selected = self.find_runs(plan, progress=progress)
-        bar = Progress(len(plan.selected), "rebuilding runs", stream=sys.stderr, force=progress)
+        bar = progress_bar(len(plan.selected), "rebuilding runs", stream=sys.stderr, force=progress)
         rebuilt: dict[RunKey, RunContext] = {}
         for key in plan.selected:
-            bar.advance()
+            bar.update()
             outcome = self._rebuild(key)
             if isinstance(outcome, str):
                 plan.skipped[key] = outcome
@@ -406,9 +406,9 @@ class Reprocessor:
                 )
         return report
 
-    def _progress(self, table: str, label: str, force: bool) -> Progress:
+    def _progress(self, table: str, label: str, force: bool) -> Bar:
         total = self.store.approximate_item_count(table) if force or sys.stderr.isatty() else 0
-        return Progress(total, label, stream=sys.stderr, force=force)
+        return progress_bar(total, label, stream=sys.stderr, force=force)
 
 
 def _any_in(messages: Iterable[ArchivedMessage], window: Window) -> bool:

@@ -78,7 +78,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_target, usage_errors
-from ops.progress import Progress
+from ops.progress import Bar, progress_bar
 from ops.taxi_store import StatusRepairTable
 from runtime.shared.aws import error_code
 from runtime.taxi_etl import contract as taxi_etl_contract
@@ -213,7 +213,7 @@ class Redriver:
 
     # --- finding ------------------------------------------------------------------------------
 
-    def find(self, filters: Filters, *, limit: int | None = None, progress: Progress | None = None) -> Report:
+    def find(self, filters: Filters, *, limit: int | None = None, progress: Bar | None = None) -> Report:
         report = Report()
         if filters.ids:
             ids = set(filters.ids)
@@ -223,7 +223,7 @@ class Redriver:
             def scanned(count: int) -> None:
                 report.scanned += count
                 if progress:
-                    progress.advance(count)
+                    progress.update(count)
 
             for phase, table in self.status.items():
                 ids.update(row.store_request_id for row in table.scan_flagged(with_pending=phase == Phase.VALIDATION, on_page=scanned))
@@ -253,7 +253,7 @@ class Redriver:
 
     # --- redriving ----------------------------------------------------------------------------
 
-    def redrive(self, report: Report, progress: Progress | None = None) -> None:
+    def redrive(self, report: Report, progress: Bar | None = None) -> None:
         """Pending rows first (started again, under their generation's name), then the selected flagged rows."""
         at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for target in report.to_resume:
@@ -261,11 +261,11 @@ class Redriver:
             assert anchor is not None  # a pending target is pending through its anchor
             self._start(report, report.resumed, target.store_request_id, anchor.raw_tuple, anchor.generation)
             if progress:
-                progress.advance()
+                progress.update()
         for target in report.to_redrive:
             self._claim_and_start(report, target, at)
             if progress:
-                progress.advance()
+                progress.update()
 
     def _claim_and_start(self, report: Report, target: Target, at: str) -> None:
         anchor = target.anchor
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb:
     with usage_errors(parser):
         resources = Resources(**resolve_target(args, TAXI_ETL, cloudformation, aws))
         tool = Redriver(resources, dynamodb=dynamodb or aws.client("dynamodb"), stepfunctions=stepfunctions or aws.client("stepfunctions"))
-    scanning = Progress(0 if filters.ids else tool.total_rows(), "scanning status tables", force=args.progress)
+    scanning = progress_bar(0 if filters.ids else tool.total_rows(), "scanning status tables", force=args.progress)
     report = tool.find(filters, limit=args.limit, progress=scanning)
     scanning.close()
 
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None, *, cloudformation: Any = None, dynamodb:
     if args.dry_run:
         print(f"dry run: would redrive {len(report.to_redrive)} rows and complete {len(report.to_resume)} pending redrives")
     else:
-        redriving = Progress(len(report.to_redrive) + len(report.to_resume), "redriving", force=args.progress)
+        redriving = progress_bar(len(report.to_redrive) + len(report.to_resume), "redriving", force=args.progress)
         tool.redrive(report, redriving)
         redriving.close()
         print_rows("completed ", report.resumed)
