@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     return max(results.values())
 
 
-def run_demo(template: dict[str, Any], workload: Any) -> int:
+def run_demo(template: dict[str, Any], workload: Any, *, crash_after_write: int = 40, throttled_write: int = 75) -> int:
     import boto3
 
     cloud = EmbeddedCloud(template).create(dynamodb=boto3.client("dynamodb"), sqs=boto3.client("sqs"), kinesis=boto3.client("kinesis"))
@@ -121,8 +121,8 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
 
     # Faults: the process dies right after the 40th write landed, and the 75th write is throttled.
     dynamodb = boto3.client("dynamodb")
-    crash = WriteBoundaryCrasher(at=40, when="after").attach(dynamodb)
-    throttle = ThrottledWrites(frozenset({75})).attach(dynamodb)
+    crash = WriteBoundaryCrasher(at=crash_after_write, when="after").attach(dynamodb)
+    throttle = ThrottledWrites(frozenset({throttled_write})).attach(dynamodb)
     # The deployed entry point's work (handle) with the same observability wrapper, on that client.
     settings = RunnerStatsSettings.from_env(cloud.function_environment(runner_stats_contract.HANDLER))
     deps = wiring.build(settings, Clients(dynamodb=dynamodb))
@@ -158,7 +158,7 @@ def run_demo(template: dict[str, Any], workload: Any) -> int:
     esm.drain(KinesisShard(kinesis, stream))
 
     view = capture(dynamodb, settings.tables)
-    return report(workload, view, counts, esm, crash.crashed, throttle.writes >= 75)
+    return report(workload, view, counts, esm, (crash_after_write, crash.crashed), (throttled_write, throttle.writes >= throttled_write))
 
 
 def read_emf_counts(output: str) -> Counter[str]:
@@ -174,7 +174,10 @@ def read_emf_counts(output: str) -> Counter[str]:
     return counts
 
 
-def report(workload: Any, view: Any, counts: Counter[str], esm: EventSourceMapping, crashed: bool, throttled: bool) -> int:
+def report(
+    workload: Any, view: Any, counts: Counter[str], esm: EventSourceMapping, crash: tuple[int, bool], throttle: tuple[int, bool]
+) -> int:
+    (crash_at, crashed), (throttle_at, throttled) = crash, throttle
     expected = reference.clean_pass(workload.unique)
     tendencies = reference.clean_tendencies(expected)
     mismatches: list[str] = []
@@ -202,6 +205,9 @@ def report(workload: Any, view: Any, counts: Counter[str], esm: EventSourceMappi
         mismatches.append(f"accepted metric {counts['accepted']} exceeds the {len(workload.unique)} unique messages")
     if esm.stats.sent_to_on_failure:
         mismatches.append(f"{esm.stats.sent_to_on_failure} records went to the on-failure queue")
+    # The demo claims a crash and a throttle: a run in which either did not happen proves less.
+    if not (crashed and throttled):
+        mismatches.append(f"the injected faults did not all happen (crash: {crashed}, throttle: {throttled})")
 
     kinds = Counter(d.kind for d in workload.deliveries)
     lines = [
@@ -215,7 +221,8 @@ def report(workload: Any, view: Any, counts: Counter[str], esm: EventSourceMappi
         f"  commit retries        {counts['retried']:>7}",
         f"  invocations           {esm.stats.invocations:>7}  "
         f"(function errors {esm.stats.function_errors}, partial failures {esm.stats.partial_failures})",
-        f"  injected faults       crash after write 40: {'yes' if crashed else 'no'}, throttled write 75: {'yes' if throttled else 'no'}",
+        f"  injected faults       crash after write {crash_at}: {'yes' if crashed else 'no'}, "
+        f"throttled write {throttle_at}: {'yes' if throttled else 'no'}",
         f"  runs checked          {len(expected):>7}  against an independent in-memory recomputation",
         f"  total meters          {sum(r.total_meters for r in view.runs.values()):>7}  "
         f"(expected {sum(t.total_meters for t in expected.values())})",

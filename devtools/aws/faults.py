@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ class WriteBoundaryCrasher:
     after write number `at` (1-based).
 
     `at=None` only counts. Boundaries of a run with W writes: ("before", 1..W), ("after", 1..W).
+    Safe on a handler's pool of threads: each write takes its number when it starts, and its
+    "after" boundary is that write's, whatever other threads started meanwhile.
     """
 
     at: int | None = None
@@ -47,6 +50,7 @@ class WriteBoundaryCrasher:
     writes: int = 0
     crashed: bool = False
     operations: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def attach(self, *clients: Any) -> WriteBoundaryCrasher:
         for client in clients:
@@ -61,19 +65,29 @@ class WriteBoundaryCrasher:
             client.meta.events.unregister(f"before-call.{service}.*", self._before)
             client.meta.events.unregister(f"after-call.{service}.*", self._after)
 
-    def _before(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+    def _before(self, model: Any, params: dict[str, Any], context: dict[str, Any] | None = None, **_: Any) -> None:
         if model.name not in WRITE_OPERATIONS:
             return
-        self.writes += 1
-        self.operations.append(f"{model.name}:{_target(model.name, params)}")
-        if self.at == self.writes and self.when == "before" and not self.crashed:
-            self.crashed = True
-            raise SimulatedCrash(f"crash before write {self.writes} ({model.name})")
+        with self._lock:
+            self.writes += 1
+            number = self.writes
+            self.operations.append(f"{model.name}:{_target(model.name, params)}")
+            crash = self.at == number and self.when == "before" and not self.crashed
+            self.crashed = self.crashed or crash
+        if context is not None:
+            context["onceflow_write_number"] = number
+        if crash:
+            raise SimulatedCrash(f"crash before write {number} ({model.name})")
 
-    def _after(self, model: Any, **_: Any) -> None:
-        if model.name in WRITE_OPERATIONS and self.at == self.writes and self.when == "after" and not self.crashed:
-            self.crashed = True
-            raise SimulatedCrash(f"crash after write {self.writes} ({model.name})")
+    def _after(self, model: Any, context: dict[str, Any] | None = None, **_: Any) -> None:
+        if model.name not in WRITE_OPERATIONS:
+            return
+        number = (context or {}).get("onceflow_write_number", self.writes)
+        with self._lock:
+            crash = self.at == number and self.when == "after" and not self.crashed
+            self.crashed = self.crashed or crash
+        if crash:
+            raise SimulatedCrash(f"crash after write {number} ({model.name})")
 
 
 @dataclass
@@ -170,21 +184,27 @@ class ThrottledWrites:
     failing: frozenset[int]
     when: str = "before"
     writes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def attach(self, client: Any) -> ThrottledWrites:
         client.meta.events.register("before-call.dynamodb.*", self._before)
         client.meta.events.register("after-call.dynamodb.*", self._after)
         return self
 
-    def _before(self, model: Any, **_: Any) -> None:
+    def _before(self, model: Any, context: dict[str, Any] | None = None, **_: Any) -> None:
         if model.name not in WRITE_OPERATIONS:
             return
-        self.writes += 1
-        if self.when == "before" and self.writes in self.failing:
+        with self._lock:  # numbered as they start, also on a pool of threads
+            self.writes += 1
+            number = self.writes
+        if context is not None:
+            context["onceflow_write_number"] = number
+        if self.when == "before" and number in self.failing:
             _throttle(model.name)
 
-    def _after(self, model: Any, **_: Any) -> None:
-        if model.name in WRITE_OPERATIONS and self.when == "after" and self.writes in self.failing:
+    def _after(self, model: Any, context: dict[str, Any] | None = None, **_: Any) -> None:
+        number = (context or {}).get("onceflow_write_number", self.writes)
+        if model.name in WRITE_OPERATIONS and self.when == "after" and number in self.failing:
             _throttle(model.name)
 
 

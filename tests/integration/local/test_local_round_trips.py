@@ -160,7 +160,16 @@ def test_a_posted_trip_is_stored_and_reported_stored(local_stack: LocalStack) ->
     trips_table = local_stack.outputs["Onceflow-local-TaxiEtl"][taxi_etl_contract.OUTPUT_TRIPS_TABLE]
     item = local_stack.client("dynamodb").get_item(TableName=trips_table, Key={taxi_etl_contract.KEY_STORE_REQUEST_ID: {"S": row_id}})
     assert "Item" in item
-    # and the same request again is a duplicate, not a second trip
+    # and once the execution has ended (the Store task writes the row before the service marks the
+    # execution succeeded; a resend in between answers with the running execution, 202),
+    sfn = local_stack.client("stepfunctions")
+    machine = local_stack.outputs["Onceflow-local-TaxiEtl"][taxi_etl_contract.OUTPUT_STATE_MACHINE_ARN]
+    execution_arn = f"{machine.replace(':stateMachine:', ':execution:', 1)}:{answer['execution']}"
+    eventually(
+        lambda: True if sfn.describe_execution(executionArn=execution_arn)["status"] == "SUCCEEDED" else None,
+        what=f"execution {answer['execution']} to succeed",
+    )
+    # the same request again is a duplicate, not a second trip
     again = call("POST", f"{local_stack.taxi_url}{taxi_etl_contract.ROUTE_TRIP}", TRIP.encode(), headers)
     assert (again[0], again[1]["duplicate"]) == (200, True)
 

@@ -168,7 +168,9 @@ def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_
     # and every row is stored once: 250 trips, none twice
     assert report.states is not None and report.states.stored == 250 and report.states.flagged_total == 0
     assert_stored_once(local_stack, report, 250)
-    # When the checkpoint is lost and the file is loaded again in the same batches
+    # When every batch's execution has ended (a row is stored before its execution is marked ended),
+    wait_until_ended(local_stack, [f"kb-{batch.key}" for batch in report.sent])
+    # and the checkpoint is lost and the file is loaded again in the same batches
     (tmp_path / "crash.csv.onceflow-progress").unlink()
     report, out = load(path, api_of(local_stack), read_back=False)
     # Then every batch is answered as a duplicate, and still no row is stored twice

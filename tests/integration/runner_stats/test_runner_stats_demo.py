@@ -19,8 +19,10 @@ def test_the_demo_replay_ends_equal_to_a_clean_pass(runner_stats_template: dict[
         seed=2026, users=6, runs_per_user=2, messages_per_run=40, malformed=12, base_epoch_ms=int(time.time() * 1000) - REPLAY_LEAD_MS
     )
     # When the demo streams it through the embedded Kinesis into the handler, with its faults
-    status = run_demo(runner_stats_template, workload)
-    # Then it reports OK: every run equals the clean pass and only the malformed records are rejects
+    status = run_demo(runner_stats_template, workload, crash_after_write=10, throttled_write=20)
+    # Then it reports OK: both faults happened (the handler writes on a pool of threads), every run
+    # equals the clean pass and only the malformed records are rejects
     output = capsys.readouterr().out
     assert status == 0, output
+    assert "crash after write 10: yes, throttled write 20: yes" in output
     assert output.rstrip().endswith("OK")
