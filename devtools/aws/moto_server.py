@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-HOST = "127.0.0.1"
+from devtools.aws.http_server import HOST, BackgroundHttpServer
+
 DEFAULT_REGION = "us-east-1"
 # Services whose endpoint is not `<signing name>.<region>.amazonaws.com`.
 GLOBAL_SERVICES = frozenset({"iam", "cloudfront", "route53", "budgets"})
@@ -145,34 +145,19 @@ class _MotoHttpServer(ThreadingHTTPServer):
     stubber: Any
 
 
-class MotoServer:
+class MotoServer(BackgroundHttpServer):
     """moto's in-process backends on http://127.0.0.1:<port> (port 0: one the OS picks)."""
 
     def __init__(self, port: int = 0, host: str = HOST) -> None:
         from moto.core.botocore_stubber import BotocoreStubber
 
-        self._server = _MotoHttpServer((host, port), _MotoRequestHandler)
-        self._server.stubber = BotocoreStubber()
-        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
+        server = _MotoHttpServer((host, port), _MotoRequestHandler)
+        server.stubber = BotocoreStubber()
+        super().__init__(server, "moto-server")
 
     @property
     def endpoint(self) -> str:
-        host = self._server.server_address[0]
-        return f"http://{host.decode() if isinstance(host, bytes) else host}:{self.port}"
-
-    def start(self) -> MotoServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        return self.url
 
 
 @contextlib.contextmanager

@@ -34,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from devtools.aws.http_server import HOST, BackgroundHttpServer, authority
+
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 ACCOUNT = "123456789012"
 STAGE = "$default"
@@ -315,7 +317,7 @@ class _ApiRequestHandler(BaseHTTPRequestHandler):
             headers=list(self.headers.items()),
             body=self._read_body(),
             source_ip=self.client_address[0],
-            host=self.headers.get("Host") or self.server.authority(),
+            host=self.headers.get("Host") or authority(self.server),
         )
         response = self.server.api.handle(request)
         self.send_response(response.status)
@@ -334,30 +336,12 @@ class _ApiHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     api: HttpApi
 
-    def authority(self) -> str:
-        host, port = self.server_address[:2]
-        return f"{host.decode() if isinstance(host, bytes) else host}:{port}"
 
-
-class ApiServer:
+class ApiServer(BackgroundHttpServer):
     """One HttpApi on http://127.0.0.1:<port> (port 0: one the OS picks)."""
 
-    def __init__(self, api: HttpApi, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(self, api: HttpApi, port: int = 0, host: str = HOST) -> None:
         self.api = api
-        self._server = _ApiHttpServer((host, port), _ApiRequestHandler)
-        self._server.api = api
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"http-api-{api.api_id}", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._server.authority()}"
-
-    def start(self) -> ApiServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        server = _ApiHttpServer((host, port), _ApiRequestHandler)
+        server.api = api
+        super().__init__(server, f"http-api-{api.api_id}")
