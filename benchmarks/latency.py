@@ -69,14 +69,11 @@ class MotoSession:
         self.state: Any = None
 
     def prepare(self) -> None:
-        from moto import mock_aws
-
-        from devtools.aws.moto_patches import atomic_moto_dynamodb
+        from devtools.aws.moto_patches import embedded_aws
 
         self.close()
         self._stack = ExitStack()
-        self._stack.enter_context(mock_aws())
-        self._stack.enter_context(atomic_moto_dynamodb())
+        self._stack.enter_context(embedded_aws())
         self.state = self._setup()
 
     def close(self) -> None:

@@ -65,13 +65,11 @@ def windowed_batches(
 
 
 def run_handler(workload: Workload, batches: list[list[ShardRecord]], template: dict[str, Any]) -> Row:
-    from moto import mock_aws
-
     from devtools.aws.clients import new_client
-    from devtools.aws.moto_patches import atomic_moto_dynamodb
+    from devtools.aws.moto_patches import embedded_aws
     from devtools.runner_world import RunnerStatsWorld
 
-    with mock_aws(), atomic_moto_dynamodb():
+    with embedded_aws():
         world = RunnerStatsWorld.create(template)
         client = new_client()
         meter = CapacityMeter()
@@ -104,7 +102,6 @@ def compare_clean(workload: Workload, view: Any) -> list[str]:
 
 def run_seed(workload: Workload, batches: list[list[ShardRecord]], *, idempotent: bool) -> Row:
     import boto3
-    from moto import mock_aws
 
     from benchmarks.seed_baseline import (
         compare_with_reference,
@@ -113,8 +110,9 @@ def run_seed(workload: Workload, batches: list[list[ShardRecord]], *, idempotent
         idempotent_seed_handler_factory,
         seed_handler,
     )
+    from devtools.aws.moto_patches import embedded_aws
 
-    with mock_aws():
+    with embedded_aws():
         client = boto3.client("dynamodb")
         tables = create_seed_tables(client)
         handle: Callable[[dict[str, Any]], None]

@@ -282,10 +282,7 @@ def measure_case(world: TaxiWorld, case: Case, *, delay_ms: float = DELAY_MS, re
 
 def measure_phases(template: dict[str, Any], *, delay_ms: float = DELAY_MS, repeats: int = REPEATS) -> list[Measurement]:
     """Every case for a 100-row batch and for a single row, on a fresh embedded saga."""
-    from devtools.aws.moto_patches import atomic_moto_dynamodb
-
-    # The phases write on a pool: moto must take each call atomically, as DynamoDB does.
-    with embedded_saga_cloud() as waits, atomic_moto_dynamodb():
+    with embedded_saga_cloud() as waits:
         world = TaxiWorld.create(template)
         world.retry_waits = waits
         cases = capture_cases(world, BATCH_ROWS, offset=0) + capture_cases(world, 1, offset=4 * BATCH_ROWS)

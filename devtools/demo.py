@@ -68,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     # A crashed invocation flushes no metrics; Powertools warns about that, and it is expected here.
     warnings.filterwarnings("ignore", message="No application metrics to publish")
 
-    from moto import mock_aws
-
-    from devtools.aws.moto_patches import atomic_moto_dynamodb
+    from devtools.aws.moto_patches import embedded_aws
 
     templates = load_assembly(args.assembly)
     template = next(t for name, t in templates.items() if name.endswith("RunnerStats"))
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         malformed=12,
         base_epoch_ms=int(time.time() * 1000) - REPLAY_LEAD_MS,
     )
-    with mock_aws(), atomic_moto_dynamodb():
+    with embedded_aws():
         runner_stats = run_demo(template, workload)
     from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
 

@@ -17,7 +17,7 @@ from typing import Any
 from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard
 from devtools.aws.lambda_context import ClockedLambdaContext, FakeLambdaContext, as_lambda_context
-from devtools.aws.moto_patches import VirtualClock, fast_transactions
+from devtools.aws.moto_patches import VirtualClock, embedded_aws, fast_transactions
 from devtools.aws.sqs_esm import SqsEventSource, next_visible_at, queue_depth
 from devtools.aws.table_stream import TableStream, dynamodb_stream_event, filter_patterns
 from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
@@ -51,9 +51,7 @@ def client(service: str) -> Any:
 @contextmanager
 def embedded_event_log_cloud(clock: VirtualClock) -> Iterator[None]:
     """moto with DynamoDB's transaction semantics (fast) and SQS on the virtual clock."""
-    from moto import mock_aws
-
-    with mock_aws(), fast_transactions(), clock.driving_sqs():
+    with embedded_aws(), fast_transactions(), clock.driving_sqs():
         yield
 
 

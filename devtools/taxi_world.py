@@ -68,19 +68,17 @@ class Invocations:
 def embedded_saga_cloud() -> Iterator[list[float]]:
     """moto executing state machines in-process and synchronously, its DynamoDB requests atomic across
     the phases' threads; yields the retry waits it skipped."""
-    from moto import mock_aws
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-    from devtools.aws.moto_patches import atomic_moto_dynamodb
+    from devtools.aws.moto_patches import embedded_aws
 
     waits: list[float] = []
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)  # it logs every caught failure
     with (
-        mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
+        embedded_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=waits.append)),
         mock.patch.object(ExecutionWorker, "start", lambda worker: worker._execution_logic()),
-        atomic_moto_dynamodb(),
     ):
         yield waits
 

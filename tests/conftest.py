@@ -62,12 +62,10 @@ def runner_stats_template(dev_templates: dict[str, Template]) -> Template:
 
 @pytest.fixture
 def moto_aws() -> Iterator[None]:
-    from moto import mock_aws
-
-    from devtools.aws.moto_patches import atomic_moto_dynamodb
+    from devtools.aws.moto_patches import embedded_aws
 
     # Handlers run their DynamoDB calls on a pool: moto must take them as DynamoDB does.
-    with mock_aws(), atomic_moto_dynamodb():
+    with embedded_aws():
         yield
 
 

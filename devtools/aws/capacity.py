@@ -4,7 +4,9 @@
 ``after-call.dynamodb.*`` events of the clients it is attached to and adds up what on-demand
 DynamoDB would bill for each call. It only reads: requests and responses are left untouched.
 Item sizes before and after a write are read straight from moto's in-memory backend, so the meter's
-own look-ups are never billed.
+own look-ups are never billed. Those reads hold the lock moto's requests hold under
+atomic_moto_dynamodb (a read of a missing key adds an entry to moto's table, which a transaction
+on another thread may be copying), so a handler's pool of threads can be metered.
 
 Billing rules (on-demand, 1 WRU = 1 KB written, 1 RRU = 4 KB read strongly consistent):
 
@@ -47,6 +49,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import partial
 from typing import Any
+
+from devtools.aws.moto_patches import MOTO_DYNAMODB_LOCK
 
 __all__ = ["CapacityMeter", "attribute_size", "item_size"]
 
@@ -189,12 +193,13 @@ class CapacityMeter:
     # -- event handlers -------------------------------------------------------------------
 
     def _before(self, region: str, model: Any, params: Mapping[str, Any], context: Any, **_: Any) -> None:
-        operation: str = model.name
-        self.calls[operation] += 1
-        body = _decode_body(params.get("body"))
-        keys = list(_written_keys(operation, body, self._key_of(region)))
-        before = {_key_id(t, k): self._stored_size(region, t, k) for t, k in keys}
-        self._pending[id(context)] = _Pending(operation, body, before)
+        with MOTO_DYNAMODB_LOCK:  # the meter reads moto's tables directly; the handlers call from a pool
+            operation: str = model.name
+            self.calls[operation] += 1
+            body = _decode_body(params.get("body"))
+            keys = list(_written_keys(operation, body, self._key_of(region)))
+            before = {_key_id(t, k): self._stored_size(region, t, k) for t, k in keys}
+            self._pending[id(context)] = _Pending(operation, body, before)
         # Returning None lets the call proceed unchanged (a value would short-circuit it).
         return None
 
@@ -208,27 +213,28 @@ class CapacityMeter:
         context: Any,
         **_: Any,
     ) -> None:
-        pending = self._pending.pop(id(context), None)
-        if pending is None:
-            return
-        ok = int(getattr(http_response, "status_code", 500)) < 300
-        if not ok and parsed.get("Error", {}).get("Code") not in _BILLED_ERRORS:
-            return
-        op, body = pending.operation, pending.body
-        if op in _WRITES or op in ("BatchWriteItem", "TransactWriteItems"):
-            self.wru += self._write_cost(region, pending, parsed)
-        elif op == "GetItem":
-            size = self._stored_size(region, body["TableName"], body["Key"])
-            self.rru += _read_units(size, bool(body.get("ConsistentRead")))
-        elif op == "BatchGetItem":
-            self.rru += self._batch_get_cost(region, body, parsed)
-        elif op == "TransactGetItems":
-            for entry in body.get("TransactItems", []):
-                get = entry["Get"]
-                self.rru += 2 * _read_units(self._stored_size(region, get["TableName"], get["Key"]), True)
-        elif op in ("Query", "Scan") and ok:
-            size = self._evaluated_size(region, client, op, body, parsed)
-            self.rru += _read_units(size, bool(body.get("ConsistentRead")))
+        with MOTO_DYNAMODB_LOCK:  # as in _before; also keeps the totals whole across threads
+            pending = self._pending.pop(id(context), None)
+            if pending is None:
+                return
+            ok = int(getattr(http_response, "status_code", 500)) < 300
+            if not ok and parsed.get("Error", {}).get("Code") not in _BILLED_ERRORS:
+                return
+            op, body = pending.operation, pending.body
+            if op in _WRITES or op in ("BatchWriteItem", "TransactWriteItems"):
+                self.wru += self._write_cost(region, pending, parsed)
+            elif op == "GetItem":
+                size = self._stored_size(region, body["TableName"], body["Key"])
+                self.rru += _read_units(size, bool(body.get("ConsistentRead")))
+            elif op == "BatchGetItem":
+                self.rru += self._batch_get_cost(region, body, parsed)
+            elif op == "TransactGetItems":
+                for entry in body.get("TransactItems", []):
+                    get = entry["Get"]
+                    self.rru += 2 * _read_units(self._stored_size(region, get["TableName"], get["Key"]), True)
+            elif op in ("Query", "Scan") and ok:
+                size = self._evaluated_size(region, client, op, body, parsed)
+                self.rru += _read_units(size, bool(body.get("ConsistentRead")))
 
     def _forget(self, context: Any, **_: Any) -> None:
         # The request never got an answer (e.g. connection error): nothing to bill.

@@ -9,6 +9,9 @@
   the snapshot worker is given the same clock.
 - Threads: `atomic_moto_dynamodb` makes each DynamoDB request atomic across threads, as on
   DynamoDB (moto's are not), for handlers that run their calls on a pool.
+
+`embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests. A bare
+mock_aws runs a pooled handler on moto's unsafe tables (a test checks none is left).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from moto.core.config import DefaultConfig
 
 
 @contextmanager
@@ -124,7 +130,9 @@ class VirtualClock:
         return self() * 1000
 
 
-_MOTO_DYNAMODB_LOCK = threading.RLock()
+# Held around every DynamoDB request while atomic_moto_dynamodb is on; code that reads moto's
+# DynamoDB backend directly (the capacity meter, the stream reader) holds it too.
+MOTO_DYNAMODB_LOCK = threading.RLock()
 
 
 @contextmanager
@@ -144,7 +152,7 @@ def atomic_moto_dynamodb() -> Iterator[None]:
     original = DynamoHandler.call_action
 
     def call_action(self: Any) -> Any:
-        with _MOTO_DYNAMODB_LOCK:
+        with MOTO_DYNAMODB_LOCK:
             return original(self)
 
     DynamoHandler.call_action = call_action  # type: ignore[method-assign]
@@ -152,3 +160,12 @@ def atomic_moto_dynamodb() -> Iterator[None]:
         yield
     finally:
         DynamoHandler.call_action = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
+    """moto's mock_aws (with moto's `config`) and DynamoDB requests atomic across threads: the embedded cloud."""
+    from moto import mock_aws
+
+    with mock_aws(config=config), atomic_moto_dynamodb():
+        yield

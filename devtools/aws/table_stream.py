@@ -64,10 +64,13 @@ class TableStream:
         from moto.core.models import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
 
-        shard = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(self.table_name).stream_shard
-        if shard is None:
-            raise RuntimeError(f"table {self.table_name} has no stream; the template enables one on every table read this way")
-        fresh = shard.items[self._next :]
+        from devtools.aws.moto_patches import MOTO_DYNAMODB_LOCK
+
+        with MOTO_DYNAMODB_LOCK:  # the handlers write on other threads
+            shard = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(self.table_name).stream_shard
+            if shard is None:
+                raise RuntimeError(f"table {self.table_name} has no stream; the template enables one on every table read this way")
+            fresh = shard.items[self._next :]
         self._next += len(fresh)
         found: list[StreamRecord] = []
         for item in fresh:

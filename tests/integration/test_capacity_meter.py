@@ -7,9 +7,9 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped, unused-ignore]
 import pytest
-from moto import mock_aws
 
 from devtools.aws.capacity import CapacityMeter, attribute_size, item_size
+from devtools.aws.moto_patches import embedded_aws
 
 TABLE = "meter-test"
 
@@ -24,7 +24,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def client(aws_env: None) -> Iterator[Any]:
-    with mock_aws():
+    with embedded_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         ddb.create_table(
             TableName=TABLE,
@@ -155,3 +155,39 @@ def test_meter_bills_cancelled_transactions_updates_deletes_and_queries(client: 
     assert page["Count"] == 0 and page["ScannedCount"] == 5
     assert meter.rru == 1
     assert meter.wru == 0
+
+
+def test_a_pool_of_writers_is_metered_whole_and_never_breaks_a_transaction(client: Any) -> None:
+    import threading
+
+    # Given a table with a sort key (a look-up of a missing partition adds an entry to moto's table)
+    client.create_table(
+        TableName="runs",
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "user", "KeyType": "HASH"}, {"AttributeName": "run", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "user", "AttributeType": "S"}, {"AttributeName": "run", "AttributeType": "N"}],
+    )
+    meter = CapacityMeter()
+    meter.attach(client)
+    errors: list[BaseException] = []
+
+    # When eight threads each write 30 new items in transactions (moto copies the table for each),
+    # the meter sizing every item before and after
+    def write(worker: int) -> None:
+        try:
+            for n in range(30):
+                item = {"user": {"S": f"{worker}-{n}"}, "run": {"N": "1"}}
+                put = {"TableName": "runs", "Item": item, "ConditionExpression": "attribute_not_exists(#u)"}
+                client.transact_write_items(TransactItems=[{"Put": {**put, "ExpressionAttributeNames": {"#u": "user"}}}])
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=write, args=(worker,)) for worker in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then every transaction went through, and each is billed 2 WRU (a transactional write of a small item)
+    assert errors == []
+    assert meter.calls["TransactWriteItems"] == 8 * 30
+    assert meter.wru == 2 * 8 * 30

@@ -249,3 +249,18 @@ def test_the_virtual_clock_moves_visibility_timeouts_and_delays(sqs: Any) -> Non
         assert bodies == {"received": "2"}
     # Then moto's own clock functions are back
     assert (sqs_models.unix_time, sqs_models.unix_time_millis) == saved
+
+
+def test_the_embedded_cloud_serves_dynamodb_requests_one_at_a_time() -> None:
+    # Given moto's own DynamoDB request entry point
+    from moto.dynamodb.responses import DynamoHandler
+
+    from devtools.aws.moto_patches import embedded_aws
+
+    unpatched = DynamoHandler.call_action
+    # When the embedded cloud is entered
+    with embedded_aws():
+        # Then the entry point is the atomic one
+        assert DynamoHandler.call_action is not unpatched
+    # and on the way out moto is as it was
+    assert DynamoHandler.call_action is unpatched

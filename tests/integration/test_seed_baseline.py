@@ -8,7 +8,6 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped, unused-ignore]
 import pytest
-from moto import mock_aws
 
 from benchmarks.seed_baseline import (
     SeedTables,
@@ -19,6 +18,7 @@ from benchmarks.seed_baseline import (
     seed_handler,
 )
 from devtools.aws.capacity import CapacityMeter
+from devtools.aws.moto_patches import embedded_aws
 from devtools.reference import SeedOutcome, seed_pass
 from devtools.workload import Workload, generate, kinesis_events
 
@@ -31,7 +31,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
-    with mock_aws():
+    with embedded_aws():
         yield boto3.client("dynamodb", region_name="us-east-1")
 
 

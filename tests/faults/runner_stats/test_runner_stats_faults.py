@@ -15,13 +15,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from devtools import reference
 from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard, ShardRecord
 from devtools.aws.faults import LostResponse, ThrottledWrites, WriteBoundaryCrasher
-from devtools.aws.moto_patches import atomic_moto_dynamodb
+from devtools.aws.moto_patches import embedded_aws
 from devtools.runner_world import RunnerStatsWorld
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
@@ -126,7 +125,7 @@ def run_pipeline(
     observed: Observed | None = None,
 ) -> PipelineView:
     """A fresh embedded cloud, the records delivered through a replayed event source mapping."""
-    with mock_aws():
+    with embedded_aws():
         world = new_world(name)
         client = new_client()
         if client_hook is not None:
@@ -306,7 +305,7 @@ def test_a_rivals_write_over_the_same_version_is_still_a_conflict(chunked: bool)
     rival = RunContext(key, version=1, high_water=2, total_meters=Decimal(20), first_ts=1_000, last_ts=2_000, message_count=2)
     ours = replace(rival, total_meters=Decimal(25), archive_chunks=1) if chunked else replace(rival, pending=messages)
     rival_tendency = UserTendency(7, current=TendencySlot(70, 1_000, "fine"))
-    with mock_aws():
+    with embedded_aws():
         world = new_world()
         store = DynamoRunStatsStore(world.settings.tables, client=world.client)
         store.commit(rival, None)
@@ -375,7 +374,7 @@ def test_concurrent_invocations_on_the_same_keys() -> None:
     records = shard_records()
     overlap = len(records) // 3
     slices = [records[: 2 * overlap], records[overlap:]]
-    with mock_aws(), atomic_moto_dynamodb():
+    with embedded_aws():
         world = RunnerStatsWorld.create(templates_for("dev")["Onceflow-dev-RunnerStats"], settings_overrides={"ARCHIVE_CHUNK_SIZE": "3"})
         totals_seen: dict[tuple[int, int], list[Decimal]] = {}
         stop = threading.Event()

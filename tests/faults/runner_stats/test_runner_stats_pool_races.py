@@ -18,13 +18,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from devtools import reference
 from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard, PollStats
 from devtools.aws.faults import WRITE_OPERATIONS, SimulatedCrash
-from devtools.aws.moto_patches import atomic_moto_dynamodb
+from devtools.aws.moto_patches import embedded_aws
 from devtools.runner_world import RunnerStatsWorld
 from devtools.state import PipelineView
 from devtools.workload import Workload, generate
@@ -44,7 +43,7 @@ def workload() -> Workload:
 
 def deliver(io_concurrency: str, hook: Callable[[Any], None] | None = None) -> tuple[PipelineView, PollStats]:
     """All records through a replayed event source mapping (bisect on error, as deployed); the view and the mapping's counts."""
-    with mock_aws(), atomic_moto_dynamodb():
+    with embedded_aws():
         world = RunnerStatsWorld.create(
             templates_for("dev")["Onceflow-dev-RunnerStats"], settings_overrides={"IO_CONCURRENCY": io_concurrency}
         )

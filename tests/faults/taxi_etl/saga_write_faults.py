@@ -30,7 +30,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from devtools.aws.faults import SimulatedCrash
-from devtools.aws.moto_patches import atomic_moto_dynamodb
 from devtools.taxi_world import FLAG_HANDLER, TaxiWorld, embedded_saga_cloud
 from runtime.taxi_etl import contract
 
@@ -47,7 +46,7 @@ _CONTEXT_KEY = "taxi_write"
 def pooled_saga(template: Any) -> Iterator[TaxiWorld]:
     """The dev saga on moto (as tests/conftest.py's `saga`), with moto's DynamoDB calls atomic across
     threads, as DynamoDB's are: the phases write their rows on a pool."""
-    with embedded_saga_cloud() as waits, atomic_moto_dynamodb():
+    with embedded_saga_cloud() as waits:
         world = TaxiWorld.create(template)
         world.retry_waits = waits
         with world.serving_api():

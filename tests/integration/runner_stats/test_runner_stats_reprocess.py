@@ -10,11 +10,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from devtools.aws.clients import new_client
 from devtools.aws.esm import lambda_event, records_from_payloads
 from devtools.aws.faults import LostResponse
+from devtools.aws.moto_patches import embedded_aws
 from devtools.aws.template_resources import Template
 from devtools.runner_world import RunnerStatsWorld
 from devtools.state import PipelineView
@@ -162,7 +162,7 @@ def test_a_damaged_run_is_shown_by_a_dry_run_and_repaired_once_by_apply(piped: R
 @contextmanager
 def damaged(template: Template, workload: Workload) -> Iterator[RunnerStatsWorld]:
     """A fresh embedded cloud with the pipeline's result, then one run's totals damaged and its user's tendency record deleted."""
-    with mock_aws():
+    with embedded_aws():
         world = deliver(template, workload)
         key = runs_of(world.view())[3]
         corrupt_totals(world, key)
