@@ -158,7 +158,7 @@ def test_meter_bills_cancelled_transactions_updates_deletes_and_queries(client: 
 
 
 def test_a_pool_of_writers_is_metered_whole_and_never_breaks_a_transaction(client: Any) -> None:
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     # Given a table with a sort key (a look-up of a missing partition adds an entry to moto's table)
     client.create_table(
@@ -169,25 +169,18 @@ def test_a_pool_of_writers_is_metered_whole_and_never_breaks_a_transaction(clien
     )
     meter = CapacityMeter()
     meter.attach(client)
-    errors: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        for n in range(30):
+            item = {"user": {"S": f"{worker}-{n}"}, "run": {"N": "1"}}
+            put = {"TableName": "runs", "Item": item, "ConditionExpression": "attribute_not_exists(#u)"}
+            client.transact_write_items(TransactItems=[{"Put": {**put, "ExpressionAttributeNames": {"#u": "user"}}}])
 
     # When eight threads each write 30 new items in transactions (moto copies the table for each),
-    # the meter sizing every item before and after
-    def write(worker: int) -> None:
-        try:
-            for n in range(30):
-                item = {"user": {"S": f"{worker}-{n}"}, "run": {"N": "1"}}
-                put = {"TableName": "runs", "Item": item, "ConditionExpression": "attribute_not_exists(#u)"}
-                client.transact_write_items(TransactItems=[{"Put": {**put, "ExpressionAttributeNames": {"#u": "user"}}}])
-        except BaseException as err:
-            errors.append(err)
-
-    threads = [threading.Thread(target=write, args=(worker,)) for worker in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # the meter sizing every item before and after (a failed transaction re-raises here)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(write, range(8)))
     # Then every transaction went through, and each is billed 2 WRU (a transactional write of a small item)
-    assert errors == []
     assert meter.calls["TransactWriteItems"] == 8 * 30
     assert meter.wru == 2 * 8 * 30
+    assert client.scan(TableName="runs", Select="COUNT")["Count"] == 8 * 30
