@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ class StackKind:
 
 
 def add_aws_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--region", help="the AWS region (default: AWS_REGION, AWS_DEFAULT_REGION or the profile's)")
+    parser.add_argument("--region", help="the AWS region (default: AWS_DEFAULT_REGION, the profile's, or AWS_REGION)")
     parser.add_argument("--profile", help="a named profile from the AWS config files (default: AWS_PROFILE or the default chain)")
 
 
@@ -85,10 +86,13 @@ class AwsSession:
 
             try:
                 session = boto3.Session(profile_name=self._profile, region_name=self._region)
+                if not session.region_name and os.environ.get("AWS_REGION"):
+                    # botocore reads AWS_DEFAULT_REGION and the profile only; the CDK CLI and Lambda set AWS_REGION.
+                    session = boto3.Session(profile_name=self._profile, region_name=os.environ["AWS_REGION"])
             except ProfileNotFound as err:
                 raise UsageError(str(err)) from err
             if not session.region_name:
-                raise UsageError("no AWS region: pass --region, or set AWS_REGION or a region in the profile")
+                raise UsageError("no AWS region: pass --region, or set AWS_DEFAULT_REGION, AWS_REGION or a region in the profile")
             if session.get_credentials() is None:
                 raise UsageError("no AWS credentials: pass --profile, or set AWS_PROFILE or the AWS_ACCESS_KEY_ID variables")
             self._session = session

@@ -56,6 +56,7 @@ import argparse
 import hashlib
 import http.client
 import json
+import os
 import random
 import re
 import ssl
@@ -514,9 +515,12 @@ class EventLogClient:
                     session = self._session or boto3.session.Session(profile_name=self._profile, region_name=self._region)
                 except ProfileNotFound as err:
                     raise ConfigurationError(str(err)) from err
-                region = self._region or session.region_name or _region_of_url(self.base_url)
+                # botocore reads AWS_DEFAULT_REGION and the profile only; the CDK CLI and Lambda set AWS_REGION.
+                region = self._region or session.region_name or os.environ.get("AWS_REGION") or _region_of_url(self.base_url)
                 if not region:
-                    raise ConfigurationError("no AWS region: pass --region, or set AWS_REGION or a region in the profile")
+                    raise ConfigurationError(
+                        "no AWS region: pass --region, or set AWS_DEFAULT_REGION, AWS_REGION or a region in the profile"
+                    )
                 if session.get_credentials() is None:
                     raise AuthError("no AWS credentials: pass --profile, or set AWS_PROFILE or the AWS_ACCESS_KEY_ID variables")
                 self._signer = SigV4Signer.from_session(session, region)
@@ -975,7 +979,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         **default,
     )
     parser.add_argument("--outputs-file", metavar="PATH", help="with --env: read this CDK outputs file instead", **default)
-    parser.add_argument("--region", help="the AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's, or the URL's)", **default)
+    parser.add_argument("--region", help="the AWS region (default: AWS_DEFAULT_REGION, the profile's, AWS_REGION, or the URL's)", **default)
     parser.add_argument(
         "--profile", help="a named profile from the AWS config files (default: AWS_PROFILE or the default chain)", **default
     )

@@ -335,6 +335,11 @@ def test_without_a_configured_region_the_execute_api_url_names_it(api: FakeApi, 
     # and for another URL there is no region: a configuration error
     with pytest.raises(ConfigurationError, match="no AWS region"):
         EventLogClient("http://localhost:9999", transport=api).append("sheet", "A1", "1")
+    # and AWS_REGION, when set, is the region like AWS_DEFAULT_REGION (botocore reads only the latter; the CDK CLI
+    # and Lambda set the former)
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    EventLogClient(BASE, transport=api).append("sheet", "A2", "2")
+    assert "/ap-south-1/execute-api/" in authorization(api.requests[-1])["Credential"]
     # and an unknown profile is a configuration error too
     with pytest.raises(ConfigurationError, match="nope"):
         EventLogClient(BASE, profile="nope", transport=api).append("sheet", "A1", "1")

@@ -85,6 +85,17 @@ def test_no_region_is_one_line_and_exit_2(tool: str, no_aws_setup: pytest.Monkey
 
 
 @pytest.mark.parametrize("tool", TOOLS)
+def test_aws_region_alone_is_a_region(tool: str, no_aws_setup: pytest.MonkeyPatch, capsys: Any) -> None:
+    # Given only AWS_REGION (which the CDK CLI and Lambda use; botocore reads AWS_DEFAULT_REGION)
+    no_aws_setup.setenv("AWS_REGION", "eu-west-1")
+    # When the tool is about to call AWS
+    code, err = run(tool, REACHES_AWS[tool], capsys)
+    # Then it has its region and stops only for the missing credentials
+    assert code == 2
+    assert len(err) == 1 and "no AWS credentials" in err[0]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
 def test_no_credentials_is_one_line_and_exit_2(tool: str, no_aws_setup: pytest.MonkeyPatch, capsys: Any) -> None:
     # Given a region but no credentials
     code, err = run(tool, [*REACHES_AWS[tool], "--region", "eu-west-1"], capsys)
