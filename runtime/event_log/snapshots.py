@@ -22,7 +22,7 @@ Overlapped I/O. Reads never wait for writes they do not depend on, and writes st
 another (each guard below orders them; a crash or a fault test meets them in one order):
 - the claim runs alongside the reads of snapshot k-1's entry and root (the root's key is
   known, so it is read without waiting for the entry that names it);
-- the segment index and the previous snapshot's chunks are read ahead (`store.ReadAhead`): the
+- the segment index and the previous snapshot's chunks are read ahead (`runtime.shared.concurrency.ReadAhead`): the
   first page and chunk at once, each next one while the one before is merged;
 - chunk n+1 is merged (and read) while chunk n is written and checkpointed. Chunk n+1's
   PutObject starts only after chunk n's checkpoint succeeded, so at most one written chunk is
@@ -61,8 +61,8 @@ from runtime.event_log.models import BuildState, CellValue, PendingSnapshot, Sid
 from runtime.event_log.objects import MessageQueue, ObjectStore
 from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.service import iso_utc
-from runtime.event_log.store import LogStore, PendingStore, ReadAhead
-from runtime.shared.concurrency import map_bounded
+from runtime.event_log.store import LogStore, PendingStore
+from runtime.shared.concurrency import ReadAhead, map_bounded
 from runtime.shared.consistency import full_jitter_backoff
 from runtime.shared.observability import logger
 

@@ -12,10 +12,9 @@ Retries, Active, Increment and State of a snapshot being built.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from botocore.exceptions import ClientError
 
@@ -32,6 +31,7 @@ from runtime.event_log.models import (
     PendingSnapshot,
     SnapshotMarker,
 )
+from runtime.shared.concurrency import ReadAhead
 from runtime.shared.dynamo import (
     cancellation_codes,
     cancelled_item,
@@ -74,46 +74,6 @@ SEED_NAMES = {
 
 def _written_by(item: dict[str, Any] | None, token: str) -> bool:
     return item is not None and item.get(WRITE_TOKEN) == token
-
-
-Item = TypeVar("Item")
-
-
-class ReadAhead(Generic[Item]):
-    """The items of successive pages, each page read while the one before it is consumed.
-
-    `fetch(token)` answers a page and the token of the next (None: it was the last). The first
-    page is requested at once, and each next page when the reader starts on the one before it,
-    on one background thread: the reader waits for a page only when it consumes a page faster
-    than the next is read. At most two pages are held (the one being consumed, the next).
-    `close()` (also when the last page is consumed) waits for a read in flight, so none outlives
-    its reader; a read's error is raised to the reader, at the item where its page would start.
-    """
-
-    def __init__(self, fetch: Callable[[Any], tuple[Sequence[Item], Any]], first: Any, *, name: str) -> None:
-        self._fetch = fetch
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"onceflow-{name}")
-        self._next: Future[tuple[Sequence[Item], Any]] | None = self._pool.submit(fetch, first)
-        self._page: Iterator[Item] = iter(())
-
-    def __iter__(self) -> ReadAhead[Item]:
-        return self
-
-    def __next__(self) -> Item:
-        while True:
-            for item in self._page:
-                return item
-            if self._next is None:
-                self.close()
-                raise StopIteration
-            page, token = self._next.result()
-            self._next = self._pool.submit(self._fetch, token) if token is not None else None
-            self._page = iter(page)
-
-    def close(self) -> None:
-        self._next = None
-        self._page = iter(())
-        self._pool.shutdown(wait=True)
 
 
 def segment_key(log_id: str, segment: int) -> str:

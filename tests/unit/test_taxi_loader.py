@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from devtools.taxi_rows import DROPOFF_BEFORE_PICKUP, SPRING_FORWARD_GAP, sample_header, sample_lines, schema_rows
 from onceflow.clients import taxi_loader
 from onceflow.clients.taxi_loader import (
     Answer,
@@ -44,13 +45,8 @@ from runtime.taxi_etl.requests import IDEMPOTENCY_KEY, decode_body, parse_batch
 from runtime.taxi_etl.row_state import parse_row_id
 from runtime.taxi_etl.trips import MAX_LINE_BYTES, Accepted, Rejected, final_item, transform_tuple, validate_line
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "tests" / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
-SCHEMA_ROWS = json.loads((ROOT / "tests" / "data" / "taxi_etl" / "schema_rows.json").read_text())
-SAMPLE_LINES = SAMPLE.read_text().splitlines()
-HEADER, ROWS = SAMPLE_LINES[0], SAMPLE_LINES[1:]
-DROPOFF_BEFORE_PICKUP = "2,2019-10-23T16:39:42.000,2019-10-23T16:30:00.000,1,7.93,1,N,138,170,1,29.5,1,0.5,7.98,6.12,0.3,47.9,2.5"
-SPRING_FORWARD_GAP = "2,2019-03-10T02:30:00.000,2019-03-10T03:10:00.000,1,1.00,1,N,138,170,1,9.5,0,0.5,0,0,0.3,10.3,0"
+SCHEMA_ROWS = schema_rows()
+HEADER, ROWS = sample_header(), sample_lines()
 MALFORMED = {
     "five columns": "1,2,3,4,5",
     "binary junk": "\x00\x01\x02PK\x03\x04 junk",

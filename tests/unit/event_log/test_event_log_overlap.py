@@ -14,7 +14,7 @@ from runtime.event_log.cells import cell_name, order_key
 from runtime.event_log.logic import MergedCell, encode_cell
 from runtime.event_log.models import BuildState, CellValue
 from runtime.event_log.snapshots import ChunkFiller, both
-from runtime.event_log.store import ReadAhead
+from runtime.shared.concurrency import ReadAhead
 
 
 class Pages:
