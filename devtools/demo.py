@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     # A crashed invocation flushes no metrics; Powertools warns about that, and it is expected here.
     warnings.filterwarnings("ignore", message="No application metrics to publish")
 
+    from devtools.aws import call_audit
     from devtools.aws.moto_patches import embedded_aws
 
     templates = load_assembly(args.assembly)
@@ -82,17 +83,23 @@ def main(argv: list[str] | None = None) -> int:
         malformed=12,
         base_epoch_ms=int(time.time() * 1000) - REPLAY_LEAD_MS,
     )
-    with embedded_aws():
-        runner_stats = run_demo(template, workload)
-    from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
+    # Every call a function makes is checked against its synthesized role, as AWS would check it.
+    with call_audit.auditing(templates) as audit:
+        with embedded_aws():
+            runner_stats = run_demo(template, workload)
+        from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
 
-    log_template = next(t for name, t in templates.items() if name.endswith("EventLog"))
-    event_log = run_event_log_demo(log_template, events=args.log_events, seed=args.seed)
-    from devtools.taxi_demo import run_taxi_demo
+        log_template = next(t for name, t in templates.items() if name.endswith("EventLog"))
+        event_log = run_event_log_demo(log_template, events=args.log_events, seed=args.seed)
+        from devtools.taxi_demo import run_taxi_demo
 
-    saga_template = next(t for name, t in templates.items() if name.endswith("TaxiEtl"))
-    saga = run_taxi_demo(saga_template, seed=args.seed)
-    results = {"runner stats": runner_stats, "event log": event_log, "taxi saga": saga}
+        saga_template = next(t for name, t in templates.items() if name.endswith("TaxiEtl"))
+        saga = run_taxi_demo(saga_template, seed=args.seed)
+    calls = sum(sum(counts.values()) for counts in audit.operations.values())
+    print(f"\nembedded IAM: {calls:,} calls by {len(audit.operations)} functions checked against their roles, {len(audit.denials)} denied")
+    for denial in dict.fromkeys(audit.denials):
+        print(f"  DENIED {denial.describe()}")
+    results = {"runner stats": runner_stats, "event log": event_log, "taxi saga": saga, "IAM": 1 if audit.denials else 0}
     print("\n" + ", ".join(f"{name}: {'OK' if status == 0 else 'MISMATCH'}" for name, status in results.items()))
     return max(results.values())
 

@@ -38,6 +38,71 @@ def aws_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 _TEMPLATES: dict[str, dict[str, Template]] = {}
 
 
+# --- the embedded cloud's IAM: every call a function makes, checked against its role -----------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--iam-audit",
+        choices=("report", "strict"),
+        default="report",
+        help="strict (make test): a grant no test exercised fails the run unless kept with a reason; denied calls fail either way",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from devtools.aws import call_audit
+
+    # The dev templates' roles (prod's grant the same actions on the same logical resources:
+    # tests/unit/test_call_audit.py); synthesized only once a handler first calls AWS.
+    call_audit.install(lambda: call_audit.CallAudit.from_templates(templates_for("dev")), _entry_points())
+
+
+def _entry_points() -> list[str]:
+    import importlib
+
+    paths = []
+    for pipeline in ("runner_stats", "event_log", "taxi_etl"):
+        contract = importlib.import_module(f"runtime.{pipeline}.contract")
+        paths += [value for name, value in vars(contract).items() if name.startswith("HANDLER") and isinstance(value, str)]
+    return sorted(paths)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from devtools.aws import call_audit
+
+    audit = call_audit._active
+    if audit is None:
+        return
+    if audit.denials:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.config.getoption("--iam-audit") == "strict" and audit.unexplained_unused():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    from pathlib import Path
+
+    from devtools.aws import call_audit
+
+    audit = call_audit._active
+    if audit is None:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("embedded IAM: AWS calls per function against its role")
+    for line in audit.report().splitlines():
+        write(line)
+    for denial in dict.fromkeys(audit.denials):
+        write(f"DENIED {denial.describe()}", red=True)
+    if config.getoption("--iam-audit") == "strict":
+        for handler, grant in audit.unexplained_unused():
+            where = f"{grant.policy}[{grant.statement}]"
+            write(f"UNUSED {handler}: {grant.describe()} ({where}) was never used: remove it, or keep it with a reason", red=True)
+    report = Path("build/iam-audit.md")
+    report.parent.mkdir(exist_ok=True)
+    report.write_text(audit.report() + "\n")
+
+
 def templates_for(env_name: str) -> dict[str, Template]:
     """Synthesize once per session and environment (synth runs cdk-nag too)."""
     if env_name not in _TEMPLATES:

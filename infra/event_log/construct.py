@@ -190,6 +190,9 @@ class EventLog(Construct):
                 ],
             )
         )
+        # HeadObject of a payload not uploaded yet: without s3:ListBucket on the bucket S3 answers
+        # 403 for a missing key, not 404 (an s3:prefix condition would not apply to HeadObject).
+        self.api_function.add_to_role_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn]))
 
         self.http_api, self.api_stage, self.api_access_logs = throttled_http_api(
             self,
@@ -288,13 +291,10 @@ class EventLog(Construct):
                 resources=[self.bucket.arn_for_objects(f"{contract.SNAPSHOTS_PREFIX}*")],
             )
         )
-        self.worker_function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{contract.SNAPSHOTS_PREFIX}*"]}},
-            )
-        )
+        # Lists its snapshot prefixes, and makes a GetObject of a snapshot root not written yet answer
+        # 404: S3 answers 403 for a missing key without s3:ListBucket, and an s3:prefix condition on
+        # the grant would not apply to GetObject (the request carries no prefix).
+        self.worker_function.add_to_role_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn]))
         # Re-enqueues a stuck predecessor, or its own message when a duplicate deleted it.
         self.snapshot_queue.grant_send_messages(self.worker_function)
         self.worker_function.add_event_source(

@@ -9,11 +9,14 @@ answers. The first failing item's exception is raised, in the items' order; call
 report failures per item catch inside `function`.
 
 Tracing: in Lambda, the X-Ray SDK gives each new thread a facade segment from the invocation's
-trace header, so the SDK calls of a worker thread appear in the invocation's trace.
+trace header, so the SDK calls of a worker thread appear in the invocation's trace. Each task runs
+in a copy of the caller's context variables, so what the invocation set in them (the embedded
+cloud's record of which function is calling, say) holds on its worker threads too.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
@@ -29,7 +32,7 @@ def map_bounded(function: Callable[[Item], Result], items: Sequence[Item], limit
     if limit == 1 or len(items) <= 1:
         return [function(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(limit, len(items)), thread_name_prefix="onceflow-io") as pool:
-        futures = [pool.submit(function, item) for item in items]
+        futures = [pool.submit(contextvars.copy_context().run, function, item) for item in items]
         # Leaving the block waits for every future, so a failure below still lets the others finish.
         return [future.result() for future in futures]
 
@@ -48,7 +51,7 @@ class ReadAhead(Generic[Item]):
     def __init__(self, fetch: Callable[[Any], tuple[Sequence[Item], Any]], first: Any, *, name: str) -> None:
         self._fetch = fetch
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"onceflow-{name}")
-        self._next: Future[tuple[Sequence[Item], Any]] | None = self._pool.submit(fetch, first)
+        self._next: Future[tuple[Sequence[Item], Any]] | None = self._pool.submit(contextvars.copy_context().run, fetch, first)
         self._page: Iterator[Item] = iter(())
 
     def __iter__(self) -> ReadAhead[Item]:
@@ -62,7 +65,7 @@ class ReadAhead(Generic[Item]):
                 self.close()
                 raise StopIteration
             page, token = self._next.result()
-            self._next = self._pool.submit(self._fetch, token) if token is not None else None
+            self._next = self._pool.submit(contextvars.copy_context().run, self._fetch, token) if token is not None else None
             self._page = iter(page)
 
     def close(self) -> None:

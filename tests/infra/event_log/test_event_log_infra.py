@@ -179,6 +179,8 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             # presigned tagged uploads and completion checks under payloads/, downloads of chunks
             (objects_under(BUCKET, "payloads/"), {"s3:PutObject", "s3:PutObjectTagging", "s3:GetObject"}),
             (objects_under(BUCKET, "snapshots/"), {"s3:GetObject"}),
+            # a HeadObject of a payload not uploaded yet answers 404, not 403
+            (arn(BUCKET), {"s3:ListBucket"}),
         )
     if handler == ROUTER:
         return unconditional(
@@ -191,18 +193,18 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             ({"Fn::GetAtt": [LOG_TABLE, "StreamArn"]}, STREAM_READ),
         )
     if handler == WORKER:
-        return {
-            **unconditional(
-                own_logs,
-                (arn(LOG_TABLE), {"dynamodb:GetItem", "dynamodb:UpdateItem"}),
-                ({"Fn::Join": ["", [arn(LOG_TABLE), f"/index/{SEGMENT_INDEX}"]]}, {"dynamodb:Query"}),
-                (arn(PENDING_TABLE), {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}),
-                (objects_under(BUCKET, "snapshots/"), {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}),
-                # re-enqueues (send) and consumes (its event source) the snapshot queue
-                (arn(SNAPSHOT_QUEUE), SQS_SEND | SQS_CONSUME),
-            ),
-            (key(arn(BUCKET)), key({"StringLike": {"s3:prefix": ["snapshots/*"]}})): {"s3:ListBucket"},
-        }
+        return unconditional(
+            own_logs,
+            (arn(LOG_TABLE), {"dynamodb:GetItem", "dynamodb:UpdateItem"}),
+            ({"Fn::Join": ["", [arn(LOG_TABLE), f"/index/{SEGMENT_INDEX}"]]}, {"dynamodb:Query"}),
+            (arn(PENDING_TABLE), {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}),
+            (objects_under(BUCKET, "snapshots/"), {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}),
+            # lists its prefixes; a GetObject of a root not written yet answers 404, not 403 (an
+            # s3:prefix condition would not apply to GetObject)
+            (arn(BUCKET), {"s3:ListBucket"}),
+            # re-enqueues (send) and consumes (its event source) the snapshot queue
+            (arn(SNAPSHOT_QUEUE), SQS_SEND | SQS_CONSUME),
+        )
     if handler == PENDING_CHECK:
         # reads the pending rows, and re-sends the build message of stuck ones (resend_stuck_snapshots)
         return unconditional(own_logs, (arn(PENDING_TABLE), {"dynamodb:Scan"}), (arn(SNAPSHOT_QUEUE), SQS_SEND))

@@ -1,0 +1,278 @@
+"""The embedded cloud's IAM: every AWS call a function makes is recorded and checked against that
+function's synthesized role, and refused as AWS would refuse it.
+
+- **Which function.** Each Lambda entry point's seam (`<module>.handle(event, context, deps)`, the
+  one every world, the demo, the local server and the tests drive) runs inside `acting_as(handler)`.
+  The function travels in a context variable, which `runtime.shared.concurrency` hands to its
+  worker threads, so calls on a handler's pool are the handler's too.
+- **Is it allowed.** `iam_needs.call_needs` maps the call to its IAM actions and ARNs;
+  `iam_policy.Role` evaluates them against the function's role. A need that is not allowed raises
+  the service's AccessDenied (nothing is sent to moto, as nothing would reach the service) and is
+  recorded as a denial, which fails the test run even where a handler swallows the error.
+- **S3's 403 for a missing key.** S3 answers GetObject and HeadObject of a missing key with 404
+  only when the caller may s3:ListBucket the bucket (an s3:prefix condition does not apply to
+  these requests); otherwise 403. moto always answers 404; the audit turns it into AWS's 403.
+- **Grants never used.** Each call marks the grants that allowed it; the Lambda service's own needs
+  (`iam_needs.service_needs`: event sources, destinations, logs, traces) mark theirs. What remains
+  is reported, and fails a complete run (`pytest --iam-audit=strict`, as `make test` runs it)
+  unless `KEPT_UNEXERCISED` lists it with a reason.
+
+Calls made outside any entry point (a test's set-up, a world seeding tables, the operator tools)
+run with the caller's own credentials and are not checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError
+
+from devtools.aws.iam_needs import ACCOUNT, Need, ResourceCatalog, ServiceNeed, bucket_arn, call_needs, service_needs
+from devtools.aws.iam_policy import Grant, Role, Template
+
+_acting: ContextVar[str | None] = ContextVar("onceflow_acting_function", default=None)
+
+# Grants that no run exercises and that stay, each with why. Keyed by (handler, action).
+KEPT_UNEXERCISED: Final[Mapping[tuple[str, str], str]] = {}
+
+# The error each service answers when IAM refuses a request.
+_ACCESS_DENIED_CODES: Final = {"s3": "AccessDenied", "sqs": "AccessDenied"}
+
+
+@contextmanager
+def acting_as(handler: str) -> Iterator[None]:
+    """AWS calls made inside (on this thread, and on threads given this context) are `handler`'s."""
+    token = _acting.set(handler)
+    try:
+        yield
+    finally:
+        _acting.reset(token)
+
+
+def acting_function() -> str | None:
+    return _acting.get()
+
+
+@dataclass(frozen=True)
+class Denial:
+    handler: str
+    call: str
+    need: Need
+
+    def describe(self) -> str:
+        return f"{self.handler}: {self.call} needs {self.need.describe()}, which its role does not allow"
+
+
+@dataclass
+class FunctionRole:
+    handler: str
+    stack: str
+    function_id: str
+    role: Role
+    service: list[ServiceNeed]
+
+
+@dataclass
+class CallAudit:
+    """Roles by handler path, and what was seen of each since this audit began."""
+
+    functions: dict[str, FunctionRole]
+    catalog: ResourceCatalog
+    operations: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    used: dict[str, set[Grant]] = field(default_factory=lambda: defaultdict(set))
+    denials: list[Denial] = field(default_factory=list)
+    _decisions: dict[tuple[str, Need], tuple[bool, tuple[Grant, ...]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_templates(cls, templates: Mapping[str, Template]) -> CallAudit:
+        functions: dict[str, FunctionRole] = {}
+        for stack, template in templates.items():
+            for function_id, resource in template.get("Resources", {}).items():
+                if resource["Type"] != "AWS::Lambda::Function":
+                    continue
+                handler = str(resource["Properties"].get("Handler"))
+                functions[handler] = FunctionRole(
+                    handler, stack, function_id, Role.of_function(template, function_id), service_needs(template, function_id)
+                )
+        audit = cls(functions, ResourceCatalog.from_templates(templates.values()))
+        for handler, function in functions.items():
+            for service_need in function.service:
+                if not audit._allowed(handler, service_need.need):
+                    audit.denials.append(Denial(handler, "(the Lambda service)", service_need.need))
+        return audit
+
+    def _allowed(self, handler: str, need: Need) -> bool:
+        key = (handler, need)
+        with self._lock:
+            decided = self._decisions.get(key)
+        if decided is None:
+            decision = self.functions[handler].role.evaluate(need)
+            decided = (decision.allowed, decision.grants)
+            with self._lock:
+                self._decisions[key] = decided
+        allowed, grants = decided
+        if grants:
+            with self._lock:
+                self.used[handler].update(grants)
+        return allowed
+
+    def check(self, handler: str, service: str, operation: str, params: Mapping[str, Any]) -> Denial | None:
+        """Record the call; the first need the role does not allow, if any."""
+        call = f"{service}:{operation}"
+        with self._lock:
+            self.operations[handler][call] += 1
+        if handler not in self.functions:
+            return Denial(handler, call, Need("(no such function in the templates)", "*"))
+        for need in call_needs(service, operation, params, self.catalog):
+            if not self._allowed(handler, need):
+                denial = Denial(handler, call, need)
+                with self._lock:
+                    self.denials.append(denial)
+                return denial
+        return None
+
+    def may_list(self, handler: str, bucket: str) -> bool:
+        """Whether a GetObject/HeadObject of a missing key gets 404 (else S3 answers 403)."""
+        return handler in self.functions and self.functions[handler].role.evaluate(Need("s3:ListBucket", bucket_arn(bucket))).allowed
+
+    def unused_grants(self, handler: str) -> list[Grant]:
+        used = self.used.get(handler, set())
+        return [grant for grant in self.functions[handler].role.grants() if grant not in used]
+
+    def unexplained_unused(self) -> list[tuple[str, Grant]]:
+        return [
+            (handler, grant)
+            for handler in sorted(self.functions)
+            for grant in self.unused_grants(handler)
+            if (handler, grant.action) not in KEPT_UNEXERCISED
+        ]
+
+    def report(self) -> str:
+        """A Markdown table per function: operations seen (with counts) and grants never used."""
+        lines = ["| function | operations seen (calls) | grants never used |", "|---|---|---|"]
+        for handler in sorted(self.functions):
+            seen = ", ".join(f"{call} ({count:,})" for call, count in sorted(self.operations.get(handler, Counter()).items())) or "none"
+            unused = self.unused_grants(handler)
+            kept = [f"{grant.describe()}{_kept_reason(handler, grant)}" for grant in unused]
+            lines.append(f"| `{handler.rsplit('.', 1)[0]}` | {seen} | {'; '.join(kept) or 'none'} |")
+        return "\n".join(lines)
+
+
+def _kept_reason(handler: str, grant: Grant) -> str:
+    reason = KEPT_UNEXERCISED.get((handler, grant.action))
+    return f" (kept: {reason})" if reason else ""
+
+
+# --- the botocore patch ---------------------------------------------------------------------------
+
+_active: CallAudit | None = None
+_audit_source: Callable[[], CallAudit] | None = None
+_install_lock = threading.Lock()
+_installed = False
+
+
+def current() -> CallAudit | None:
+    """The audit in force, built on first use (a template synth is only paid when a handler calls AWS)."""
+    global _active
+    if _active is None and _audit_source is not None:
+        with _install_lock:
+            if _active is None:
+                _active = _audit_source()
+    return _active
+
+
+def _access_denied(service: str, operation: str, message: str, status: int = 403, code: str | None = None) -> ClientError:
+    error_code = code or _ACCESS_DENIED_CODES.get(service, "AccessDeniedException")
+    response: Any = {"Error": {"Code": error_code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(response, operation)
+
+
+def _audited_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def call(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
+        handler = _acting.get()
+        audit = current() if handler is not None else None
+        if audit is None or handler is None:
+            return original(client, operation_name, api_params)
+        service = client.meta.service_model.service_name
+        denial = audit.check(handler, service, operation_name, api_params)
+        if denial is not None:
+            raise _access_denied(
+                service,
+                operation_name,
+                f"User: arn:aws:sts::{ACCOUNT}:assumed-role/{audit.functions[handler].role.name if handler in audit.functions else '?'}/"
+                f"{handler} is not authorized to perform: {denial.need.action} on resource: {denial.need.resource} "
+                f"because no identity-based policy allows the {denial.need.action} action (embedded IAM: {denial.describe()})",
+            )
+        try:
+            return original(client, operation_name, api_params)
+        except ClientError as error:
+            missing_key = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 and operation_name in {
+                "GetObject",
+                "HeadObject",
+            }
+            if service == "s3" and missing_key and not audit.may_list(handler, str(api_params["Bucket"])):
+                # S3 hides whether a key exists from a caller that may not list the bucket.
+                code = "403" if operation_name == "HeadObject" else "AccessDenied"
+                raise _access_denied(service, operation_name, "Forbidden" if code == "403" else "Access Denied", code=code) from error
+            raise
+
+    return call
+
+
+def _attribute(handler: str, handle: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handle)
+    def attributed(*args: Any, **kwargs: Any) -> Any:
+        with acting_as(handler):
+            return handle(*args, **kwargs)
+
+    attributed.__dict__["audited_handler"] = handler
+    return attributed
+
+
+def install(source: Callable[[], CallAudit], handlers: list[str]) -> None:
+    """Check every call made inside an entry point against the audit `source` builds (once, on first use)."""
+    global _installed, _audit_source, _active
+    with _install_lock:
+        _audit_source, _active = source, None
+        for handler in handlers:
+            module: Any = importlib.import_module(handler.rpartition(".")[0])
+            if getattr(module.handle, "audited_handler", None) != handler:
+                module.handle = _attribute(handler, module.handle)
+        if not _installed:
+            original = getattr(BaseClient, "_make_api_call")  # noqa: B009 (private: no stub names it)
+            setattr(BaseClient, "_make_api_call", _audited_call(original))  # noqa: B010
+            _installed = True
+
+
+@contextmanager
+def auditing(templates: Mapping[str, Template]) -> Iterator[CallAudit]:
+    """The audit of these templates in force for the block (the demo and the local server)."""
+    global _active, _audit_source
+    audit = CallAudit.from_templates(templates)
+    previous = (_active, _audit_source)
+    install(lambda: audit, entry_points(templates))
+    _active = audit
+    try:
+        yield audit
+    finally:
+        _active, _audit_source = previous
+
+
+def entry_points(templates: Mapping[str, Template]) -> list[str]:
+    return sorted(
+        str(resource["Properties"]["Handler"])
+        for template in templates.values()
+        for resource in template.get("Resources", {}).values()
+        if resource["Type"] == "AWS::Lambda::Function"
+    )
