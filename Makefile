@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # `make` alone installs, as before; `help` is a target like the others.
 .DEFAULT_GOAL := install
-.PHONY: help install lock synth diff test lint typecheck cfn-lint demo serve smoke bench deploy destroy clean
+.PHONY: help install lock synth diff test lint typecheck cfn-lint demo serve smoke bench bootstrap deploy destroy clean
 
 # Each documented target carries `## what it does` on its rule line; `make help` prints those lines
 # and tests/unit/test_setup.py fails when a .PHONY target has none.
@@ -51,9 +51,15 @@ lock: ## regenerates requirements-dev.lock (pins + hashes) from requirements-dev
 synth: install ## cdk synth into cdk.out/<env> (ENV=dev|prod); cdk-nag fails it on any unacknowledged finding
 	npx cdk synth -c env=$(ENV) --quiet --no-notices -o cdk.out/$(ENV)
 
+# The preflight (ops/preflight.py) runs before every command that talks to AWS: without working
+# credentials, or in an account and region not bootstrapped for this CDK version, it ends the target
+# in seconds with one line saying what to do, instead of the CDK CLI's generic errors after a synth.
+PREFLIGHT = $(PY) -m ops.preflight --env $(ENV) --command
+
 # No --all: `cdk diff` has no such option (the CLI warns and ignores it); without stack names it
 # compares every stack of the app already.
-diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod; needs AWS credentials)
+diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod; checks credentials and bootstrap first)
+	$(PREFLIGHT) diff
 	npx cdk diff -c env=$(ENV) --no-notices
 
 # The quality gates run first (seconds), then the suite with the coverage floor on runtime/.
@@ -93,8 +99,14 @@ smoke: install ## one round trip per pipeline against the stacks of cdk-outputs-
 bench: install ## the benchmarks on moto (prints figures; not a test)
 	$(PY) -m benchmarks.run
 
+# Once per account and region, and again when the preflight says the bootstrap is too old for this
+# CDK version: the account and region are the environment's in infra/config.py, else the credentials'.
+bootstrap: install ## cdk bootstrap of ENV's account and region (ENV=dev|prod; checks credentials first)
+	target=$$($(PREFLIGHT) bootstrap) && npx cdk bootstrap "$$target" -c env=$(ENV) --no-notices
+
 # The stack outputs go to cdk-outputs-<env>.json in the repo root (git-ignored).
-deploy: install ## cdk deploy of every stack (ENV=dev|prod; prod asks to approve every change); outputs to cdk-outputs-<env>.json
+deploy: install ## cdk deploy of every stack (ENV=dev|prod; prod asks to approve every change; checks credentials and bootstrap first); outputs to cdk-outputs-<env>.json
+	$(PREFLIGHT) deploy
 	npx cdk deploy -c env=$(ENV) --all --no-notices --require-approval $(if $(filter prod,$(ENV)),any-change,never) \
 		--outputs-file cdk-outputs-$(ENV).json
 
