@@ -10,6 +10,15 @@ AWS endpoint (S3 path-style), and moto's request router (`BotocoreStubber.proces
 `mock_aws` uses) answers it. The `Host` header is kept, so the URLs moto hands out (SQS queue URLs)
 point back at this server.
 
+A request to an S3 presigned URL (X-Amz-Signature or X-Amz-Credential in its query, no Authorization
+header) is checked first, as S3 checks it (devtools/aws/sigv4.py): every header its
+X-Amz-SignedHeaders names must be sent (the event log's upload URLs sign `If-None-Match: *`, so
+leaving it out cannot replace an object), no x-amz-* header may be sent unsigned, the URL must not
+have expired (X-Amz-Date + X-Amz-Expires), and, given the server's key pairs (`credentials`), the
+signature is recomputed and compared. A refusal is S3's XML error (SignatureDoesNotMatch, AccessDenied
+"Request has expired", InvalidAccessKeyId, ...) and moto never sees the request. Requests signed in
+their Authorization header are not verified: moto takes any key pair.
+
 `serving_state_machines` sets moto up to run the state machines it is given (its Step Functions
 executor on its own threads, calling Lambda back through this server, where `TaxiWorld.routing`
 takes the calls) and makes moto's DynamoDB requests atomic across the server's threads.
@@ -19,12 +28,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
 
 from devtools.aws.http_server import HOST, BackgroundHttpServer
+from devtools.aws.sigv4 import LocalCredentials, Refused, is_presigned, verify_presigned
 
 DEFAULT_REGION = "us-east-1"
 # Services whose endpoint is not `<signing name>.<region>.amazonaws.com`.
@@ -69,6 +82,27 @@ def aws_url(method_target: str, headers: Mapping[str, str]) -> str:
     return f"http://{host}{path}" + (f"?{query}" if query else "")
 
 
+def s3_error(refused: Refused, request_id: str) -> bytes:
+    """S3's XML error document for a refusal."""
+    elements = [("Code", refused.code), ("Message", refused.message), *refused.details, ("RequestId", request_id)]
+    inner = "".join(f"<{name}>{escape(value)}</{name}>" for name, value in elements)
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<Error>{inner}</Error>'.encode()
+
+
+def presigned_refusal(
+    method: str, target: str, headers: list[tuple[str, str]], credentials: Mapping[str, LocalCredentials] | None
+) -> Refused | None:
+    """S3's refusal of a request to a presigned URL (None: it passes, or it is not an S3 presigned request)."""
+    lowered = {name.lower() for name, _ in headers}
+    if "authorization" in lowered or not is_presigned(target):
+        return None
+    scope = credential_scope({}, target.partition("?")[2])
+    if scope is not None and scope[1] != "s3":
+        return None
+    verdict = verify_presigned(method, target, headers, keys=credentials, now=datetime.now(UTC))
+    return verdict if isinstance(verdict, Refused) else None
+
+
 def _as_bytes(body: Any) -> bytes:
     if body is None:
         return b""
@@ -105,6 +139,10 @@ class _MotoRequestHandler(BaseHTTPRequestHandler):
         from botocore.compat import HTTPHeaders
 
         body = self._read_body()
+        refused = presigned_refusal(self.command, self.path, list(self.headers.items()), self.server.credentials)
+        if refused is not None:
+            self._refuse(refused)
+            return
         url = aws_url(self.path, {name.lower(): value for name, value in self.headers.items()})
         headers = HTTPHeaders()
         for name, value in self.headers.items():
@@ -137,22 +175,37 @@ class _MotoRequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD" and data:
             self.wfile.write(data)
 
+    def _refuse(self, refused: Refused) -> None:
+        request_id = uuid.uuid4().hex[:16].upper()
+        data = s3_error(refused, request_id)
+        self.send_response(refused.status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("x-amz-request-id", request_id)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _dispatch  # noqa: N815  # the stdlib's names
 
 
 class _MotoHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     stubber: Any
+    credentials: Mapping[str, LocalCredentials] | None
 
 
 class MotoServer(BackgroundHttpServer):
-    """moto's in-process backends on http://127.0.0.1:<port> (port 0: one the OS picks)."""
+    """moto's in-process backends on http://127.0.0.1:<port> (port 0: one the OS picks). `credentials`
+    (access key -> key pair): what the signatures of presigned URLs are verified against; None: only
+    their signed headers and expiry are checked."""
 
-    def __init__(self, port: int = 0, host: str = HOST) -> None:
+    def __init__(self, port: int = 0, host: str = HOST, *, credentials: Mapping[str, LocalCredentials] | None = None) -> None:
         from moto.core.botocore_stubber import BotocoreStubber
 
         server = _MotoHttpServer((host, port), _MotoRequestHandler)
         server.stubber = BotocoreStubber()
+        server.credentials = credentials
         super().__init__(server, "moto-server")
 
     @property

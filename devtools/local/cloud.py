@@ -23,16 +23,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
 from devtools.aws.esm import EventSourceMapping, KinesisShard, ListShard
 from devtools.aws.esm import Invoke as EventInvoke
 from devtools.aws.lambda_context import ClockedLambdaContext, as_lambda_context
+from devtools.aws.sigv4 import LocalCredentials, Refused, verify_authorization
 from devtools.aws.sqs_esm import SqsEventSource
 from devtools.aws.table_stream import StreamRecord, TableStream, dynamodb_stream_event, filter_patterns
 from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
-from devtools.local.http_api import ACCOUNT, Denied, Integration, Invoke, Route
+from devtools.local.http_api import ACCOUNT, Authorize, Denied, HttpRequest, Integration, Invoke, Route
 from runtime.shared.aws import RETRY_MAX_ATTEMPTS, RETRY_MODE, Clients
 from runtime.shared.observability import metrics
 
@@ -40,9 +42,11 @@ REGION = "us-east-1"
 # Any key pair is taken by moto (account 123456789012); these are what `make serve` prints.
 ACCESS_KEY_ID = "onceflow-local"
 SECRET_ACCESS_KEY = "onceflow-local-secret"
+# What the event-log API and the presigned URLs of the moto server verify signatures against.
+LOCAL_CREDENTIALS = LocalCredentials(ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+IAM_SERVICE = "execute-api"
 # The handlers run up to 64 requests at once on one client (runner stats' IO_CONCURRENCY_MAX).
 POOL_CONNECTIONS = 64
-SIGV4_PREFIX = "AWS4-HMAC-SHA256 Credential="
 # The most messages one poll takes from a queue before the other sources get their turn.
 MESSAGES_PER_POLL = 50
 HEADER_SOURCE = "$request.header."
@@ -137,13 +141,27 @@ def on_failure_destination(cloud: EmbeddedCloud, mapping: Mapping[str, Any], sqs
     return send
 
 
-def sigv4_present(event: dict[str, Any]) -> Denied | dict[str, Any]:
-    """IAM authorization, reduced to what can be checked without IAM: a SigV4 Authorization header.
-    The signature and the caller's permissions are not evaluated."""
-    authorization = str(event["headers"].get("authorization", ""))
-    if not authorization.startswith(SIGV4_PREFIX):
-        return Denied(403, "Forbidden")
-    access_key = authorization[len(SIGV4_PREFIX) :].split("/", 1)[0]
+def iam_authorizer(
+    keys: Mapping[str, LocalCredentials], region: str = REGION, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> Authorize:
+    """IAM authorization, as far as it can be checked without IAM: the request's SigV4 signature
+    (Authorization header, service execute-api, this region) recomputed over the request as received
+    and compared, against the key pairs in `keys` (devtools/aws/sigv4.py). A refusal is API
+    Gateway's 403 with its message and x-amzn-errortype. The caller's IAM permissions are not evaluated."""
+
+    def authorize(event: dict[str, Any], request: HttpRequest) -> Denied | dict[str, Any]:
+        verdict = verify_authorization(
+            request.method, request.target, request.headers, request.body, keys=keys, region=region, service=IAM_SERVICE, now=clock()
+        )
+        if isinstance(verdict, Refused):
+            return Denied(verdict.status, verdict.message, verdict.code or None)
+        return iam_identity(verdict.access_key)
+
+    return authorize
+
+
+def iam_identity(access_key: str) -> dict[str, Any]:
+    """requestContext.authorizer of a request IAM let in (a user of the local account named by its key)."""
     return {
         "iam": {
             "accessKey": access_key,
@@ -157,11 +175,11 @@ def sigv4_present(event: dict[str, Any]) -> Denied | dict[str, Any]:
     }
 
 
-def lambda_authorizer(invoke: Invoke, identity_headers: list[str], region: str = REGION) -> Callable[[dict[str, Any]], Any]:
+def lambda_authorizer(invoke: Invoke, identity_headers: list[str], region: str = REGION) -> Authorize:
     """A Lambda REQUEST authorizer (payload 2.0, simple responses) as API Gateway calls it: no identity
     -> 401 without a call; `isAuthorized` false -> 403; true -> the request goes on with its context."""
 
-    def authorize(event: dict[str, Any]) -> Denied | dict[str, Any]:
+    def authorize(event: dict[str, Any], request: HttpRequest) -> Denied | dict[str, Any]:
         headers = event["headers"]
         identity = [str(headers.get(name, "")) for name in identity_headers]
         if not all(identity):
@@ -295,7 +313,7 @@ class LocalTaxiSaga:
 
     cloud: EmbeddedCloud
     routes: list[Route]
-    authorize: Callable[[dict[str, Any]], Any]
+    authorize: Authorize
     api_key: str
     routing: contextlib.AbstractContextManager[None]
 

@@ -12,8 +12,11 @@ for a textual Content-Type, base64 with `isBase64Encoded` otherwise. The integra
 What API Gateway answers itself is answered here the same way: no route -> 404 {"message":"Not
 Found"}; a refused caller -> 401 {"message":"Unauthorized"} or 403 {"message":"Forbidden"}; an
 integration that fails -> 500 {"message":"Internal Server Error"}. The authorization is the API's
-`authorize` (devtools/local/cloud.py: a SigV4 presence check for IAM, the real Lambda authorizer for
-the taxi API). Not emulated: throttling, payload limits, CORS, authorizer result caching.
+`authorize`, given the event and the request as received (devtools/local/cloud.py: for IAM, the
+request's SigV4 signature verified against the local key pair (devtools/aws/sigv4.py; IAM policies
+are not evaluated), a refusal answered 403 with API Gateway's message and x-amzn-errortype; for the
+taxi API, the real Lambda authorizer). Not emulated: throttling, payload limits, CORS, authorizer
+result caching.
 """
 
 from __future__ import annotations
@@ -50,17 +53,20 @@ class Denied:
 
     status: int
     message: str
+    error_type: str | None = None  # API Gateway's x-amzn-errortype header, e.g. InvalidSignatureException
 
     def response(self) -> HttpResponse:
-        return HttpResponse.json(self.status, {"message": self.message})
+        headers = [("x-amzn-errortype", self.error_type)] if self.error_type else []
+        return HttpResponse.json(self.status, {"message": self.message}, headers)
 
 
-# The authorization of an API: the request's event in, either a refusal or what goes into
+# The authorization of an API: the request's event and the request as received (IAM checks the
+# signature of its exact path, headers and body) in, either a refusal or what goes into
 # requestContext.authorizer.
-Authorize = Callable[[dict[str, Any]], "Denied | dict[str, Any]"]
+Authorize = Callable[[dict[str, Any], "HttpRequest"], "Denied | dict[str, Any]"]
 
 
-def open_to_all(event: dict[str, Any]) -> Denied | dict[str, Any]:
+def open_to_all(event: dict[str, Any], request: HttpRequest) -> Denied | dict[str, Any]:
     return {}
 
 
@@ -248,7 +254,7 @@ class HttpApi:
         route, parameters = found
         event = self.event(request, route, parameters, request_id)
         try:
-            decision = self.authorize(event)
+            decision = self.authorize(event, request)
         except Exception:
             traceback.print_exc(file=sys.stderr)
             return Denied(500, "Internal Server Error").response()

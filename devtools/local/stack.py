@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from devtools.aws.moto_server import MotoServer, serving_state_machines
+from devtools.aws.sigv4 import key_ring
 from devtools.aws.template_resources import EmbeddedCloud, Template, resources_of_type
 from devtools.local.cloud import (
     ACCESS_KEY_ID,
+    LOCAL_CREDENTIALS,
     REGION,
     SECRET_ACCESS_KEY,
     EndpointClients,
@@ -28,7 +30,7 @@ from devtools.local.cloud import (
     LocalTaxiSaga,
     Poller,
     function_handlers,
-    sigv4_present,
+    iam_authorizer,
 )
 from devtools.local.http_api import ApiServer, HttpApi
 from ops.smoke import LOCAL_ENDPOINT_OUTPUT, LOCAL_ENV
@@ -150,7 +152,8 @@ class LocalStack:
         stacks = pipeline_templates(templates)
         exit_stack = contextlib.ExitStack()
         try:
-            moto = MotoServer(moto_port).start()
+            keys = key_ring(LOCAL_CREDENTIALS)  # what the event-log API and the presigned URLs verify signatures against
+            moto = MotoServer(moto_port, credentials=keys).start()
             exit_stack.callback(moto.stop)
             exit_stack.enter_context(serving_state_machines(moto.port))
             clients = EndpointClients(moto.endpoint)
@@ -159,7 +162,7 @@ class LocalStack:
             saga = LocalTaxiSaga.create(stacks["taxi_etl"][1], clients, settings)
             exit_stack.enter_context(saga.routing)
             event_log_server = ApiServer(
-                HttpApi("event log", "local-eventlog", event_log.routes, sigv4_present, access_log=access_log), event_log_port
+                HttpApi("event log", "local-eventlog", event_log.routes, iam_authorizer(keys), access_log=access_log), event_log_port
             )
             exit_stack.callback(event_log_server.stop)
             taxi_server = ApiServer(HttpApi("taxi", "local-taxi", saga.routes, saga.authorize, access_log=access_log), taxi_port)
