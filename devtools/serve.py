@@ -8,7 +8,8 @@ Everything comes from the synthesized dev templates of the assembly: tables, buc
 secret are created in moto, served over HTTP on the moto port so other processes (curl, the AWS CLI,
 the operator tools, `make smoke ENV=local`) reach the same resources; each function runs its real
 `handle`, built through its pipeline's wiring with the settings of its synthesized environment. The
-event-log API takes any SigV4-signed request (no IAM evaluation); the taxi API calls the real Lambda
+event-log API verifies each request's SigV4 signature against the printed key pair (no IAM policy
+evaluation), and the embedded S3 verifies its presigned URLs; the taxi API calls the real Lambda
 authorizer against the key in the embedded secret. A background thread plays Lambda's event sources
 (the log table's stream, the snapshot and payload queues, the runner-stats Kinesis stream) every half
 second; the taxi state machine runs on moto's executor with its tasks routed to the phase handlers.
@@ -60,7 +61,7 @@ def banner(stack: LocalStack, started_in: float, outputs_file: Path) -> str:
     return "\n".join(
         [
             f"onceflow: the dev stacks on localhost, on an embedded AWS (moto), started in {started_in:.1f} s",
-            f"  event log API   {stack.event_log_url}   (IAM: any SigV4-signed request is let in; the signature is not checked)",
+            f"  event log API   {stack.event_log_url}   (IAM: SigV4 signatures verified against the key pair below; no IAM policies)",
             f"  taxi API        {stack.taxi_url}   (Authorization: the API key below, checked by the real authorizer)",
             f"  embedded AWS    {stack.moto_endpoint}   region {stack.region}",
             f"  API key         {stack.api_key}",
