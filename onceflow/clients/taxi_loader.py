@@ -108,6 +108,8 @@ LOCAL_ENDPOINT_OUTPUT = "LocalEndpointUrl"  # `make serve` adds it to every stac
 UNREACHABLE_BATCHES_TO_STOP = 3  # consecutive batches the API did not answer: the run stops
 # C0 controls other than tab, CR and LF: what the API refuses as binary data (runtime.taxi_etl.requests._BINARY).
 BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What the API refuses in front of a body (runtime.shared.http.UTF8_BOM): the loader drops it from a line.
+UTF8_BOM = b"\xef\xbb\xbf"
 _API_LINE = re.compile(r"\bline (\d+)\b")
 
 
@@ -143,11 +145,14 @@ def _unmapped(schema: Schema) -> str:
 def classify(number: int, data: bytes | None, size: int, *, max_line_bytes: int = MAX_LINE_BYTES) -> Line:
     """One line of the file (`data` without its line ending; None when it was too long to keep) as the
     API would see it in a batch. The messages are the API's (runtime.taxi_etl.requests), numbered by
-    the file's lines; the API judges UTF-8 and control characters for the whole body, the loader per line."""
+    the file's lines; the API judges UTF-8 and control characters for the whole body, the loader per line.
+    A byte-order mark in front of a line (the file's own on line 1, as spreadsheets save "CSV UTF-8";
+    or where files were concatenated) is dropped: the API refuses a body that starts with one, and a
+    BOM is never part of a trip."""
     if data is None or size > max_line_bytes:
         return Line(number, Kind.REFUSED, problem=f"line {number} is {size} bytes; the limit is {max_line_bytes}")
     try:
-        text = data.decode("utf-8")
+        text = data.removeprefix(UTF8_BOM).decode("utf-8")
     except UnicodeDecodeError:
         return Line(number, Kind.REFUSED, problem=f"line {number} is not UTF-8 text; send CSV lines")
     if BINARY.search(text):

@@ -1,4 +1,5 @@
-"""What both HTTP APIs share: JSON responses and one mapping of expected refusals to HTTP status.
+"""What both HTTP APIs share: JSON responses, one mapping of expected refusals to HTTP status, and
+the one reading of a request body (its media type, base64, size and strict UTF-8).
 
 A refusal is an exception whose class carries its status; the mapping is by isinstance, so a
 pipeline's errors (runtime/<pipeline>/errors.py) subclass these and inherit the status of the
@@ -7,8 +8,10 @@ nearest base unless they set their own.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # Powertools' event handler (tens of ms of imports, asyncio among them) is loaded by the HTTP handlers alone
@@ -36,6 +39,20 @@ class PayloadTooLarge(InvalidRequest):
     status = 413
 
 
+class UnsupportedMediaType(InvalidRequest):
+    """The body is not in a media type the route takes (HTTP 415); the answer lists the ones it does,
+    so a client can fix its Content-Type without reading the docs."""
+
+    status = 415
+
+    def __init__(self, message: str, accepted: Sequence[str]) -> None:
+        super().__init__(message)
+        self.accepted = tuple(accepted)
+
+    def body(self) -> dict[str, Any]:
+        return {**super().body(), "accepted": list(self.accepted)}
+
+
 class NotFound(Refusal):
     """What the request names does not exist (HTTP 404)."""
 
@@ -52,6 +69,100 @@ class Unprocessable(Refusal):
     """The request reuses an id for a different request (HTTP 422)."""
 
     status = 422
+
+
+# --- request bodies -----------------------------------------------------------------------------
+
+JSON = "application/json"
+CSV = "text/csv"
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little and big endian (UTF-32 LE starts with the first, too)
+UTF16_SNIFF_BYTES = 256
+
+
+def header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    """A header's value whatever the case of its name: API Gateway v2 lower-cases names, but a test
+    event, another proxy or a hand-made event may not."""
+    if not headers:
+        return None
+    wanted = name.lower()
+    return next((value for key, value in headers.items() if key.lower() == wanted), None)
+
+
+def require_media_type(content_type: str | None, body: str | None, accepted: Sequence[str]) -> None:
+    """Refuse (415) a body that does not say it is one of `accepted`, in UTF-8.
+
+    Only a request with a body is judged: a GET, or a POST without a body, has nothing to label (the
+    route's own empty-body refusal speaks to it). Media types and parameter names are compared without
+    case; parameters other than charset (text/csv's `header=present`, say) are ignored. A charset
+    other than UTF-8 is a 415 rather than a 400: the client declared a format this API does not read,
+    which is what 415 says (RFC 9110, 15.5.16), and the fix is the same as for a wrong media type."""
+    if not body:
+        return
+    takes = " or ".join(f"{media} (charset=utf-8, or no charset)" for media in accepted)
+    if content_type is None or not content_type.strip():
+        raise UnsupportedMediaType(f"the request has a body but no Content-Type; send it as {takes}", accepted)
+    media, *parameters = (part.strip() for part in content_type.split(";"))
+    if media.lower() not in {kind.lower() for kind in accepted}:
+        raise UnsupportedMediaType(f"the request body is {media or 'untyped'}; send it as {takes}", accepted)
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').strip()
+        if name.strip().lower() == "charset" and charset.lower() != "utf-8":
+            raise UnsupportedMediaType(f"the request body's charset is {charset or 'empty'}; send it as {takes}", accepted)
+
+
+def body_text(
+    body: str | None, *, is_base64: bool, max_bytes: int, too_large: type[InvalidRequest] = PayloadTooLarge, hint: str = "send UTF-8 text"
+) -> str:
+    """The body as the client sent it, decoded as strict UTF-8 ("" when there is none).
+
+    A base64 body (API Gateway's `isBase64Encoded`, for a media type it does not deem text) is decoded
+    first, so both encodings of the same bytes get the same answer; the limit applies to those bytes.
+    A text body is encoded back to the bytes it holds: surrogate escapes (how a str carries bytes that
+    are not UTF-8) as the bytes they escape, so text and base64 get the same answer; any other lone
+    surrogate as itself (surrogatepass), so it is measured and then refused as not UTF-8 rather than
+    failing with a 500. A byte-order mark is refused, not skipped: UTF-8 has no byte order, a BOM in
+    front of JSON is not JSON (RFC 8259, 8.1), and skipping it silently would make the same content
+    two different requests to anything that hashes the body."""
+    if not body:
+        return ""
+    if is_base64:
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise InvalidRequest("the request body is not valid base64") from err
+    else:
+        try:
+            raw = body.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = body.encode("utf-8", "surrogatepass")
+    if len(raw) > max_bytes:
+        raise too_large(f"the request body is {len(raw)} bytes; the limit is {max_bytes}")
+    return strict_utf8(raw, hint=hint)
+
+
+def strict_utf8(raw: bytes, *, hint: str = "send UTF-8 text") -> str:
+    """`raw` as UTF-8 text, or a 400 that says which encoding it looks like instead. `hint` ends the
+    message for bytes that are no text at all (the route's own words: "send CSV lines", say)."""
+    if raw.startswith(UTF8_BOM):
+        raise InvalidRequest("the request body starts with a byte-order mark (BOM, EF BB BF); send UTF-8 without one")
+    if raw.startswith(UTF16_BOMS):
+        raise InvalidRequest("the request body starts with a UTF-16 byte-order mark: it is UTF-16 text; send UTF-8")
+    if _looks_like_utf16(raw):
+        raise InvalidRequest("the request body looks like UTF-16 text (a zero byte in every other position); send UTF-8")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidRequest(f"the request body is not UTF-8 text; {hint}") from err
+
+
+def _looks_like_utf16(raw: bytes) -> bool:
+    """UTF-16 without a BOM: Latin text has a zero byte in every other position, which UTF-8 text (a
+    JSON document or CSV lines) never has. At least half of the even or of the odd bytes of the first
+    few hundred being zero tells it from binary data with a stray NUL."""
+    head = raw[:UTF16_SNIFF_BYTES]
+    return len(head) >= 4 and any(2 * half.count(0) >= len(half) for half in (head[0::2], head[1::2]))
 
 
 def json_response(status: int, body: dict[str, Any]) -> Response[str]:

@@ -4,6 +4,7 @@ POST /trips        one CSV line          -> 202 {"StoreRequestId", "execution", 
                                             (200 with "duplicate": true when it was already processed)
 POST /trips/batch  up to N CSV lines     -> 202 {"StoreRequestIds": [one per line], "execution", ...}
 Optional header Idempotency-Key: the client's own id for the request (see requests.py).
+Bodies are text/csv (charset=utf-8 or none; anything else 415) in strict UTF-8 (a BOM, UTF-16 or invalid bytes: 400).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.aws import Clients
-from runtime.shared.http import Refusal, answer_refusals, json_response
+from runtime.shared.http import Refusal, answer_refusals, header, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.requests import (
     Submission,
+    check_media_type,
     decode_body,
     parse_batch,
     parse_idempotency_key,
@@ -60,6 +62,7 @@ answer_refusals(app, count_refusal)
 
 def request_text(max_bytes: int) -> tuple[str, str | None]:
     event = app.current_event
+    check_media_type(header(event.headers, "content-type"), event.body)
     key = parse_idempotency_key(event.headers.get("idempotency-key"))
     return decode_body(event.body, is_base64=bool(event.is_base64_encoded), max_bytes=max_bytes), key
 

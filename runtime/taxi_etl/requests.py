@@ -14,20 +14,20 @@ skipped wherever they are in a batch; a header of an unmapped layout refuses the
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 from dataclasses import dataclass
 
 from runtime.shared.consistency import deterministic_id
-from runtime.shared.http import InvalidRequest, PayloadTooLarge
+from runtime.shared.http import CSV, InvalidRequest, PayloadTooLarge, body_text, require_media_type
 from runtime.taxi_etl.models import Row
+from runtime.taxi_etl.state_budget import check_state_budget
 from runtime.taxi_etl.trips import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CONTENT_ID_HEX_CHARS = 32  # c-<hash>: deterministic_id's default length
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
+MEDIA_TYPES = (CSV,)  # what /trips and /trips/batch take (charset=utf-8 or none); anything else is a 415
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -45,22 +45,24 @@ class Submission:
         return json.dumps({"rows": rows}, separators=(",", ":"), ensure_ascii=False)
 
 
+def check_media_type(content_type: str | None, body: str | None) -> None:
+    """415 unless a body is labelled text/csv (UTF-8): checked before the body is read."""
+    require_media_type(content_type, body, MEDIA_TYPES)
+
+
+def within_state_budget(submission: Submission) -> Submission:
+    """The submission, unless a state of its execution could pass Step Functions' payload limit: then a 413
+    naming it (runtime/taxi_etl/state_budget.py), before anything starts."""
+    check_state_budget(submission.rows, submission.execution_input())
+    return submission
+
+
 def decode_body(body: str | None, *, is_base64: bool, max_bytes: int) -> str:
+    """The CSV text of the body: strict UTF-8 (a BOM, UTF-16 or invalid bytes are a 400), at most
+    `max_bytes` bytes (413), and no control characters."""
     if not body:
         raise InvalidRequest("the request body is empty; send CSV text")
-    if is_base64:
-        try:
-            raw = base64.b64decode(body, validate=True)
-        except (binascii.Error, ValueError) as err:
-            raise InvalidRequest("the request body is not valid base64") from err
-    else:
-        raw = body.encode("utf-8", "surrogatepass")
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"the request body is {len(raw)} bytes; the limit is {max_bytes}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InvalidRequest("the request body is not UTF-8 text; send CSV lines") from err
+    text = body_text(body, is_base64=is_base64, max_bytes=max_bytes, hint="send CSV lines")
     if _BINARY.search(text):
         raise InvalidRequest("the request body contains control characters; send CSV text, not binary data")
     return text
@@ -111,7 +113,7 @@ def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submissi
     _check_line(lines[0], 1, max_line_bytes)
     line = lines[0] if key else _unkeyed(lines[0])
     store_request_id = f"k-{key}" if key else content_id(line)
-    return Submission(store_request_id, (Row(store_request_id, line),), (store_request_id,))
+    return within_state_budget(Submission(store_request_id, (Row(store_request_id, line),), (store_request_id,)))
 
 
 def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: int) -> Submission:
@@ -136,7 +138,7 @@ def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: i
     unique = {store_request_id: Row(store_request_id, line) for store_request_id, line in reversed(list(zip(ids, lines, strict=True)))}
     rows = tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
     name = f"kb-{key}" if key else f"cb-{deterministic_id('taxi-batch', *ids)}"
-    return Submission(name, rows, ids, skipped_header)
+    return within_state_budget(Submission(name, rows, ids, skipped_header))
 
 
 def _data_lines(text: str) -> list[str]:

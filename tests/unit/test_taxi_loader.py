@@ -10,6 +10,7 @@ phase, reason and detail; the HTTP client retries the same bytes under the same 
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import sys
@@ -85,8 +86,9 @@ class FakeApi:
         self.posts.append(key)
         if self.before_start:
             self.before_start(index)
-        try:
-            submission = parse_batch(body.decode("utf-8"), key, max_lines=self.max_lines, max_line_bytes=MAX_LINE_BYTES)
+        try:  # the body's bytes as API Gateway hands them over, through the API's own decoding (strict UTF-8, no BOM)
+            text = decode_body(base64.b64encode(body).decode("ascii"), is_base64=True, max_bytes=taxi_loader.BATCH_MAX_BYTES)
+            submission = parse_batch(text, key, max_lines=self.max_lines, max_line_bytes=MAX_LINE_BYTES)
         except Refusal as refusal:
             return self._answer(refusal.status, refusal.body())
         name, execution_input = submission.execution_name, submission.execution_input()
@@ -346,7 +348,6 @@ def test_malformed_lines_are_refused_per_line_in_the_apis_words_and_their_batche
         *(value for layout in SCHEMA_ROWS.values() if isinstance(layout, dict) for value in layout.values()),
         "",
         "   ",
-        "\ufeff" + HEADER,
         ROWS[0] + ",",
         DROPOFF_BEFORE_PICKUP,
         "a,b\rc",
@@ -372,6 +373,42 @@ def test_the_loader_refuses_exactly_the_lines_the_api_refuses_in_the_same_words(
         problem = classified.problem.replace("line 7", "line 1").removeprefix("line 1: ")
         body_level = problem.replace("line 1", "the request body")  # the API judges binary data for the whole body
         assert problem in api_says or body_level == api_says
+
+
+@pytest.mark.parametrize("first", [HEADER, ROWS[0]], ids=["header", "data-line"])
+def test_a_file_that_starts_with_a_byte_order_mark_loads_and_no_body_sent_has_one(tmp_path: Path, first: str) -> None:
+    # Given a file saved as "CSV UTF-8" by a spreadsheet (a BOM in front of its first line, a header or a trip),
+    # and a BOM left in front of line 101, where a second such file was appended: the first line of the second batch
+    rows = ROWS[:150]
+    lines = ["\ufeff" + first, *(row for row in rows if row != first)]
+    lines[100] = "\ufeff" + lines[100]
+    path = write(tmp_path / "spreadsheet.csv", lines)
+
+    class Recording(FakeApi):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bodies: list[bytes] = []
+
+        def post_batch(self, body: bytes, key: str) -> Answer:
+            self.bodies.append(body)
+            return super().post_batch(body, key)
+
+    api = Recording()
+    # When it is loaded (the API refuses a body that starts with a BOM)
+    report, _ = run(path, api)
+    # Then every batch was accepted, and no body sent starts with a BOM or holds one
+    assert api.statuses == [202, 202] and report.failed == [] and report.exit_status == 0
+    assert len(api.bodies) == 2 and not any("\ufeff".encode() in body for body in api.bodies)
+    # and every trip is stored as the file has it, without the mark
+    assert set(api.rows.values()) == set(rows) and report.refused == 0
+
+
+def test_the_loader_takes_the_apis_own_byte_order_mark() -> None:
+    # Given the bytes the API refuses in front of a body
+    from runtime.shared import http
+
+    # Then the loader drops the same bytes from a line
+    assert taxi_loader.UTF8_BOM == http.UTF8_BOM
 
 
 def test_the_loader_takes_the_apis_own_binary_rule() -> None:

@@ -90,7 +90,7 @@ def test_append_is_idempotent_per_request_and_conflicts_per_position(api: EventL
     ("event", "message"),
     [
         (request("POST", f"/logs/{LOG}/entries"), "body is empty"),
-        (request("POST", f"/logs/{LOG}/entries", raw=b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"), "not valid JSON"),
+        (request("POST", f"/logs/{LOG}/entries", raw=b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"), "not UTF-8 text"),
         (request("POST", f"/logs/{LOG}/entries", "a,b,c,d,e"), "not valid JSON"),
         (request("POST", f"/logs/{LOG}/entries", "[1, 2]"), "must be a JSON object"),
         (request("POST", f"/logs/{LOG}/entries", "x" * 1_048_576), "limit is 16384"),

@@ -239,14 +239,17 @@ def test_every_spelling_of_a_trip_is_stored_once(saga: TaxiWorld) -> None:
     # Given one real trip, and the spellings other clients send of it
     cells = GOOD.split(",")
     tlc_dates = ",".join([cells[0], *(cell.replace("T", " ").removesuffix(".000") for cell in cells[1:3]), *cells[3:]])
-    spellings = [GOOD, GOOD + "  ", ",".join(f'"{cell}"' for cell in cells), GOOD + ",", "\ufeff" + GOOD, tlc_dates]
-    # When each is posted
+    spellings = [GOOD, GOOD + "  ", ",".join(f'"{cell}"' for cell in cells), GOOD + ",", tlc_dates]
+    # When each is posted, and then the trip behind a byte-order mark
     answers = [saga.post("/trips", spelling) for spelling in spellings]
+    bom_status, bom = saga.post("/trips", "\ufeff" + GOOD)
     # Then the first starts the transaction and the others are its duplicates: one execution, one trip
     assert [status for status, _ in answers] == [202] + [200] * (len(spellings) - 1)
     assert {body["StoreRequestId"] for _, body in answers} == {content_id(GOOD)}
     assert len(saga.executions()) == 1
     assert list(saga.final_items()) == [content_id(GOOD)]
+    # and the body with a BOM is no spelling of the trip but a body that is not strict UTF-8 (issue 22): a 400
+    assert bom_status == 400 and "byte-order mark" in bom["error"]
 
 
 def test_a_2020_row_with_empty_codes_is_stored_and_a_2009_row_is_refused_naming_its_layout(saga: TaxiWorld) -> None:
