@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from devtools.local.stack import LocalStack
@@ -109,16 +109,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level:
         os.environ["POWERTOOLS_LOG_LEVEL"] = args.log_level.upper()
 
+    from devtools.aws import call_audit
     from devtools.aws.template_resources import load_assembly
-    from devtools.local.stack import LocalStack  # after PROCESS_ENV: Powertools reads it at import
 
     manifest = Path(args.assembly) / "manifest.json"
     if not manifest.exists():
         parser.exit(2, f"{parser.prog}: error: no cloud assembly at {args.assembly}: run `make synth ENV=dev` (or `make serve`)\n")
     started = time.monotonic()
+    templates = load_assembly(args.assembly)
+    # Every call a function makes is checked against its synthesized role, as AWS would check it:
+    # a call the role does not allow is refused with the service's AccessDenied.
+    with call_audit.auditing(templates):
+        return _serve(args, parser, templates, overrides, started)
+
+
+def _serve(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, templates: dict[str, Any], overrides: dict[str, str], started: float
+) -> int:
+    from devtools.local.stack import LocalStack  # after PROCESS_ENV: Powertools reads it at import
+
     try:
         stack = LocalStack.start(
-            load_assembly(args.assembly),
+            templates,
             moto_port=args.port_base,
             event_log_port=args.port_base + 1,
             taxi_port=args.port_base + 2,

@@ -224,8 +224,10 @@ class EventLog(Construct):
             common,
         )
         self.router_function = created.function
-        self.snapshot_queue.grant_send_messages(self.router_function)
-        self.payload_queue.grant_send_messages(self.router_function)
+        # SendMessage only: the queue URLs come from the environment (CDK's grant_send_messages adds
+        # GetQueueUrl and GetQueueAttributes, which no call makes: devtools/aws/call_audit.py).
+        self.snapshot_queue.grant(self.router_function, "sqs:SendMessage")
+        self.payload_queue.grant(self.router_function, "sqs:SendMessage")
         window = settings.router_batching_window_seconds
         self.router_event_source = sources.DynamoEventSource(
             self.log_table,
@@ -296,7 +298,7 @@ class EventLog(Construct):
         # the grant would not apply to GetObject (the request carries no prefix).
         self.worker_function.add_to_role_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn]))
         # Re-enqueues a stuck predecessor, or its own message when a duplicate deleted it.
-        self.snapshot_queue.grant_send_messages(self.worker_function)
+        self.snapshot_queue.grant(self.worker_function, "sqs:SendMessage")
         self.worker_function.add_event_source(
             sources.SqsEventSource(
                 self.snapshot_queue,
@@ -361,7 +363,7 @@ class EventLog(Construct):
         # Pending rows are few (one per snapshot being built): a scan reads them all.
         self.pending_table.grant(self.pending_check_function, "dynamodb:Scan")
         if settings.resend_stuck_snapshots:
-            self.snapshot_queue.grant_send_messages(self.pending_check_function)
+            self.snapshot_queue.grant(self.pending_check_function, "sqs:SendMessage")
         self.pending_check_schedule = events.Rule(
             self,
             "PendingCheckSchedule",

@@ -130,7 +130,8 @@ POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
-SQS_SEND = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
+SQS_SEND = {"sqs:SendMessage"}  # the code's sends, to queue URLs from the environment
+SQS_DESTINATION = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}  # CDK's SqsDlq grant
 SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 STREAM_READ = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
 
@@ -189,7 +190,7 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             (arn(PAYLOAD_QUEUE), SQS_SEND),
             # The stream mapping's on-failure destination: Lambda sends the failed batch's metadata
             # there with the function's execution role, so the role needs SendMessage on it.
-            (arn(STREAM_FAILURE_QUEUE), SQS_SEND),
+            (arn(STREAM_FAILURE_QUEUE), SQS_DESTINATION),
             ({"Fn::GetAtt": [LOG_TABLE, "StreamArn"]}, STREAM_READ),
         )
     if handler == WORKER:
