@@ -59,13 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _entry_points() -> list[str]:
-    import importlib
+    from tests.unit.test_entry_points import handler_paths
 
-    paths = []
-    for pipeline in ("runner_stats", "event_log", "taxi_etl"):
-        contract = importlib.import_module(f"runtime.{pipeline}.contract")
-        paths += [value for name, value in vars(contract).items() if name.startswith("HANDLER") and isinstance(value, str)]
-    return sorted(paths)
+    return handler_paths()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -38,6 +38,9 @@ from botocore.exceptions import ClientError
 
 from devtools.aws.iam_needs import ACCOUNT, Need, ResourceCatalog, ServiceNeed, bucket_arn, call_needs, service_needs
 from devtools.aws.iam_policy import Grant, Role, Template
+from runtime.event_log import contract as event_log
+from runtime.runner_stats import contract as runner_stats
+from runtime.taxi_etl import contract as taxi_etl
 
 _acting: ContextVar[str | None] = ContextVar("onceflow_acting_function", default=None)
 
@@ -53,19 +56,19 @@ _PRESIGNED_UPLOAD = (
     "outside the handler: S3 checks s3:PutObject, and s3:PutObjectTagging for the signed tagging header"
 )
 KEPT_UNEXERCISED: Final[Mapping[tuple[str, str], str]] = {
-    ("runtime.event_log.api_handler.handler", "s3:PutObject"): _PRESIGNED_UPLOAD,
-    ("runtime.event_log.api_handler.handler", "s3:PutObjectTagging"): _PRESIGNED_UPLOAD,
-    ("runtime.event_log.finalizer_handler.handler", "sqs:ChangeMessageVisibility"): _CDK_SQS_EVENT_SOURCE,
-    ("runtime.event_log.finalizer_handler.handler", "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
-    ("runtime.event_log.worker_handler.handler", "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
-    ("runtime.event_log.router_handler.handler", "sqs:GetQueueAttributes"): _CDK_SQS_DESTINATION,
-    ("runtime.event_log.router_handler.handler", "sqs:GetQueueUrl"): _CDK_SQS_DESTINATION,
-    ("runtime.runner_stats.handler.handler", "sqs:GetQueueAttributes"): _CDK_SQS_DESTINATION,
-    ("runtime.runner_stats.handler.handler", "sqs:GetQueueUrl"): _CDK_SQS_DESTINATION,
-    ("runtime.runner_stats.handler.handler", "kinesis:DescribeStreamConsumer"): (
+    (event_log.HANDLER_API, "s3:PutObject"): _PRESIGNED_UPLOAD,
+    (event_log.HANDLER_API, "s3:PutObjectTagging"): _PRESIGNED_UPLOAD,
+    (event_log.HANDLER_FINALIZER, "sqs:ChangeMessageVisibility"): _CDK_SQS_EVENT_SOURCE,
+    (event_log.HANDLER_FINALIZER, "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
+    (event_log.HANDLER_WORKER, "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
+    (event_log.HANDLER_ROUTER, "sqs:GetQueueAttributes"): _CDK_SQS_DESTINATION,
+    (event_log.HANDLER_ROUTER, "sqs:GetQueueUrl"): _CDK_SQS_DESTINATION,
+    (runner_stats.HANDLER, "sqs:GetQueueAttributes"): _CDK_SQS_DESTINATION,
+    (runner_stats.HANDLER, "sqs:GetQueueUrl"): _CDK_SQS_DESTINATION,
+    (runner_stats.HANDLER, "kinesis:DescribeStreamConsumer"): (
         "CDK's KinesisEventSource grants the stream's read actions; Lambda calls it only for an enhanced fan-out consumer"
     ),
-    ("runtime.taxi_etl.authorizer_handler.handler", "secretsmanager:DescribeSecret"): (
+    (taxi_etl.HANDLER_AUTHORIZER, "secretsmanager:DescribeSecret"): (
         "Secret.grant_read grants it with GetSecretValue; kept for what that grant also covers: a secret imported by name "
         "(ARN with its random suffix) and the decrypt grant on its KMS key"
     ),

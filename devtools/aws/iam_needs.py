@@ -94,11 +94,6 @@ def secret_name(secret_id: str) -> str:
     return secret_id.split(":secret:", 1)[1].rsplit("-", 1)[0]
 
 
-def name_from_arn(arn: str) -> str:
-    """The resource name of a stream, table or state machine ARN."""
-    return arn.rsplit("/", 1)[1] if "/" in arn.split(":", 5)[5] else arn.rsplit(":", 1)[1]
-
-
 # --- which resources a customer managed key encrypts -------------------------------------------
 
 
@@ -301,17 +296,6 @@ def _secretsmanager(operation: str, params: Mapping[str, Any], catalog: Resource
     return needs
 
 
-def _kinesis(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> list[Need]:
-    if operation not in {"PutRecord", "PutRecords", "DescribeStreamSummary", "ListShards", "GetShardIterator", "GetRecords"}:
-        raise UnmappedCall(f"no IAM rule for kinesis:{operation}")
-    name = str(params.get("StreamName") or name_from_arn(str(params.get("StreamARN", "*/*"))))
-    needs = [Need(f"kinesis:{operation}", stream_arn(name))]
-    key = catalog.key_for(name)
-    if key is not None and operation in {"PutRecord", "PutRecords"}:
-        needs.append(Need("kms:GenerateDataKey", key))
-    return needs
-
-
 _RULES: Final = {
     "dynamodb": _dynamodb,
     "dynamodbstreams": _dynamodbstreams,
@@ -319,7 +303,6 @@ _RULES: Final = {
     "sqs": _sqs,
     "stepfunctions": _stepfunctions,
     "secretsmanager": _secretsmanager,
-    "kinesis": _kinesis,
 }
 
 
