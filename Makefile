@@ -63,8 +63,10 @@ diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod;
 	npx cdk diff -c env=$(ENV) --no-notices
 
 # The quality gates run first (seconds), then the suite with the coverage floor on runtime/.
-test: lint typecheck cfn-lint ## lint, typecheck, cfn-lint, then the whole pytest suite with the 90 % coverage floor on runtime/
-	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered
+# --iam-audit=strict: a grant of a function's role that no test's calls used fails the run
+# (devtools/aws/call_audit.py); a call the role does not allow fails it in any run.
+test: lint typecheck cfn-lint ## lint, typecheck, cfn-lint, then the whole pytest suite with the 90 % coverage floor on runtime/ and the IAM audit
+	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered --iam-audit=strict
 
 lint: install ## ruff check + ruff format --check
 	$(VENV)/bin/ruff check .
