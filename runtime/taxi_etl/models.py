@@ -12,6 +12,7 @@ was rejected. `tuple` is what the phase produced (or, for a rejection, what it w
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,8 +23,26 @@ from runtime.taxi_etl.errors import PhaseInputError
 from runtime.taxi_etl.trips import Reason
 
 STORE_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")  # usable as a Step Functions execution name
-MAX_DETAIL_CHARS = 64
-MAX_MESSAGE_CHARS = 512
+# A rejected verdict's detail and message, in the bytes they take in a state (JSON-escaped, UTF-8): a bound per
+# row that runtime/taxi_etl/state_budget.py counts on (64 and 512 characters when plain ASCII).
+MAX_DETAIL_BYTES = 64
+MAX_MESSAGE_BYTES = 512
+
+
+def _json_char_bytes(char: str) -> int:
+    if " " <= char < "\x7f" and char not in '"\\':
+        return 1
+    return len(json.dumps(char, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2  # an escape, or UTF-8's 2-4 bytes
+
+
+def clip_json(text: str, max_bytes: int) -> str:
+    """The longest prefix of `text` whose JSON string (escaped, UTF-8, without its quotes) takes at most `max_bytes`."""
+    used = 0
+    for index, char in enumerate(text):
+        used += _json_char_bytes(char)
+        if used > max_bytes:
+            return text[:index]
+    return text
 
 
 class Phase(StrEnum):
@@ -76,8 +95,8 @@ class Verdict:
             "tuple": self.tuple,
         }
         if not self.success:
-            document["detail"] = self.detail[:MAX_DETAIL_CHARS]
-            document["message"] = self.message[:MAX_MESSAGE_CHARS]
+            document["detail"] = clip_json(self.detail, MAX_DETAIL_BYTES)
+            document["message"] = clip_json(self.message, MAX_MESSAGE_BYTES)
         return document
 
 
