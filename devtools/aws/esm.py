@@ -1,6 +1,6 @@
 """A Kinesis event source mapping, replayed in-process: how Lambda would deliver a shard.
 
-It builds Lambda's Kinesis event for each batch, honours `batchItemFailures` by restarting
+It builds Lambda's Kinesis event for each batch (no more records than fit Lambda's 6 MB), honours `batchItemFailures` by restarting
 from the lowest reported sequence number, retries a batch whose invocation failed, bisects
 it on error when asked, and sends a batch that exhausted its retries to the on-failure
 callback (the SQS destination).
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from devtools.aws.faults import SimulatedCrash
+from devtools.aws.service_limits import fitting_batch
 
 SHARD_ID = "shardId-000000000000"
 
@@ -129,6 +130,8 @@ class EventSourceMapping:
             batch = shard.read(checkpoint, self.batch_size)
             if not batch:
                 return checkpoint
+            # The mapping stops adding records where the event would pass Lambda's 6 MB; the rest come next.
+            batch = batch[: fitting_batch(batch, self.to_event)]
             self._deliver(batch)
             checkpoint = batch[-1].sequence_number
 

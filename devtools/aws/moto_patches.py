@@ -10,8 +10,9 @@
 - Threads: `atomic_moto_dynamodb` makes each DynamoDB request atomic across threads, as on
   DynamoDB (moto's are not), for handlers that run their calls on a pool.
 
-`embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests. A bare
-mock_aws runs a pooled handler on moto's unsafe tables (a test checks none is left).
+`embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests and AWS's
+service limits where moto does not enforce them (devtools/aws/service_limits.py). A bare mock_aws
+runs a pooled handler on moto's unsafe tables (a test checks none is left).
 """
 
 from __future__ import annotations
@@ -164,8 +165,11 @@ def atomic_moto_dynamodb() -> Iterator[None]:
 
 @contextmanager
 def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
-    """moto's mock_aws (with moto's `config`) and DynamoDB requests atomic across threads: the embedded cloud."""
+    """moto's mock_aws (with moto's `config`), DynamoDB requests atomic across threads and AWS's service
+    limits enforced: the embedded cloud."""
     from moto import mock_aws
 
-    with mock_aws(config=config), atomic_moto_dynamodb():
+    from devtools.aws.service_limits import enforced_service_limits
+
+    with mock_aws(config=config), atomic_moto_dynamodb(), enforced_service_limits():
         yield

@@ -1,6 +1,7 @@
 """An SQS event source mapping, replayed in-process: how Lambda would deliver a queue.
 
-It receives up to the batch size, builds Lambda's SQS event, invokes, and deletes the messages
+It receives up to the batch size, builds Lambda's SQS event (several invocations when the messages
+together pass Lambda's 6 MB), invokes, and deletes the messages
 that were not reported in `batchItemFailures`. A failed invocation deletes nothing: every
 message of the batch comes back after its visibility timeout. Redrive to the DLQ is moto's,
 after the queue's maxReceiveCount receives, exactly as the template configures it.
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devtools.aws.faults import SimulatedCrash
+from devtools.aws.service_limits import fitting_batch
 
 
 @dataclass
@@ -65,15 +67,21 @@ class SqsEventSource:
             MessageAttributeNames=["All"],
         )
         messages = response.get("Messages", [])
-        if not messages:
-            return 0
+        remaining = list(messages)
+        while remaining:  # in as many invocations as Lambda's 6 MB needs (ten 1 MiB messages do not fit one)
+            count = fitting_batch(remaining, lambda part: sqs_event(part, self.queue_arn))
+            self._deliver(remaining[:count])
+            remaining = remaining[count:]
+        return len(messages)
+
+    def _deliver(self, messages: list[dict[str, Any]]) -> None:
         self.stats.invocations += 1
         self.stats.delivered += len(messages)
         try:
             result = self.invoke(sqs_event(messages, self.queue_arn))
         except (Exception, SimulatedCrash):
             self.stats.function_errors += 1
-            return len(messages)
+            return
         failed = {item["itemIdentifier"] for item in result.get("batchItemFailures", [])}
         for message in messages:
             if message["MessageId"] in failed:
@@ -81,7 +89,6 @@ class SqsEventSource:
             else:
                 self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
                 self.stats.deleted += 1
-        return len(messages)
 
 
 def next_visible_at(queue_url: str) -> float | None:

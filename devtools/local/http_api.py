@@ -15,8 +15,11 @@ integration that fails -> 500 {"message":"Internal Server Error"}. The authoriza
 `authorize`, given the event and the request as received (devtools/local/cloud.py: for IAM, the
 request's SigV4 signature verified against the local key pair (devtools/aws/sigv4.py; IAM policies
 are not evaluated), a refusal answered 403 with API Gateway's message and x-amzn-errortype; for the
-taxi API, the real Lambda authorizer). Not emulated: throttling, payload limits, CORS, authorizer
-result caching.
+taxi API, the real Lambda authorizer). AWS's limits (devtools/aws/service_limits.py): a body over
+the HTTP API's 10 MB -> 413 {"message":"Request Entity Too Large"} before anything runs, and so is an
+event over Lambda's 6 MB; a response over Lambda's 6 MB -> 500; an integration that takes longer than
+the HTTP API's 30 s -> 503 {"message":"Service Unavailable"} (the function itself runs on, as on
+AWS). Not emulated: throttling, CORS, authorizer result caching.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from devtools.aws.http_server import HOST, BackgroundHttpServer, authority
+from devtools.aws.service_limits import (
+    HTTP_API_INTEGRATION_TIMEOUT_SECONDS,
+    LambdaPayloadTooLarge,
+    check_lambda_request,
+    check_lambda_response,
+    http_api_refusal,
+)
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 ACCOUNT = "123456789012"
@@ -174,6 +184,7 @@ class HttpApi:
     authorize: Authorize = open_to_all
     region: str = "us-east-1"
     access_log: Callable[[str], None] | None = None
+    integration_timeout_seconds: float = HTTP_API_INTEGRATION_TIMEOUT_SECONDS  # the HTTP API's maximum (and default)
 
     def find(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         """The matching route; literal segments win over parameters, as in API Gateway."""
@@ -247,6 +258,9 @@ class HttpApi:
         return response
 
     def _answer(self, request: HttpRequest, request_id: str) -> HttpResponse:
+        refused = http_api_refusal(request.body)
+        if refused is not None:
+            return HttpResponse.json(*refused)
         path = request.target.partition("?")[0]
         found = self.find(request.method, path)
         if found is None:
@@ -262,12 +276,21 @@ class HttpApi:
             return decision.response()
         event["requestContext"]["authorizer"] = decision
         try:
+            check_lambda_request(event)  # Lambda refuses the invocation; API Gateway passes its 413 on
+        except LambdaPayloadTooLarge:
+            return HttpResponse.json(413, {"message": "Request Entity Too Large"})
+        started = time.monotonic()
+        try:
             result = route.integration(event)
-        except Exception:
+            check_lambda_response(result)
+        except Exception:  # the function's own error, or its response over 6 MB (LambdaResponseTooLarge)
             # What Lambda would log; API Gateway answers the caller without the details.
             print(f"{route.integration.name} failed on {route.key}:", file=sys.stderr)
             traceback.print_exc(file=sys.stderr)
             return HttpResponse.json(500, {"message": "Internal Server Error"})
+        if time.monotonic() - started > self.integration_timeout_seconds:
+            print(f"{route.integration.name} took longer than the integration timeout on {route.key}", file=sys.stderr)
+            return HttpResponse.json(503, {"message": "Service Unavailable"})
         return lambda_response(result)
 
 
