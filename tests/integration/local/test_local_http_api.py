@@ -4,11 +4,9 @@ what API Gateway answers by itself (no route, refused callers), and the outputs 
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -19,25 +17,14 @@ from ops.cli import StackKind, resources_from_outputs_file
 from ops.smoke import LOCAL_ENDPOINT_OUTPUT
 from runtime.event_log import contract as event_log_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
+from tests.integration.local import raw_http
 
 
 def request(
     base_url: str, method: str, target: str, body: bytes | None = None, headers: list[tuple[str, str]] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     """One HTTP request with exactly these headers (repeats kept); status, headers, body."""
-    parts = urlsplit(base_url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        connection.putrequest(method, target)
-        for name, value in headers or []:
-            connection.putheader(name, value)
-        if body is not None:
-            connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body)
-        response = connection.getresponse()
-        return response.status, {name.lower(): value for name, value in response.getheaders()}, response.read()
-    finally:
-        connection.close()
+    return raw_http.request(base_url + target, method, body, headers or [])
 
 
 class Recorder:

@@ -6,7 +6,6 @@ upload URLs to the headers they sign (no If-None-Match: refused, and the stored 
 
 from __future__ import annotations
 
-import http.client
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -22,25 +21,14 @@ from devtools.aws.sigv4 import API_INVALID_TOKEN, API_SIGNATURE_MISMATCH
 from devtools.local.stack import LocalStack
 from onceflow.clients.event_log import EventLogClient
 from runtime.event_log import contract as event_log_contract
+from tests.integration.local import raw_http
 
 Headers = list[tuple[str, str]]
 
 
 def send(url: str, method: str, body: bytes | None, headers: Headers) -> tuple[int, dict[str, str], bytes]:
     """One request with exactly these headers (and Content-Length for a body); status, headers, body."""
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        connection.putrequest(method, parts.path + (f"?{parts.query}" if parts.query else ""), skip_host=True, skip_accept_encoding=True)
-        for name, value in headers:
-            connection.putheader(name, value)
-        if body is not None:
-            connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body)
-        response = connection.getresponse()
-        return response.status, {name.lower(): value for name, value in response.getheaders()}, response.read()
-    finally:
-        connection.close()
+    return raw_http.request(url, method, body, headers, own_host=True)
 
 
 def signed_headers(

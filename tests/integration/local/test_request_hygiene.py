@@ -5,13 +5,11 @@ with a byte-order mark, because it drops the mark itself and sends clean UTF-8 a
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from botocore.auth import SigV4Auth
@@ -23,6 +21,7 @@ from devtools.taxi_rows import sample_header, sample_lines
 from onceflow.clients.taxi_loader import Console, HttpTaxiApi, LoadOptions, load_file
 from runtime.event_log import contract as event_log_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
+from tests.integration.local import raw_http
 
 TRIP = sample_lines()[0]
 APPEND = {"request_id": "hygiene-0001", "position": 1, "event": {"kind": "SetCell", "cell": "B2", "value": "42"}}
@@ -30,19 +29,8 @@ APPEND = {"request_id": "hygiene-0001", "position": 1, "event": {"kind": "SetCel
 
 def send(url: str, method: str, body: bytes | None, headers: list[tuple[str, str]]) -> tuple[int, Any]:
     """One request with exactly these headers (http.client adds no Content-Type of its own); status and JSON answer."""
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        connection.putrequest(method, parts.path)
-        for name, value in headers:
-            connection.putheader(name, value)
-        if body is not None:
-            connection.putheader("Content-Length", str(len(body)))
-        connection.endheaders(body)
-        response = connection.getresponse()
-        return response.status, json.loads(response.read() or b"null")
-    finally:
-        connection.close()
+    status, _, answer = raw_http.request(url, method, body, headers)
+    return status, json.loads(answer or b"null")
 
 
 def signed_post(stack: LocalStack, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
