@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
@@ -19,30 +18,10 @@ from devtools.aws.lambda_context import FakeLambdaContext
 from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import api_handler
-from runtime.event_log.contract import HANDLER_API
-from runtime.shared import observability
 from tests.events.loader import load_event
 
 LOG = "sheet-api"
 GOOD_EVENT = {"kind": "SetCell", "cell": "A1", "value": "1"}
-
-
-def clear_cold_start_caches() -> None:
-    for cached in (api_handler.settings, api_handler.deps):
-        cached.cache_clear()
-
-
-@pytest.fixture
-def api(log_world: EventLogWorld, monkeypatch: pytest.MonkeyPatch) -> Iterator[EventLogWorld]:
-    """The function's environment set (with the small test settings), no client left from other tests."""
-    environment = {**log_world.cloud.function_environment(HANDLER_API), "SNAPSHOT_EVERY": "20"}
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(observability.metrics, "namespace", environment["POWERTOOLS_METRICS_NAMESPACE"])
-    clear_cold_start_caches()
-    yield log_world
-    clear_cold_start_caches()
-    observability.metrics.clear_metrics()
 
 
 def request(method: str, path: str, body: Any = None, *, raw: bytes | None = None, query: str = "") -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,25 +15,11 @@ import pytest
 from devtools.event_log_world import EventLogWorld
 from runtime.event_log import contract
 from runtime.event_log.contract import HANDLER_API
-from runtime.shared import observability
-from tests.integration.event_log.test_event_log_api import LOG, call, clear_cold_start_caches, request
+from tests.integration.event_log.test_event_log_api import LOG, call, request
 
 DOCUMENT = {"request_id": "client-0001", "position": 1, "event": {"kind": "SetCell", "cell": "B2", "value": "42"}}
 TEXT = json.dumps(DOCUMENT)
 ROUTES = [f"/logs/{LOG}/entries", f"/logs/{LOG}/payloads", f"/logs/{LOG}/payloads/complete"]
-
-
-@pytest.fixture
-def api(log_world: EventLogWorld, monkeypatch: pytest.MonkeyPatch) -> Iterator[EventLogWorld]:
-    """The function's environment set, no client left from other tests (as in test_event_log_api.py)."""
-    environment = log_world.cloud.function_environment(HANDLER_API)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(observability.metrics, "namespace", environment["POWERTOOLS_METRICS_NAMESPACE"])
-    clear_cold_start_caches()
-    yield log_world
-    clear_cold_start_caches()
-    observability.metrics.clear_metrics()
 
 
 def posted(path: str, body: str | None, headers: dict[str, str] | None, *, is_base64: bool = False) -> dict[str, Any]:
