@@ -144,7 +144,7 @@ STREAM_FAILURE_QUEUE = "EventLogStreamFailureQueue2D32FEEA"
 # snapshot queue's URL only when config.event_log.resend_stuck_snapshots is on (the default).
 PENDING_CHECK_ENV_NAMES = {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_STUCK_SNAPSHOTS"}
 PENDING_CHECK_RESEND_ENV_NAMES = {"SNAPSHOT_QUEUE_URL", "MAX_CLAIMS_TO_RESEND"}
-SQS_SEND = {"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
+SQS_SEND = {"sqs:SendMessage"}  # to the queue URL from its environment: no GetQueueUrl or GetQueueAttributes
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
