@@ -24,8 +24,11 @@ run with the caller's own credentials and are not checked.
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.abc
+import importlib.machinery
+import sys
 import threading
+import types
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -260,26 +263,76 @@ def _audited_call(original: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def _attribute(handler: str, handle: Callable[..., Any]) -> Callable[..., Any]:
+def _attribute(module: Any, handler: str) -> None:
+    """Make the module's `handle` run as `handler` (once)."""
+    handle = module.handle
+    if getattr(handle, "audited_handler", None) == handler:
+        return
+
     @functools.wraps(handle)
     def attributed(*args: Any, **kwargs: Any) -> Any:
         with acting_as(handler):
             return handle(*args, **kwargs)
 
     attributed.__dict__["audited_handler"] = handler
-    return attributed
+    module.handle = attributed
+
+
+class _AttributingLoader(importlib.abc.Loader):
+    """The module's own loader, then `_attribute` once the module has run."""
+
+    def __init__(self, loader: importlib.abc.Loader, handler: str) -> None:
+        self._loader = loader
+        self._handler = handler
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        _attribute(module, self._handler)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code...: the real loader's
+        return getattr(self._loader, name)
+
+
+class _EntryPointFinder(importlib.abc.MetaPathFinder):
+    """Attributes an entry point's module when it is first imported, not before: a Lambda handler's
+    module reads its function's environment (Powertools) when imported, which the demo and the
+    local server set just before importing it."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, str] = {}  # module -> handler path
+
+    def find_spec(self, fullname: str, path: Any, target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        handler = self.handlers.get(fullname)
+        if handler is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _AttributingLoader(spec.loader, handler)
+        return spec
+
+
+_finder = _EntryPointFinder()
 
 
 def install(source: Callable[[], CallAudit], handlers: list[str]) -> None:
-    """Check every call made inside an entry point against the audit `source` builds (once, on first use)."""
+    """Check every call made inside an entry point against the audit `source` builds (once, on first use).
+
+    Entry-point modules already imported are attributed now; the others when they are imported.
+    """
     global _installed, _audit_source, _active
     with _install_lock:
         _audit_source, _active = source, None
         for handler in handlers:
-            module: Any = importlib.import_module(handler.rpartition(".")[0])
-            if getattr(module.handle, "audited_handler", None) != handler:
-                module.handle = _attribute(handler, module.handle)
+            module_name = handler.rpartition(".")[0]
+            if module_name in sys.modules:
+                _attribute(sys.modules[module_name], handler)
+            else:
+                _finder.handlers[module_name] = handler
         if not _installed:
+            sys.meta_path.insert(0, _finder)
             original = getattr(BaseClient, "_make_api_call")  # noqa: B009 (private: no stub names it)
             setattr(BaseClient, "_make_api_call", _audited_call(original))  # noqa: B010
             _installed = True
