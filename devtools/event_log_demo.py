@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from devtools.aws.call_audit import acting_as
 from devtools.aws.faults import WriteBoundaryCrasher
 from devtools.aws.lambda_context import ClockedLambdaContext
 from devtools.aws.moto_patches import VirtualClock
@@ -136,10 +137,12 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
         per_round = -(-events // rounds)
         retried_appends = 0
         for start in range(0, events, per_round):
-            for edit in edits[start : start + per_round]:
-                service.append(edit_request(LOG, edit))
-                if rng.random() < 0.01:  # a client retry after a lost response
-                    retried_appends += int(service.append(edit_request(LOG, edit)).duplicate)
+            # The API function's service, called directly: its calls are checked against that function's role.
+            with acting_as(event_log_contract.HANDLER_API):
+                for edit in edits[start : start + per_round]:
+                    service.append(edit_request(LOG, edit))
+                    if rng.random() < 0.01:  # a client retry after a lost response
+                        retried_appends += int(service.append(edit_request(LOG, edit)).duplicate)
             clock.advance(60)
             world.route()
             chaos.scramble(world)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from devtools.aws.call_audit import acting_as
 from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard
 from devtools.aws.lambda_context import ClockedLambdaContext, FakeLambdaContext, as_lambda_context
@@ -118,12 +119,15 @@ class EventLogWorld:
             sleep=lambda _: None,
         )
 
+    # Appends run the API function's service directly (no HTTP event): its calls are that function's.
     def append(self, log_id: str, position: int, cell: str, value: str | None = None, *, request_id: str | None = None) -> AppendResult:
-        return self.service().append(edit_request(log_id, Edit(position, cell, value), request_id))
+        with acting_as(event_log_contract.HANDLER_API):
+            return self.service().append(edit_request(log_id, Edit(position, cell, value), request_id))
 
     def append_edits(self, log_id: str, edits: Iterable[Edit], dynamodb: Any = None) -> list[AppendResult]:
         service = self.service(dynamodb)
-        return [service.append(edit_request(log_id, edit)) for edit in edits]
+        with acting_as(event_log_contract.HANDLER_API):
+            return [service.append(edit_request(log_id, edit)) for edit in edits]
 
     # --- the functions, as their event sources invoke them -------------------------------------
 
