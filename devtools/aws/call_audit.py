@@ -108,8 +108,6 @@ class Denial:
 @dataclass
 class FunctionRole:
     handler: str
-    stack: str
-    function_id: str
     role: Role
     service: list[ServiceNeed]
 
@@ -129,14 +127,12 @@ class CallAudit:
     @classmethod
     def from_templates(cls, templates: Mapping[str, Template]) -> CallAudit:
         functions: dict[str, FunctionRole] = {}
-        for stack, template in templates.items():
+        for template in templates.values():
             for function_id, resource in template.get("Resources", {}).items():
                 if resource["Type"] != "AWS::Lambda::Function":
                     continue
                 handler = str(resource["Properties"].get("Handler"))
-                functions[handler] = FunctionRole(
-                    handler, stack, function_id, Role.of_function(template, function_id), service_needs(template, function_id)
-                )
+                functions[handler] = FunctionRole(handler, Role.of_function(template, function_id), service_needs(template, function_id))
         audit = cls(functions, ResourceCatalog.from_templates(templates.values()))
         for handler, function in functions.items():
             for service_need in function.service:
@@ -165,7 +161,10 @@ class CallAudit:
         with self._lock:
             self.operations[handler][call] += 1
         if handler not in self.functions:
-            return Denial(handler, call, Need("(no such function in the templates)", "*"))
+            denial = Denial(handler, call, Need("(no such function in the templates)", "*"))
+            with self._lock:
+                self.denials.append(denial)
+            return denial
         for need in call_needs(service, operation, params, self.catalog):
             if not self._allowed(handler, need):
                 denial = Denial(handler, call, need)

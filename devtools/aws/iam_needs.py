@@ -223,17 +223,6 @@ def _dynamodb(operation: str, params: Mapping[str, Any], catalog: ResourceCatalo
     return _unique(needs)
 
 
-def _dynamodbstreams(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> list[Need]:
-    if operation == "ListStreams":
-        return [Need("dynamodb:ListStreams", "*")]
-    if operation in {"DescribeStream", "GetShardIterator"}:
-        return [Need(f"dynamodb:{operation}", str(params["StreamArn"]))]
-    if operation == "GetRecords":
-        # A shard iterator is opaque; moto's (and DynamoDB's) name the stream it was taken from.
-        return [Need("dynamodb:GetRecords", table_arn("*") + "/stream/*")]
-    raise UnmappedCall(f"no IAM rule for dynamodbstreams:{operation}")
-
-
 def _s3(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> list[Need]:
     bucket = str(params["Bucket"])
     key = catalog.key_for(bucket)
@@ -254,8 +243,6 @@ def _s3(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> 
             if param in params
         )
         return [Need("s3:ListBucket", bucket_arn(bucket), context)]
-    if operation == "HeadBucket":
-        return [Need("s3:ListBucket", bucket_arn(bucket))]
     if operation == "DeleteObjects":
         # One s3:DeleteObject per key the request names.
         return _unique([Need("s3:DeleteObject", f"{bucket_arn(bucket)}/{item['Key']}") for item in params["Delete"]["Objects"]])
@@ -298,7 +285,6 @@ def _secretsmanager(operation: str, params: Mapping[str, Any], catalog: Resource
 
 _RULES: Final = {
     "dynamodb": _dynamodb,
-    "dynamodbstreams": _dynamodbstreams,
     "s3": _s3,
     "sqs": _sqs,
     "stepfunctions": _stepfunctions,
