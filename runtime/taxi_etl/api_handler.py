@@ -1,7 +1,9 @@
 """Lambda entry point of the taxi ETL API (behind the key authorizer). Thin: parse, call, map.
 
 POST /trips        one CSV line          -> 202 {"StoreRequestId", "execution", "duplicate": false}
-                                            (200 with "duplicate": true when it was already processed)
+                                            (200 with "duplicate": true when it was already processed;
+                                            an unkeyed row already stored or flagged, by any route,
+                                            starts no execution: 200 with its "state" and "execution": null)
 POST /trips/batch  up to N CSV lines     -> 202 {"StoreRequestIds": [one per line], "execution", ...}
 Optional header Idempotency-Key: the client's own id for the request (see requests.py).
 Bodies are text/csv (charset=utf-8 or none; anything else 415) in strict UTF-8 (a BOM, UTF-16 or invalid bytes: 400).
@@ -28,6 +30,7 @@ from runtime.taxi_etl.requests import (
     parse_idempotency_key,
     parse_single,
 )
+from runtime.taxi_etl.row_state import State, row_state
 from runtime.taxi_etl.settings import ApiSettings
 from runtime.taxi_etl.wiring import ApiDeps
 from runtime.taxi_etl.workflow import StartOutcome
@@ -67,6 +70,12 @@ def request_text(max_bytes: int) -> tuple[str, str | None]:
     return decode_body(event.body, is_base64=bool(event.is_base64_encoded), max_bytes=max_bytes), key
 
 
+def already_done(store_request_id: str) -> State | None:
+    """The row's state when a transaction under its id has ended (stored or flagged): one read of its four items."""
+    state = row_state(store_request_id, *current().rows.read(store_request_id))
+    return state.state if state is not None and state.state is not State.PENDING else None
+
+
 def start(submission: Submission) -> tuple[int, dict[str, Any]]:
     started = current().workflow.start(submission.execution_name, submission.execution_input())
     duplicate = started.outcome == StartOutcome.DUPLICATE
@@ -83,8 +92,15 @@ def submit_trip() -> Response[str]:
     config = current().settings
     text, key = request_text(config.max_line_bytes + 2)  # one line and its CRLF
     submission = parse_single(text, key, max_line_bytes=config.max_line_bytes)
+    store_request_id = submission.store_request_ids[0]
+    # A keyed request is its own execution (a reused key with other content must still meet the 422);
+    # an unkeyed row may have been stored already by a batch, under the same content id.
+    if not key and (done := already_done(store_request_id)) is not None:
+        metrics.add_metric(name=contract.METRIC_DUPLICATE_REQUESTS, unit=MetricUnit.Count, value=1)
+        logger.info("already processed", extra={"StoreRequestId": store_request_id, "state": done.value})
+        return json_response(200, {"StoreRequestId": store_request_id, "execution": None, "duplicate": True, "state": done.value})
     status, body = start(submission)
-    return json_response(status, {"StoreRequestId": submission.store_request_ids[0], **body})
+    return json_response(status, {"StoreRequestId": store_request_id, **body})
 
 
 @app.post("/trips/batch")

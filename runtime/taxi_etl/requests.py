@@ -3,13 +3,17 @@
 StoreRequestId (also the execution name of a single-row request):
 - `k-<Idempotency-Key>` when the client sends that header (batch rows: `kb-<key>-<line number>`,
   a namespace no single request's id can enter);
-- otherwise `c-<hash of the line's canonical spelling>` (trips.canonical_line; the raw line when it
-  does not validate), so a retried line finds its own transaction however it is spelled.
+- otherwise `c-<hash of the line's canonical spelling>` (trips.canonical_line: the parsed values, with
+  amounts, distances, times and codes normalized; the raw line when it does not validate), the same
+  on /trips, /trips/batch and the loader, so a trip re-sent in any spelling, from any file or
+  route, finds its own transaction.
 
 Only what would make a request meaningless is refused here (not text, no line, wrong column
 count, a layout whose columns are not mapped, too long, too many lines); a line's content is the
 Validate phase's to judge, and is flagged in the status tables, not refused. Header lines are
-skipped wherever they are in a batch; a header of an unmapped layout refuses the request.
+skipped wherever they are in a batch; a header of an unmapped layout refuses the request. The
+header decides a batch's layout (without one, its first line does): a line with another field
+count is refused by number. Telling the layout by a line's shape is left to a single headerless row.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from runtime.shared.consistency import deterministic_id
 from runtime.shared.http import CSV, InvalidRequest, PayloadTooLarge, body_text, require_media_type
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.state_budget import check_state_budget
-from runtime.taxi_etl.trips import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
+from runtime.taxi_etl.trips import COLUMN_COUNTS, Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CONTENT_ID_HEX_CHARS = 32  # c-<hash>: deterministic_id's default length
@@ -127,7 +131,8 @@ def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: i
         raise InvalidRequest("the batch has no CSV line")
     if len(lines) > max_lines:
         raise PayloadTooLarge(f"the batch has {len(lines)} lines; the limit is {max_lines}")
-    problems = [problem for number, line in enumerate(lines, start=1) if (problem := _line_problem(line, number, max_line_bytes))]
+    layout = _batch_layout(headers, lines[0])
+    problems = [problem for number, line in enumerate(lines, start=1) if (problem := _line_problem(line, number, max_line_bytes, layout))]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise InvalidRequest(f"{len(problems)} of {len(lines)} lines cannot be trips, nothing was accepted: {shown}")
@@ -139,6 +144,29 @@ def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: i
     rows = tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
     name = f"kb-{key}" if key else f"cb-{deterministic_id('taxi-batch', *ids)}"
     return within_state_budget(Submission(name, rows, ids, skipped_header))
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """How many fields every data line of a batch must have, and what said so."""
+
+    fields: int
+    source: str  # "the header" or "line 1"
+
+
+def _batch_layout(headers: list[str], first_line: str) -> _Layout | None:
+    """The header decides a batch's layout; without one, its first line does (one batch, one file's layout).
+    A truncated or shifted line then cannot pass for another year's layout. None when line 1 is no trip's shape."""
+    widths = sorted({len(line_columns(header)) for header in headers})
+    if len(widths) > 1:
+        raise InvalidRequest(f"the batch's headers have {' and '.join(map(str, widths))} columns; send one layout per batch")
+    if widths:
+        return _Layout(widths[0], "the header")
+    try:
+        fields = len(line_columns(first_line))
+    except ValueError:
+        return None
+    return _Layout(fields, "line 1") if fields in COLUMN_COUNTS else None
 
 
 def _data_lines(text: str) -> list[str]:
@@ -165,7 +193,7 @@ def _check_line(line: str, number: int, max_line_bytes: int) -> None:
         raise PayloadTooLarge(problem) if "bytes" in problem else InvalidRequest(problem)
 
 
-def _line_problem(line: str, number: int, max_line_bytes: int) -> str | None:
+def _line_problem(line: str, number: int, max_line_bytes: int, layout: _Layout | None = None) -> str | None:
     size = len(line.encode("utf-8", "surrogatepass"))
     if size > max_line_bytes:
         return f"line {number} is {size} bytes; the limit is {max_line_bytes}"
@@ -178,4 +206,6 @@ def _line_problem(line: str, number: int, max_line_bytes: int) -> str | None:
         return f"line {number} has {len(columns)} columns; a yellow-taxi trip has 17 to 20"
     if not schema.mapped:
         return f"line {number} has the {schema} layout; {_unmapped(schema)}"
+    if layout is not None and len(columns) != layout.fields:
+        return f"line {number} has {len(columns)} columns, but {layout.source} has {layout.fields} (a truncated or shifted row)"
     return None

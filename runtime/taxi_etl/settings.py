@@ -93,11 +93,15 @@ class ApiSettings:
     batch_max_lines: int
     batch_max_bytes: int
     max_line_bytes: int
+    # Read (never written) before a single unkeyed row starts an execution: a row already stored or
+    # flagged, say a batch's row re-sent alone, is answered as a duplicate without one.
+    rows: RowStateSettings
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ApiSettings:
         settings = cls(
             state_machine_arn=require_str(env, ENV_STATE_MACHINE_ARN),
+            rows=RowStateSettings.from_env(env),
             workflow_type=require_str(env, ENV_WORKFLOW_TYPE).upper(),
             batch_max_lines=int_setting(env, ENV_BATCH_MAX_LINES, 100),
             batch_max_bytes=int_setting(env, ENV_BATCH_MAX_BYTES, 64 * 1024),

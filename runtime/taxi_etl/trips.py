@@ -80,7 +80,10 @@ MAX_ABS_AMOUNT = Decimal(10000)
 # What a passenger is charged for, in column order: together they make total_amount (see `charges`).
 CHARGES: tuple[str, ...] = tuple(name for name in AMOUNTS if name != "total_amount")
 UNEXPLAINED = "unexplained"  # the part of total_amount that no charge column explains
-ITEM_VERSION = 2  # the layout of the stored item; 1 (absent) before charges, findings and codes beside names
+# The layout of the stored item: 1 (absent) before charges, findings and codes beside names; 3 since
+# only vendor 1's congestion surcharge is taken out of `extra` (a vendor-2 item may differ in `charges`).
+ITEM_VERSION = 3
+CONGESTION_IN_EXTRA_VENDOR = 1  # the vendor whose `extra` includes the congestion surcharge (see `charges`)
 MAX_TRIP = timedelta(hours=24)
 MAX_TRIP_DISTANCE = Decimal(1000)
 # TLC yellow data starts in 2009; anything after 2100 is a corrupt year, not a trip.
@@ -596,20 +599,40 @@ def validate_line(raw: str) -> Accepted | Rejected:
 
 _CANONICAL_DATETIME: Final = "%Y-%m-%dT%H:%M:%S.000"  # the NYC Open Data spelling, so most lines are canonical as sent
 _CODE_COLUMNS: Final = ("vendor_id", "passenger_count", "rate_code_id", "pu_location_id", "do_location_id", "payment_type")
+_DISTANCE_PLACES: Final = Decimal("0.01")
+# The canonical line has the 2019-2021 layout's 18 columns, plus a later fee only when one is charged:
+# the layout of the data set this project is proven on, so an NYC Open Data 2019 row is its own canonical
+# spelling and its content id is the one it had before amounts were normalized.
+_CANONICAL_MIN_COLUMNS: Final = 18
+
+
+def _canonical_amount(text: str) -> str:
+    """The shortest spelling of a validated amount: 7.50 and 7.5 -> "7.5", 9.00 and +9 -> "9", -0 -> "0"."""
+    value = Decimal(text) if text else Decimal(0)
+    return format((value + 0).normalize(), "f")  # + 0 turns -0 into 0; "f" keeps 1E+1 as "10"
+
+
+def _canonical_distance(text: str) -> str:
+    """A validated distance with at least two places, as the TLC exports write it: 1.5 and 1.500 -> "1.50"."""
+    value = Decimal(text).normalize()
+    return format(value.quantize(_DISTANCE_PLACES) if value.as_tuple().exponent > -2 else value, "f")  # type: ignore[operator]
 
 
 def canonical_line(raw: str) -> str | None:
-    """One spelling of the trip a line describes, or None when the line does not validate.
+    """The one spelling of the trip a line describes, or None when the line does not validate.
 
-    Spellings that validation reads as the same trip give the same text: a byte-order mark, quoted
-    fields, blanks around values, trailing empty columns (a trailing comma), any TLC date format,
-    and codes written as floats ("1.0"). Dates are written as the NYC Open Data export writes them
-    and amounts are kept as written, so a line in that form is its own canonical spelling.
+    A trip's content id is the hash of this text, so it must depend on the parsed values alone:
+    a byte-order mark, CRLF, quoting, blanks around values, any TLC date format (the same wall-clock
+    second, which is one instant), codes written as floats ("1.0") or with leading zeros, amounts
+    with more or fewer trailing zeros or a leading "+", an empty fee (0), and the fee columns a file's
+    layout has or leaves out all give the same text. Dates are written as NYC Open Data writes them,
+    amounts in their shortest form and distances with two places, so an Open Data line is canonical as sent.
     """
     validated = validate_line(raw)
     if isinstance(validated, Rejected):
         return None
     cells = line_columns(validated.tuple)
+    cells += [""] * (len(COLUMNS) - len(cells))  # absent fees are empty, as validation reads them (0)
     for name in ("pickup_datetime", "dropoff_datetime"):
         moment = parse_local_datetime(cells[_INDEX[name]])
         assert moment is not None  # validated
@@ -618,7 +641,11 @@ def canonical_line(raw: str) -> str | None:
         code = _parse_code(cells[_INDEX[name]]) if cells[_INDEX[name]] else None
         if code is not None:
             cells[_INDEX[name]] = str(code)
-    while len(cells) > min(COLUMN_COUNTS) and not cells[-1]:
+    if cells[_INDEX["trip_distance"]]:
+        cells[_INDEX["trip_distance"]] = _canonical_distance(cells[_INDEX["trip_distance"]])
+    for name in AMOUNTS:
+        cells[_INDEX[name]] = _canonical_amount(cells[_INDEX[name]])
+    while len(cells) > _CANONICAL_MIN_COLUMNS and cells[-1] == "0":
         cells.pop()
     return _csv_line(tuple(cells))
 
@@ -696,18 +723,22 @@ def _integer(name: str, text: str, allowed: range) -> int:
     return int(text)
 
 
-def charges(amounts: dict[str, Decimal]) -> dict[str, Decimal]:
+def charges(amounts: dict[str, Decimal], vendor_id: int | None) -> dict[str, Decimal]:
     """The charges of a trip as they add up to its total_amount: every name in CHARGES plus UNEXPLAINED,
     summing to total_amount exactly.
 
-    In 2019, vendor 1 folds the congestion surcharge into `extra` (3.50 = 1.00 + 2.50) and fills the
-    surcharge column as well. When the columns exceed the total by exactly congestion_surcharge and
-    `extra` holds that much (same sign), the surcharge is taken out of `extra`. What no column
-    explains is UNEXPLAINED: 0 when the columns add up.
+    The TLC data dictionary ("Data Dictionary - Yellow Taxi Trip Records") defines `extra` as the
+    rush-hour and overnight charges, and congestion_surcharge as its own column. Vendor 1 (Creative
+    Mobile Technologies) also folds the 2.50 congestion surcharge into `extra` (3.50 = 1.00 + 2.50)
+    and fills the surcharge column as well, so its columns exceed the total by the surcharge; the
+    2019 sample shows this for vendor 1 only. So for vendor 1 alone, when the columns exceed the total
+    by exactly congestion_surcharge and `extra` holds that much (same sign), the surcharge is taken
+    out of `extra`. Any other shortfall, for any vendor, is UNEXPLAINED: 0 when the columns add up.
     """
     parts = {name: amounts[name] for name in CHARGES}
     total, congestion, extra = amounts["total_amount"], parts["congestion_surcharge"], parts["extra"]
-    if congestion and sum(parts.values()) - total == congestion and (extra - congestion) * congestion >= 0:
+    folds = vendor_id == CONGESTION_IN_EXTRA_VENDOR
+    if folds and congestion and sum(parts.values()) - total == congestion and (extra - congestion) * congestion >= 0:
         parts["extra"] = extra - congestion
     parts[UNEXPLAINED] = total - sum(parts.values())
     return parts
@@ -784,7 +815,7 @@ def final_item(store_request_id: str, transformed: str) -> dict[str, Any]:
         if not _CENTS_TEXT.fullmatch(value[name]):
             raise ValueError(f"{name}: {_show(value[name])} is not an amount with 2 decimal places")
         amounts[name] = item[name] = Decimal(value[name])
-    breakdown = charges(amounts)
+    breakdown = charges(amounts, item.get("vendor_id"))
     item["charges"] = breakdown
     found = findings_of(breakdown, trip_seconds)
     if found:

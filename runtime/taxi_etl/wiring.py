@@ -63,12 +63,22 @@ class RowStateDeps:
 class ApiDeps:
     settings: ApiSettings
     workflow: StepFunctionsWorkflow
+    rows: RowReader
 
 
 @dataclass(frozen=True, slots=True)
 class AuthorizerDeps:
     provider: SecretsProvider  # its cache lives as long as the execution environment
     check: ApiKeyCheck
+
+
+def row_reader(settings: RowStateSettings, clients: Clients) -> DynamoRowReader:
+    tables = {
+        Phase.VALIDATION: settings.validation_table,
+        Phase.TRANSFORMATION: settings.transformation_table,
+        Phase.STORE: settings.store_table,
+    }
+    return DynamoRowReader(tables, settings.final_table, client=clients.dynamodb)
 
 
 def key_check(provider: SecretsProvider, config: AuthorizerSettings) -> ApiKeyCheck:
@@ -111,17 +121,12 @@ def build(
         }
         return FlagDeps(status, DynamoFinalTable(settings.final_table, client=clients.dynamodb), concurrency=FLAG_UPDATE_CONCURRENCY)
     if isinstance(settings, RowStateSettings):
-        tables = {
-            Phase.VALIDATION: settings.validation_table,
-            Phase.TRANSFORMATION: settings.transformation_table,
-            Phase.STORE: settings.store_table,
-        }
-        return RowStateDeps(DynamoRowReader(tables, settings.final_table, client=clients.dynamodb))
+        return RowStateDeps(row_reader(settings, clients))
     if isinstance(settings, ApiSettings):
         workflow = StepFunctionsWorkflow(
             settings.state_machine_arn, deduplicates=settings.deduplicates_starts, client=clients.stepfunctions
         )
-        return ApiDeps(settings, workflow)
+        return ApiDeps(settings, workflow, row_reader(settings.rows, clients))
     # Only the authorizer reads the secret: the other handlers do not import Powertools' parameters.
     from aws_lambda_powertools.utilities.parameters import SecretsProvider
 

@@ -13,6 +13,7 @@ from runtime.taxi_etl.settings import (
     AuthorizerSettings,
     FlagSettings,
     PhaseSettings,
+    RowStateSettings,
     StoreSettings,
 )
 
@@ -25,7 +26,8 @@ FLAG_ENV = {
     "STORE_STATUS_TABLE": "onceflow-dev-store-status",
     "FINAL_TABLE": "onceflow-dev-trips",
 }
-API_ENV = {"STATE_MACHINE_ARN": STATE_MACHINE_ARN, "WORKFLOW_TYPE": "STANDARD"}
+# The API reads the row's four tables (as GET /trips/{id} does) before a single unkeyed row starts.
+API_ENV = {"STATE_MACHINE_ARN": STATE_MACHINE_ARN, "WORKFLOW_TYPE": "STANDARD"} | FLAG_ENV
 AUTHORIZER_ENV = {"API_KEY_SECRET_ID": "onceflow/dev/taxi-api-key"}
 
 
@@ -105,6 +107,7 @@ def test_api_settings_with_only_the_required_variables_use_the_defaults() -> Non
         batch_max_lines=100,
         batch_max_bytes=64 * 1024,
         max_line_bytes=4096,
+        rows=RowStateSettings.from_env(FLAG_ENV),
     )
 
 

@@ -382,8 +382,8 @@ def test_charges_take_a_negative_surcharge_out_of_a_negative_extra_only() -> Non
     # Given refund amounts: extra -3.50 holding congestion -2.50, and extra -1.00 that cannot hold it
     base = {name: Decimal(0) for name in AMOUNTS}
     refund = base | {"fare_amount": Decimal("-10.00"), "extra": Decimal("-3.50"), "congestion_surcharge": Decimal("-2.50")}
-    held = charges(refund | {"total_amount": Decimal("-13.50")})
-    not_held = charges(refund | {"extra": Decimal("-1.00"), "total_amount": Decimal("-11.00")})
+    held = charges(refund | {"total_amount": Decimal("-13.50")}, 1)
+    not_held = charges(refund | {"extra": Decimal("-1.00"), "total_amount": Decimal("-11.00")}, 1)
     # Then the first is explained by taking -2.50 out of extra; the second is not
     assert (held["extra"], held[UNEXPLAINED]) == (Decimal("-1.00"), Decimal(0))
     assert (not_held["extra"], not_held[UNEXPLAINED]) == (Decimal("-1.00"), Decimal("2.50"))
@@ -728,7 +728,7 @@ def test_the_item_of_a_real_row_has_exact_typed_values() -> None:
     # Then it has exactly these values and types (bool is checked by identity, ints exclude bool)
     assert item == {
         "StoreRequestId": "req-1",
-        "item_version": 2,
+        "item_version": 3,
         "vendor": "VeriFone Inc.",
         "vendor_id": 2,
         "pickup_at": "2019-10-23T20:39:42Z",
@@ -977,3 +977,20 @@ def test_an_item_stored_by_the_previous_layout_is_the_same_trip_but_a_different_
     assert same_trip(previous, item)
     assert not same_trip(other, item)
     assert not same_trip(item | {"vendor": "x"}, item)
+
+
+@pytest.mark.parametrize(("vendor_id", "extra", "unexplained"), [(1, "1.00", "0"), (2, "3.50", "-2.50"), (None, "3.50", "-2.50")])
+def test_only_vendor_1_s_extra_holds_the_congestion_surcharge(vendor_id: int | None, extra: str, unexplained: str) -> None:
+    # Given amounts whose columns exceed the total by the congestion surcharge, extra 3.50 holding it
+    amounts = {name: Decimal(0) for name in AMOUNTS} | {
+        "fare_amount": Decimal("10.00"),
+        "extra": Decimal("3.50"),
+        "congestion_surcharge": Decimal("2.50"),
+        "total_amount": Decimal("13.50"),
+    }
+    # When they are broken down for vendor 1, vendor 2, and an unknown vendor
+    breakdown = charges(amounts, vendor_id)
+    # Then only vendor 1's extra gives the surcharge back (the TLC dictionary's reading); for any other
+    # vendor the 2.50 stays in extra and the shortfall is unexplained
+    assert (breakdown["extra"], breakdown[UNEXPLAINED]) == (Decimal(extra), Decimal(unexplained))
+    assert sum(value for name, value in breakdown.items()) == amounts["total_amount"]

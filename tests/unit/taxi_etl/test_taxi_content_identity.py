@@ -1,0 +1,266 @@
+"""One trip, one id: a row's content id depends on what it says, not on how it is spelled or sent.
+
+Generated re-spellings of the real NYC TLC rows in tests/data/taxi_etl/yellow_2019-10_sample.csv:
+each cell written as other exports write it (amounts with more or fewer zeros or a "+", distances,
+codes as floats or zero-padded, the TLC and US date formats, quotes and blanks), each row sent
+alone, in a batch with or without the file's header, with LF or CRLF, and whole files re-saved.
+Pure: no AWS.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime
+from decimal import Decimal
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtime.shared.http import InvalidRequest
+from runtime.taxi_etl.requests import Submission, content_id, parse_batch, parse_single
+from runtime.taxi_etl.trips import AMOUNTS, COLUMNS, canonical_line, line_columns, validate_line
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
+MAX_LINE_BYTES = 4096
+MAX_LINES = 100
+INDEX = {name: index for index, name in enumerate(COLUMNS)}
+CODE_COLUMNS = ("vendor_id", "passenger_count", "rate_code_id", "pu_location_id", "do_location_id", "payment_type")
+DATE_COLUMNS = ("pickup_datetime", "dropoff_datetime")
+
+
+@cache
+def sample() -> tuple[str, tuple[str, ...]]:
+    header, *rows = SAMPLE.read_text(encoding="utf-8").splitlines()
+    return header, tuple(rows)
+
+
+HEADER = sample()[0]
+ROWS = sample()[1]
+
+
+def single(text: str) -> Submission:
+    return parse_single(text, None, max_line_bytes=MAX_LINE_BYTES)
+
+
+def batch(text: str) -> Submission:
+    return parse_batch(text, None, max_lines=MAX_LINES, max_line_bytes=MAX_LINE_BYTES)
+
+
+# --- spellings --------------------------------------------------------------------------------
+
+
+def amount_spellings(text: str) -> list[str]:
+    """Ways an export writes the same amount."""
+    value = Decimal(text)
+    spellings = [text, format(value.quantize(Decimal("0.01")), "f"), format(value.quantize(Decimal("0.001")), "f")]
+    if value >= 0:
+        spellings.append("+" + text)
+    if value == value.to_integral_value():
+        spellings += [f"{int(value)}.0", f"{int(value)}."]
+    if 0 < abs(value) < 1:
+        spellings.append(format(value, "f").replace("0.", ".", 1))
+    return spellings
+
+
+def distance_spellings(text: str) -> list[str]:
+    value = Decimal(text)
+    return [text, format(value.normalize(), "f"), format(value.quantize(Decimal("0.001")), "f"), f"{text}0"]
+
+
+def code_spellings(text: str) -> list[str]:
+    return [text, f"{text}.0", f"0{text}", f"{text}.00"] if text else [text]
+
+
+def date_spellings(text: str) -> list[str]:
+    moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.000")
+    us = moment.strftime("%m/%d/%Y %I:%M:%S %p")
+    return [text, moment.strftime("%Y-%m-%d %H:%M:%S"), moment.strftime("%Y-%m-%dT%H:%M:%S"), us, us.lower(), us.lstrip("0")]
+
+
+def spellings(name: str, text: str) -> list[str]:
+    if name in AMOUNTS:
+        return amount_spellings(text)
+    if name == "trip_distance":
+        return distance_spellings(text) if text else [text]
+    if name in CODE_COLUMNS:
+        return code_spellings(text)
+    if name in DATE_COLUMNS:
+        return date_spellings(text)
+    return [text]
+
+
+@st.composite
+def respelled(draw: st.DrawFn, row: str) -> str:
+    """`row` with every cell in a drawn spelling, some quoted or padded with blanks."""
+    cells = []
+    for name, text in zip(COLUMNS, line_columns(row), strict=False):
+        cell = draw(st.sampled_from(spellings(name, text)))
+        if draw(st.booleans()):
+            cell = draw(st.sampled_from([" ", ""])) + cell + draw(st.sampled_from([" ", ""]))
+        cells.append(f'"{cell}"' if draw(st.integers(0, 3)) == 0 else cell)
+    return ",".join(cells)
+
+
+@st.composite
+def row_and_variant(draw: st.DrawFn) -> tuple[str, str]:
+    row = draw(st.sampled_from(ROWS))
+    return row, draw(respelled(row))
+
+
+# --- properties -------------------------------------------------------------------------------
+
+
+def test_a_row_as_nyc_open_data_exports_it_is_its_own_canonical_spelling() -> None:
+    # Given every real row of the sample, as the portal exported it
+    # When each is put in canonical form
+    # Then nothing changes: the content ids of rows stored before amounts were normalized stay the same
+    assert [row for row in ROWS if canonical_line(row) != row] == []
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row_and_variant(), st.sampled_from(["\n", "\r\n"]))
+def test_any_spelling_of_a_real_row_on_any_route_gets_the_row_s_id(case: tuple[str, str], newline: str) -> None:
+    # Given a real row and a generated re-spelling of it
+    row, variant = case
+    expected = content_id(row)
+    # When the re-spelling is sent alone, in a headerless batch, and in a batch under the file's header
+    routes = {
+        "single": single(variant + newline).store_request_ids,
+        "batch": batch(variant + newline).store_request_ids,
+        "batch under a header": batch(HEADER + newline + variant + newline).store_request_ids,
+    }
+    # Then every route gives the row's own id, and submits its canonical spelling
+    assert routes == {route: (expected,) for route in routes}
+    assert single(variant).rows[0].tuple == row
+    # And a byte-order mark left on a file's first line does not change the trip either
+    assert canonical_line("\ufeff" + variant) == row
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ROWS), st.sampled_from([name for name in AMOUNTS if name in COLUMNS[:18]]), st.sampled_from(["0.01", "-0.01", "1"]))
+def test_another_amount_is_another_trip(row: str, name: str, change: str) -> None:
+    # Given a real row and the same row with one amount changed by a cent or a dollar
+    cells = line_columns(row)
+    cells[INDEX[name]] = format(Decimal(cells[INDEX[name]]) + Decimal(change), "f")
+    changed = ",".join(cells)
+    # When both are parsed
+    # Then they are two trips
+    assert content_id(changed) != content_id(row)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_a_re_saved_file_gives_the_same_ids_in_batches(data: st.DataObject) -> None:
+    # Given the sample re-saved as a spreadsheet or a dataframe would: one spelling per column for the
+    # whole file, every cell quoted or none, CRLF or LF, the header kept
+    choices = {name: data.draw(st.integers(0, 5), label=name) for name in COLUMNS[:18]}
+    quote_all = data.draw(st.booleans(), label="quote every cell")
+    newline = data.draw(st.sampled_from(["\n", "\r\n"]), label="newline")
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL, lineterminator=newline)
+    writer.writerow(line_columns(HEADER))
+    for row in ROWS:
+        cells = line_columns(row)
+        respelled_cells = [
+            (options := spellings(name, text))[choices[name] % len(options)] for name, text in zip(COLUMNS, cells, strict=False)
+        ]
+        writer.writerow(respelled_cells)
+    header, *lines = out.getvalue().split(newline)
+    lines = [line for line in lines if line]
+    # When it is sent in batches of 100 lines, each under the header
+    batches = [newline.join([header, *lines[start : start + MAX_LINES]]) for start in range(0, len(lines), MAX_LINES)]
+    resaved = [store_request_id for text in batches for store_request_id in batch(text).store_request_ids]
+    # Then every row has the id the original file's row has
+    assert resaved == [content_id(row) for row in ROWS]
+
+
+# --- spellings that are one trip, by example --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "spelled", "same_as"),
+    [
+        ("fare_amount", "7.50", "7.5"),
+        ("fare_amount", "9", "9.00"),
+        ("fare_amount", "9.0", "9"),
+        ("extra", "+2.5", "2.5"),
+        ("tip_amount", "-0.00", "0"),
+        ("trip_distance", "1.5", "1.50"),
+        ("trip_distance", "2", "2.000"),
+        ("congestion_surcharge", "", "0"),
+        ("congestion_surcharge", "2.50", "2.5"),
+    ],
+)
+def test_the_issue_s_spellings_are_one_trip(name: str, spelled: str, same_as: str) -> None:
+    # Given a real row with one cell spelled two ways
+    cells = line_columns(ROWS[0])
+    first, second = list(cells), list(cells)
+    first[INDEX[name]], second[INDEX[name]] = spelled, same_as
+    # When both are parsed on the single route
+    # Then they have one id
+    assert single(",".join(first)).store_request_ids == single(",".join(second)).store_request_ids
+
+
+def test_a_row_with_or_without_zero_later_fees_is_one_trip() -> None:
+    # Given a real 2019 row, that row cut to the 2017 layout (no congestion column; its surcharge 0), and
+    # with the 2022/2025 fee columns present but zero
+    cells = line_columns(ROWS[0])
+    cells[INDEX["congestion_surcharge"]] = "0"
+    as_2019 = ",".join(cells)
+    as_2017 = ",".join(cells[:17])
+    as_2025 = ",".join([*cells, "0.00", "0"])
+    # When each is parsed alone
+    ids = {single(line).store_request_ids for line in (as_2019, as_2017, as_2025)}
+    # Then they are one trip, and its canonical line is a row validation takes unchanged
+    assert len(ids) == 1
+    canonical = canonical_line(as_2017)
+    assert canonical is not None
+    assert validate_line(canonical).tuple == canonical  # type: ignore[union-attr]
+
+
+# --- the header decides the layout ------------------------------------------------------------
+
+
+def test_a_truncated_row_under_the_header_is_refused_naming_its_line() -> None:
+    # Given a batch with the file's 18-column header whose third row was cut after its last comma
+    # (17 fields: it would pass for a 2017-layout row with no congestion surcharge)
+    truncated = ROWS[2].rsplit(",", 1)[0]
+    text = "\n".join([HEADER, ROWS[0], ROWS[1], truncated])
+    # When it is parsed
+    with pytest.raises(InvalidRequest) as refused:
+        batch(text)
+    # Then the batch is refused, naming the line and the header's count
+    assert "line 3 has 17 columns, but the header has 18" in str(refused.value)
+
+
+def test_a_headerless_batch_takes_its_layout_from_its_first_line() -> None:
+    # Given a headerless batch whose second row is truncated
+    text = "\n".join([ROWS[0], ROWS[1].rsplit(",", 1)[0]])
+    # When it is parsed
+    with pytest.raises(InvalidRequest) as refused:
+        batch(text)
+    # Then the truncated row is refused against line 1
+    assert "line 2 has 17 columns, but line 1 has 18" in str(refused.value)
+
+
+def test_a_headerless_single_row_is_still_read_by_its_shape() -> None:
+    # Given a 17-column row sent alone, with no header to say otherwise
+    row = ",".join(line_columns(ROWS[0])[:17])
+    # When it is parsed
+    submission = single(row)
+    # Then it is taken, as a 2017-layout trip
+    assert submission.store_request_ids == (content_id(row),)
+
+
+def test_headers_of_two_layouts_in_one_batch_are_refused() -> None:
+    # Given a batch with an 18-column header and, further down, a 17-column one
+    short_header = ",".join(line_columns(HEADER)[:17])
+    text = "\n".join([HEADER, ROWS[0], short_header, ",".join(line_columns(ROWS[1])[:17])])
+    # When it is parsed
+    # Then it is refused: one batch, one layout
+    with pytest.raises(InvalidRequest, match="headers have 17 and 18 columns"):
+        batch(text)
