@@ -65,19 +65,23 @@ class Invocations:
 
 
 @contextmanager
-def embedded_saga_cloud() -> Iterator[list[float]]:
+def embedded_saga_cloud(state_waits: list[float] | None = None) -> Iterator[list[float]]:
     """moto executing state machines in-process and synchronously, its DynamoDB requests atomic across
-    the phases' threads; yields the retry waits it skipped."""
+    the phases' threads; yields the retry waits it skipped. The Wait states' waits (the automatic
+    redrive's) are skipped too, and recorded in `state_waits` when given."""
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
     from devtools.aws.moto_patches import embedded_aws
 
     waits: list[float] = []
+    waited = state_waits if state_waits is not None else []
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)  # it logs every caught failure
     with (
         embedded_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=waits.append)),
+        mock.patch.object(WaitFunction, "_wait_interval", lambda function, env, wait_seconds: waited.append(wait_seconds)),
         mock.patch.object(ExecutionWorker, "start", lambda worker: worker._execution_logic()),
     ):
         yield waits
@@ -97,6 +101,7 @@ class TaxiWorld:
     routes: dict[str, Invoke] = field(default_factory=dict)  # function logical id -> in-process handler
     invocations: Invocations = field(default_factory=Invocations)
     retry_waits: list[float] = field(default_factory=list)  # the Retry waits moto skipped (from embedded_saga_cloud)
+    state_waits: list[float] = field(default_factory=list)  # the Wait states' waits it skipped (given to embedded_saga_cloud)
 
     @classmethod
     def create(cls, template: Template, *, workflow_type: str | None = None) -> TaxiWorld:

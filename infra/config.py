@@ -187,7 +187,16 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             api_rate_limit=500,
             api_burst_limit=1000,
         ),
-        taxi_etl=TaxiEtlConfig(batch_max_lines=200, api_rate_limit=200, api_burst_limit=400),
+        taxi_etl=TaxiEtlConfig(
+            batch_max_lines=200,
+            api_rate_limit=200,
+            api_burst_limit=400,
+            # An outage of AWS is waited out longer than in dev: backoff up to 2 min, the redrive 5 min later,
+            # so a phase may take up to 17.4 min of backoff and waiting (TaxiEtlConfig.redrive_budget_seconds).
+            transient_retry_max_delay_seconds=120,
+            auto_redrive_wait_seconds=300,
+            execution_timeout_minutes=30,
+        ),
         monitoring=MonitoringConfig(
             runner_stats=RunnerStatsAlarms(iterator_age_ms=5 * 60 * 1000),
             event_log=EventLogAlarms(oldest_pending_snapshot_seconds=3 * 3600),

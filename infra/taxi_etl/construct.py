@@ -45,6 +45,14 @@ LAMBDA_SERVICE_ERRORS = [
 AUTHORIZER_TIMEOUT_SECONDS = 10  # API Gateway waits at most 10 s for a Lambda authorizer
 # The task's input is not rows: no retry can fix it, so it goes straight to the flag step.
 NON_RETRYABLE_ERRORS = [contract.ERROR_PHASE_INPUT]
+# AWS failing the task, not the rows: the handlers' own (runtime/taxi_etl/transient.py names a closed
+# connection, a timeout, a throttle, a 5xx, unprocessed keys so) and Lambda's. Retried longer than a
+# crash or a bug, then the rows are flagged retryable and the phase is redriven once.
+TRANSIENT_ERRORS = [contract.ERROR_TRANSIENT, *LAMBDA_SERVICE_ERRORS]
+# Everything else a task can fail with: a crash, a bug, a timeout (a phase that runs out of time on a
+# batch may do so again). States.TaskFailed matches every error but States.Timeout, so this retrier
+# comes after the two above: Step Functions takes the first retrier whose ErrorEquals matches.
+OTHER_TASK_ERRORS = ["States.TaskFailed", "States.Timeout"]
 # Each phase's name in TaxiEtlConfig.reserved_concurrency.
 PHASE_FUNCTIONS = {contract.PHASE_VALIDATION: "validate", contract.PHASE_TRANSFORMATION: "transform", contract.PHASE_STORE: "store"}
 
@@ -186,7 +194,12 @@ class TaxiEtlSaga(Construct):
     # --- the state machine ----------------------------------------------------------------------
 
     def _invoke(
-        self, state_id: str, function: lambda_.IFunction, settings: TaxiEtlConfig, flag_input: sfn.TaskInput | None = None
+        self,
+        state_id: str,
+        function: lambda_.IFunction,
+        settings: TaxiEtlConfig,
+        flag_input: sfn.TaskInput | None = None,
+        result_path: str | None = None,
     ) -> tasks.LambdaInvoke:
         task = tasks.LambdaInvoke(
             self,
@@ -194,22 +207,23 @@ class TaxiEtlSaga(Construct):
             lambda_function=function,
             payload=flag_input,
             # A flag step keeps the state and adds its outcome at $.flag, for the Choice and Fail after it.
-            result_path="$.flag" if flag_input else None,
+            result_path=result_path or ("$.flag" if flag_input else None),
             payload_response_only=True,
             retry_on_service_exceptions=False,  # the retries below say exactly what is retried
         )
         task.add_retry(errors=NON_RETRYABLE_ERRORS, max_attempts=0)
+        # AWS failing the task: longer, with a later cap, since only time fixes it.
         task.add_retry(
-            errors=LAMBDA_SERVICE_ERRORS,
+            errors=TRANSIENT_ERRORS,
             interval=Duration.seconds(settings.retry_interval_seconds),
-            max_attempts=settings.service_retry_attempts,
+            max_attempts=settings.transient_retry_attempts,
             backoff_rate=2,
-            max_delay=Duration.seconds(settings.retry_max_delay_seconds),
+            max_delay=Duration.seconds(settings.transient_retry_max_delay_seconds),
             jitter_strategy=sfn.JitterType.FULL,
         )
         # A crash or a timeout inside a phase: every phase is idempotent, so running it again is safe.
         task.add_retry(
-            errors=["States.TaskFailed", "States.Timeout"],
+            errors=OTHER_TASK_ERRORS,
             interval=Duration.seconds(settings.retry_interval_seconds),
             max_attempts=settings.task_retry_attempts,
             backoff_rate=2,
@@ -218,7 +232,35 @@ class TaxiEtlSaga(Construct):
         )
         return task
 
+    def _flag_task(self, state_id: str, phase: str, settings: TaxiEtlConfig, mode: str | None = None) -> tasks.LambdaInvoke:
+        """The flag function on the whole state; `mode` (contract.FLAG_MODE_*) asks for a step of the automatic redrive."""
+        payload: dict[str, object] = {"phase": phase.lower(), "state": sfn.JsonPath.entire_payload}
+        if mode is not None:
+            payload[contract.FLAG_MODE_KEY] = mode
+        result_path = "$.cleared" if mode == contract.FLAG_MODE_CLEAR else None
+        return self._invoke(state_id, self.flag_function, settings, sfn.TaskInput.from_object(payload), result_path)
+
+    @staticmethod
+    def _catch(task: tasks.LambdaInvoke, transient: sfn.IChainable, other: sfn.IChainable) -> None:
+        """What its retries left: AWS's failures to `transient`, anything else to `other` (catchers match in order)."""
+        task.add_catch(transient, errors=TRANSIENT_ERRORS, result_path="$.error")
+        task.add_catch(other, errors=["States.ALL"], result_path="$.error")
+
     def _add_state_machine(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
+        """Validation -> Transformation -> Store, each with its flag step and its automatic redrive.
+
+        The automatic redrive is a Wait and one more pass of the failed phase inside the same execution:
+        Flag<P>Retryable (rows flagged `retryable:<error>`) -> Wait<P>Redrive -> Clear<P>Flags (the
+        retryable flags cleared) -> Redrive<P> (the phase again; its rejects and other errors are flagged
+        as a first pass's are) -> on, or Flag<P>StillRetryable (flagged for good, RowsStillRetryable
+        counted and alarmed). Simplest and correct under at-least-once: the redrive is a state of the
+        execution that failed, so it happens once per execution by construction, with no second
+        execution to name, deduplicate or lose, no queue or rule, and no new permission; a task retried
+        or an Express execution run twice repeats only idempotent steps (flags set again, a clear whose
+        condition no longer holds, conditional status and trips writes). An SQS- or EventBridge-driven
+        redriver would need its own deduplication (ops/taxi_redrive's generation names), a role that may
+        start executions, and still could not be in the state machine's stack without a cycle.
+        """
         stored = sfn.Succeed(self, "Stored", comment="Every row of the request was stored or flagged")
         next_state: sfn.IChainable = stored
         # Built back to front: each phase continues into the next one.
@@ -226,20 +268,39 @@ class TaxiEtlSaga(Construct):
             list(zip(contract.PHASES, (self.validate_function, self.transform_function, self.store_function), strict=True))
         ):
             failed = sfn.Fail(self, f"{phase}Failed", error_path="$.flag.error", cause_path="$.flag.cause")
-            flag = self._invoke(
-                f"Flag{phase}",
-                self.flag_function,
-                settings,
-                sfn.TaskInput.from_object({"phase": phase.lower(), "state": sfn.JsonPath.entire_payload}),
-            )
-            flag_step = flag.next(
+            flag = self._flag_task(f"Flag{phase}", phase, settings)
+            after_flag = (
                 sfn.Choice(self, f"AfterFlag{phase}")
                 .when(sfn.Condition.is_present("$.error"), failed)
                 .when(sfn.Condition.boolean_equals("$.hasPassed", True), next_state)
                 .otherwise(failed)
             )
+            flag_step = flag.next(after_flag)
+
+            # The automatic redrive (see the docstring).
+            still_retryable = self._flag_task(f"Flag{phase}StillRetryable", phase, settings, contract.FLAG_MODE_REDRIVEN)
+            still_retryable.next(after_flag)
+            clear = self._flag_task(f"Clear{phase}Flags", phase, settings, contract.FLAG_MODE_CLEAR)
+            self._catch(clear, still_retryable, flag_step)
+            redrive = self._invoke(f"Redrive{phase}", function, settings)
+            self._catch(redrive, still_retryable, flag_step)
+            redrive.next(
+                sfn.Choice(self, f"Redrive{phase}Rejects")
+                .when(sfn.Condition.boolean_equals("$.hasRejected", True), flag_step)
+                .otherwise(next_state)
+            )
+            retryable = self._flag_task(f"Flag{phase}Retryable", phase, settings, contract.FLAG_MODE_RETRYABLE)
+            retryable.next(
+                sfn.Wait(
+                    self,
+                    f"Wait{phase}Redrive",
+                    time=sfn.WaitTime.duration(Duration.seconds(settings.auto_redrive_wait_seconds)),
+                    comment="AWS failed the phase after its retries: its rows are flagged retryable and tried once more later",
+                )
+            ).next(clear).next(redrive)
+
             phase_task = self._invoke(phase, function, settings)
-            phase_task.add_catch(flag, errors=["States.ALL"], result_path="$.error")
+            self._catch(phase_task, retryable, flag_step)
             next_state = phase_task.next(
                 sfn.Choice(self, f"{phase}Rejects")
                 .when(sfn.Condition.boolean_equals("$.hasRejected", True), flag_step)

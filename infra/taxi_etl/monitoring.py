@@ -69,6 +69,19 @@ class TaxiEtlMonitoring(PipelineMonitoring):
                 count(contract.METRIC_EXECUTIONS_FLAGGED, contract.SERVICE_FLAG, phase=phase),
                 threshold,
             )
+        # Rows AWS failed through a phase's retries and its one automatic redrive (flagged `retryable:<error>`).
+        still_retryable = {
+            phase: count(contract.METRIC_ROWS_STILL_RETRYABLE, contract.SERVICE_FLAG, phase=phase)
+            for phase in ("validation", "transformation", "store")
+        }
+        self._alarm(
+            "RowsStillRetryable",
+            "Rows AWS kept failing (connections, throttles, 5xx) through the retries and the automatic redrive; no verdict on them.",
+            cloudwatch.MathExpression(
+                expression=" + ".join(still_retryable), using_metrics=still_retryable, label="Still retryable", period=FIVE_MINUTES
+            ),
+            thresholds.still_retryable_rows_per_5min,
+        )
         self._alarm(
             "AuthorizerDenials",
             "The authorizer refused keys (counted per uncached decision: API Gateway caches them).",

@@ -32,8 +32,8 @@ class TaxiEtlConfig:
 
     reserved_concurrency: per function ("api", "row_state", "authorizer", "validate",
         "transform", "store"); a function left out runs in the account's unreserved pool. A
-        throttled phase is retried (service_retry_attempts, with backoff), then its rows are
-        flagged. The flag function takes none: it is the failure path, and a throttled flag step
+        throttled phase is retried (transient_retry_attempts, with backoff), then its rows are
+        flagged retryable and redriven once. The flag function takes none: it is the failure path, and a throttled flag step
         would leave rows neither stored nor flagged.
     """
 
@@ -51,10 +51,16 @@ class TaxiEtlConfig:
     secret_refresh_floor_seconds: int = 10  # a refused key re-reads the secret at most this often
     api_rate_limit: int = 50
     api_burst_limit: int = 100
-    service_retry_attempts: int = 6  # Lambda service exceptions (throttles, 5xx)
-    task_retry_attempts: int = 2  # any other task failure (a crash, a timeout): every phase is idempotent
+    # AWS failing a task (contract.ERROR_TRANSIENT: a closed connection, a timeout, a throttle, a 5xx from
+    # DynamoDB; and Lambda's own service errors): no verdict on the rows, so retried longer than a crash.
+    transient_retry_attempts: int = 8
+    transient_retry_max_delay_seconds: int = 60
+    task_retry_attempts: int = 2  # any other task failure (a crash, a bug, a timeout): every phase is idempotent
     retry_interval_seconds: int = 2
     retry_max_delay_seconds: int = 60
+    # After those retries the rows are flagged `retryable:<error>`, and this long later the phase runs
+    # once more on them in the same execution (the automatic redrive); then a failure is final and alarmed.
+    auto_redrive_wait_seconds: int = 120
     execution_timeout_minutes: int = 15
     phase_timeout_seconds: int = 60
     phase_memory_mb: int = 256
@@ -83,10 +89,16 @@ class TaxiEtlConfig:
             raise ConfigError("taxi_etl secret caching must satisfy 1 <= refresh floor <= cache seconds <= 3600")
         if not 1 <= self.api_rate_limit <= self.api_burst_limit:
             raise ConfigError("taxi_etl api rate limit must be positive and at most the burst limit")
-        if not 0 <= self.service_retry_attempts <= 10 or not 0 <= self.task_retry_attempts <= 5:
-            raise ConfigError("taxi_etl retries must be bounded: service 0..10, task 0..5")
+        if not 0 <= self.transient_retry_attempts <= 10 or not 0 <= self.task_retry_attempts <= 5:
+            raise ConfigError("taxi_etl retries must be bounded: transient 0..10, task 0..5")
         if not 1 <= self.retry_interval_seconds <= self.retry_max_delay_seconds <= 3600:
             raise ConfigError("taxi_etl retry interval must be 1..retry_max_delay_seconds (at most 3600)")
+        if not self.retry_max_delay_seconds <= self.transient_retry_max_delay_seconds <= 3600:
+            raise ConfigError("taxi_etl.transient_retry_max_delay_seconds must be retry_max_delay_seconds..3600")
+        if self.transient_retry_attempts < self.task_retry_attempts:
+            raise ConfigError("taxi_etl.transient_retry_attempts must be at least task_retry_attempts: AWS failing is retried longer")
+        if not 1 <= self.auto_redrive_wait_seconds <= 3600:
+            raise ConfigError("taxi_etl.auto_redrive_wait_seconds must be 1..3600")
         for timeout in (self.phase_timeout_seconds, self.api_timeout_seconds):
             if not 3 <= timeout <= 900:
                 raise ConfigError("taxi_etl function timeouts must be 3..900 s")
@@ -104,6 +116,12 @@ class TaxiEtlConfig:
             raise ConfigError("taxi_etl.execution_log_data needs an execution_log_level other than OFF")
         if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_log_level == sfn.LogLevel.OFF:
             raise ConfigError("taxi_etl.execution_log_level must not be OFF for EXPRESS workflows: their logs are their only history")
+        if self.redrive_budget_seconds > self.execution_timeout_minutes * 60:
+            raise ConfigError(
+                f"taxi_etl: a phase's retries, the wait and its redrive's retries take up to {self.redrive_budget_seconds} s of backoff,"
+                f" more than execution_timeout_minutes allows ({self.execution_timeout_minutes * 60} s): the execution would time out"
+                " with its rows neither stored nor flagged"
+            )
         unknown = sorted(set(self.reserved_concurrency) - set(TAXI_ETL_FUNCTIONS))
         if unknown:
             raise ConfigError(
@@ -112,6 +130,22 @@ class TaxiEtlConfig:
             )
         for function, reserved in self.reserved_concurrency.items():
             check_reserved_concurrency(f"taxi_etl.reserved_concurrency[{function!r}]", reserved)
+
+    @property
+    def redrive_budget_seconds(self) -> int:
+        """The most one phase can wait: both retriers' backoff (full jitter only shortens it) before and after the
+        automatic redrive, and the wait between them. The invocations' own time comes on top."""
+        return (
+            2
+            * (
+                self._backoff(self.transient_retry_attempts, self.transient_retry_max_delay_seconds)
+                + self._backoff(self.task_retry_attempts, self.retry_max_delay_seconds)
+            )
+            + self.auto_redrive_wait_seconds
+        )
+
+    def _backoff(self, attempts: int, max_delay: int) -> int:
+        return sum(min(self.retry_interval_seconds * 2**attempt, max_delay) for attempt in range(attempts))
 
 
 @dataclass(frozen=True)
@@ -127,6 +161,9 @@ class TaxiEtlAlarms:
     api_4xx_per_5min: int = 100
     api_5xx_per_5min: int = 1
     execution_p99_ms: int = 120_000  # a clean run takes seconds; retries with backoff take minutes
+    # Rows AWS kept failing through the retries and the one automatic redrive: an outage, ours to follow up
+    # (`ops.taxi_redrive --detail 'retryable:*'` once it is over).
+    still_retryable_rows_per_5min: int = 1
 
     def validate(self) -> None:
         require_positive("monitoring.taxi_etl", self)

@@ -61,6 +61,9 @@ METRIC_DUPLICATE_REQUESTS: Final = "DuplicateRequests"
 METRIC_EXECUTIONS_STARTED: Final = "ExecutionsStarted"
 METRIC_ROWS_SUBMITTED: Final = "RowsSubmitted"
 METRIC_ROW_STATES_READ: Final = "RowStatesRead"
+# Rows a phase could not process for an infrastructure failure (connection, throttle, 5xx) after its retries.
+METRIC_ROWS_AWAITING_REDRIVE: Final = "RowsAwaitingRedrive"  # dimension `phase`: flagged retryable, redriven after a wait
+METRIC_ROWS_STILL_RETRYABLE: Final = "RowsStillRetryable"  # dimension `phase`: still failing after that one redrive (alarmed)
 
 # Every table's key: the status tables and the trips table are keyed by the row's id.
 KEY_STORE_REQUEST_ID: Final = "StoreRequestId"
@@ -69,6 +72,19 @@ ROUTE_TRIP_BATCH: Final = "/trips/batch"  # a batch of lines
 ROUTE_ROW_STATE: Final = "/trips/{StoreRequestId}"  # what became of one row
 # The error a phase raises for input that is not rows; the state machine never retries it.
 ERROR_PHASE_INPUT: Final = "PhaseInputError"
+# The error a task raises when AWS itself failed it (a closed connection, a timeout, a throttle, a 5xx,
+# unprocessed keys): not a verdict on the rows. The state machine retries it longer, then flags the
+# rows retryable and redrives them once (runtime/taxi_etl/transient.py classifies; errors.py has the class).
+ERROR_TRANSIENT: Final = "TransientInfrastructureError"
+# StatusDetail of a row flagged for such an error (the caught error's name follows): unlike `error:<name>`
+# and the rules, it is no verdict on the row, and a redrive of the same line may store it.
+DETAIL_RETRYABLE_PREFIX: Final = "retryable:"
+# What the state machine adds to a flag step's input: `retryable` flags the rows for the automatic
+# redrive; `redriven` says that redrive has run (the rows are flagged for good); `clear` clears the flags.
+FLAG_MODE_KEY: Final = "mode"
+FLAG_MODE_RETRYABLE: Final = "retryable"
+FLAG_MODE_REDRIVEN: Final = "redriven"
+FLAG_MODE_CLEAR: Final = "clear"
 
 # Stack outputs (what ops/ reads from the deployed stack); each phase's status table is "<Phase>StatusTableName".
 OUTPUT_DASHBOARD: Final = "DashboardName"

@@ -1,5 +1,6 @@
-"""The taxi saga's own exceptions, in one place. PhaseInputError's class name is the error name the
-state machine catches (contract.ERROR_PHASE_INPUT); keep it."""
+"""The taxi saga's own exceptions, in one place. PhaseInputError's and TransientInfrastructureError's
+class names are the error names the state machine matches (contract.ERROR_PHASE_INPUT,
+contract.ERROR_TRANSIENT); keep them."""
 
 from __future__ import annotations
 
@@ -20,3 +21,9 @@ class StoreConflict(Exception):
 
 class StoreUnavailable(Exception):
     """DynamoDB kept some of the work unprocessed; the workflow's retry takes it up again."""
+
+
+class TransientInfrastructureError(Exception):
+    """AWS failed the task, not the rows: a closed or refused connection, a timeout, a throttle, a 5xx,
+    unprocessed keys. The message starts with the original error's class name. The state machine
+    retries it longer than other failures, then flags the rows retryable and redrives them once."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.errors import PhaseInputError
 from runtime.taxi_etl.trips import Reason
 
@@ -130,12 +131,22 @@ class CaughtError:
     cause: str
 
 
+class FlagMode(StrEnum):
+    """What the state machine asks of a flag step (contract.FLAG_MODE_KEY in its input)."""
+
+    FINAL = "final"  # no mode given: flag the rows for good (a rule, a rejection, an error that is not AWS's)
+    RETRYABLE = contract.FLAG_MODE_RETRYABLE  # AWS failed the phase: flag the rows retryable; they are redriven once
+    REDRIVEN = contract.FLAG_MODE_REDRIVEN  # AWS failed the phase again after that redrive: flag retryable, for good
+    CLEAR = contract.FLAG_MODE_CLEAR  # before the redrive: clear the retryable flags this execution set
+
+
 @dataclass(frozen=True, slots=True)
 class FlagRequest:
     phase: Phase
     rejected: tuple[Verdict, ...]  # the phase's own rejections (no error), or
     rows: tuple[Row, ...]  # the rows the phase was given, when it failed with `error`
     error: CaughtError | None
+    mode: FlagMode = FlagMode.FINAL
 
 
 def parse_rows(event: Mapping[str, Any]) -> list[Row]:
@@ -168,13 +179,19 @@ def parse_flag_request(event: Mapping[str, Any]) -> FlagRequest:
         phase = Phase(str(event.get("phase")))
     except ValueError as err:
         raise PhaseInputError(f"unknown phase {event.get('phase')!r}") from err
+    try:
+        mode = FlagMode(str(event.get(contract.FLAG_MODE_KEY, FlagMode.FINAL)))
+    except ValueError as err:
+        raise PhaseInputError(f"unknown flag mode {event.get(contract.FLAG_MODE_KEY)!r}") from err
     state = event.get("state")
     if not isinstance(state, Mapping):
         raise PhaseInputError("a flag request must carry the state it flags")
     error = state.get("error")
     if isinstance(error, Mapping):
         caught = CaughtError(name=str(error.get("Error", "States.TaskFailed")), cause=str(error.get("Cause", "")))
-        return FlagRequest(phase, rejected=(), rows=tuple(parse_rows(state)), error=caught)
+        return FlagRequest(phase, rejected=(), rows=tuple(parse_rows(state)), error=caught, mode=mode)
+    if mode is not FlagMode.FINAL:
+        raise PhaseInputError(f"a flag request in mode {mode.value!r} must carry the error its Catch caught")
     rejected = state.get("rejected")
     if not isinstance(rejected, list):
         raise PhaseInputError("a flag request without an error must carry the phase's rejected rows")

@@ -23,12 +23,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runtime.shared.concurrency import map_bounded
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.errors import StoreConflict
-from runtime.taxi_etl.models import FlagRequest, Phase, PhaseResult, Row, Verdict
+from runtime.taxi_etl.models import FlagMode, FlagRequest, Phase, PhaseResult, Row, Verdict
 from runtime.taxi_etl.store import FinalTable, PutOutcome, StatusTable
 from runtime.taxi_etl.trips import Accepted, Finding, Rejected, Rule, final_item, same_trip, transform_tuple, validate_line
 
 ERROR_DETAIL_PREFIX = "error:"
+RETRYABLE_DETAIL_PREFIX = contract.DETAIL_RETRYABLE_PREFIX  # AWS failed the phase; no verdict on the row
+
+
+def is_retryable_detail(detail: str | None) -> bool:
+    """A flag set because AWS failed the phase (a redrive of the same line may store the row), not a verdict."""
+    return bool(detail) and str(detail).startswith(RETRYABLE_DETAIL_PREFIX)
 
 
 def run_validation(rows: Sequence[Row], status: StatusTable, *, concurrency: int = 1) -> PhaseResult:
@@ -139,7 +146,9 @@ def flag(
     """
     verdicts = list(request.rejected)
     if request.error is not None:
-        detail = f"{ERROR_DETAIL_PREFIX}{request.error.name}"
+        # The state machine says which errors were AWS's (its Catch for them asks for a retryable flag).
+        retryable = request.mode in (FlagMode.RETRYABLE, FlagMode.REDRIVEN)
+        detail = f"{RETRYABLE_DETAIL_PREFIX if retryable else ERROR_DETAIL_PREFIX}{request.error.name}"
         verdicts = [Verdict(row.store_request_id, row.tuple, request.phase.reason, detail, request.error.cause) for row in request.rows]
         if request.phase == Phase.STORE and final is not None:
             stored = final.stored_items(verdict.store_request_id for verdict in verdicts)
@@ -157,6 +166,26 @@ def flag(
     cause = f"{len(verdicts)} row(s) flagged in {', '.join(phase.value for phase in touched)} status: {'; '.join(reasons)[:900]}"
     by_detail = tuple(sorted(Counter(verdict.detail for verdict in verdicts).items()))
     return FlagOutcome(error=request.phase.failure_name, cause=cause, flagged=len(verdicts), by_detail=by_detail)
+
+
+def clear_retryable(request: FlagRequest, tables: Mapping[Phase, StatusTable], *, concurrency: int = 1) -> int:
+    """Before the automatic redrive of a phase AWS failed: clear the retryable flags of the request's rows,
+    so that the phase, run again, finds its status rows at reason 0. Returns the rows cleared.
+
+    Only a retryable flag of this phase is cleared (the update's condition); a row flagged otherwise
+    meanwhile (a rule, a conflict, another execution's verdict) keeps its flag, and the phase run again
+    answers it from that flag. The validation rows are cleared last, the reverse of `flag`: a clear cut
+    short leaves the row flagged where the redrive tool and GET /trips look first, and repeating it is
+    harmless (a row already cleared fails the condition and is skipped).
+    """
+    *others, first = reversed(request.phase.touched)
+
+    def clear(update: tuple[Phase, Row]) -> bool:
+        phase, row = update
+        return tables[phase].clear_retryable(row.store_request_id, request.phase.reason)
+
+    map_bounded(clear, [(phase, row) for row in request.rows for phase in others], concurrency)
+    return sum(map_bounded(clear, [(first, row) for row in request.rows], concurrency))
 
 
 def _is_stored(stored: Mapping[str, Mapping[str, object]], verdict: Verdict) -> bool:

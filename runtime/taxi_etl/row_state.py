@@ -5,7 +5,9 @@ Each phase writes its status row (reason 0) before it acts, and the flag step se
 phase's reason code in every status table the transaction touched, so:
 
 - flagged: any status row has a non-zero reason. The reason code names the phase (1 validation,
-  2 transformation, 3 store); the detail and message are that phase's row's.
+  2 transformation, 3 store); the detail and message are that phase's row's. `retryable` is true when
+  the detail is `retryable:<error>`: AWS failed the phase (after its retries and, once the flag is
+  final, the automatic redrive), which says nothing about the row; any other detail is a verdict.
 - stored: no row is flagged, the store phase has written its row, and the trips item under the id
   is the one that row's tuple makes (the test the flag step uses: `same_trip`). Store writes its
   status row before the item, so the row with the item is a store that finished; an item that is
@@ -27,6 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from runtime.shared.http import InvalidRequest
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY
 from runtime.taxi_etl.store import StatusRow
@@ -58,11 +61,16 @@ class RowState:
     unexplained_amount: Decimal | None = None
     trip: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def retryable(self) -> bool:
+        """Flagged because AWS failed its phase (`retryable:<error>`), not for what the row holds: the same line may still be stored."""
+        return self.state is State.FLAGGED and (self.detail or "").startswith(contract.DETAIL_RETRYABLE_PREFIX)
+
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"StoreRequestId": self.store_request_id, "state": self.state.value, "generation": self.generation}
         if self.state is State.FLAGGED:
             phase = self.phase.value if self.phase else None
-            body |= {"phase": phase, "reason": self.reason, "detail": self.detail, "message": self.message}
+            body |= {"phase": phase, "reason": self.reason, "detail": self.detail, "message": self.message, "retryable": self.retryable}
         elif self.state is State.PENDING:
             body["phase"] = self.phase.value if self.phase else None
         else:

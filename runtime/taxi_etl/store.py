@@ -100,6 +100,9 @@ class StatusTable(Protocol):
     def flag(self, store_request_id: str, raw_tuple: str, reason: Reason, detail: str, message: str) -> None:
         """Set the row's reason (creating the row if the phase failed before writing it)."""
 
+    def clear_retryable(self, store_request_id: str, reason: Reason) -> bool:
+        """Back to reason 0 if the row holds a retryable flag with this reason; False when it does not."""
+
 
 class PutOutcome(StrEnum):
     STORED = "stored"
@@ -161,6 +164,24 @@ class DynamoStatusTable:
                 }
             ),
         )
+
+    def clear_retryable(self, store_request_id: str, reason: Reason) -> bool:
+        try:
+            self.client.update_item(
+                TableName=self._table,
+                Key=to_attributes({KEY: store_request_id}),
+                UpdateExpression="SET #reason = :ok REMOVE #detail, #message",
+                ConditionExpression="#reason = :reason AND begins_with(#detail, :retryable)",
+                ExpressionAttributeNames={"#reason": STATUS_REASON, "#detail": STATUS_DETAIL, "#message": STATUS_MESSAGE},
+                ExpressionAttributeValues=to_attributes(
+                    {":ok": int(Reason.OK), ":reason": int(reason), ":retryable": contract.DETAIL_RETRYABLE_PREFIX}
+                ),
+            )
+        except ClientError as err:
+            if not is_conditional_check_failed(err):
+                raise
+            return False
+        return True
 
     # --- for the operator's redrive (ops/taxi_redrive.py); the phases never call these ----------
 

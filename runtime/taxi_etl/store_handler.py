@@ -20,6 +20,7 @@ from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phases import run_store
 from runtime.taxi_etl.settings import StoreSettings
 from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.transient import transient_errors
 from runtime.taxi_etl.wiring import StoreDeps
 
 
@@ -46,7 +47,8 @@ def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTabl
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: StoreDeps) -> dict[str, Any]:
-    return handle_store(event, deps.status, deps.final, deps.concurrency)
+    with transient_errors():  # AWS failing a call is no verdict on the rows: retried longer, then redriven
+        return handle_store(event, deps.status, deps.final, deps.concurrency)
 
 
 @instrumented

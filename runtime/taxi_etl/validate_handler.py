@@ -16,6 +16,7 @@ from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phases import run_validation
 from runtime.taxi_etl.settings import PhaseSettings
 from runtime.taxi_etl.store import StatusTable
+from runtime.taxi_etl.transient import transient_errors
 from runtime.taxi_etl.wiring import PhaseDeps
 
 
@@ -39,7 +40,8 @@ def handle_validation(event: Mapping[str, Any], status: StatusTable, concurrency
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: PhaseDeps) -> dict[str, Any]:
-    return handle_validation(event, deps.status, deps.concurrency)
+    with transient_errors():  # AWS failing a call is no verdict on the rows: retried longer, then redriven
+        return handle_validation(event, deps.status, deps.concurrency)
 
 
 @instrumented

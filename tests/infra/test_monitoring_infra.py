@@ -87,6 +87,7 @@ ALARM_NAMES = {
         "Api4xx",
         "Api5xx",
         "ExecutionDuration",
+        "RowsStillRetryable",
     },
 }
 ALARM_CASES = [pytest.param(pipeline, name, id=f"{pipeline}-{name}") for pipeline in PIPELINES for name in sorted(ALARM_NAMES[pipeline])]
@@ -118,6 +119,7 @@ THRESHOLDS = {
     "Api4xx": ("taxi_etl", "api_4xx_per_5min"),
     "Api5xx": ("taxi_etl", "api_5xx_per_5min"),
     "ExecutionDuration": ("taxi_etl", "execution_p99_ms"),
+    "RowsStillRetryable": ("taxi_etl", "still_retryable_rows_per_5min"),
 }
 # Alarms evaluated over more than one period: alarm -> (section, field) of the count.
 EVALUATION_PERIODS = {"IteratorAge": ("runner_stats", "iterator_age_minutes")}
@@ -181,6 +183,7 @@ VARIANT_MONITORING = MonitoringConfig(
         api_4xx_per_5min=101,
         api_5xx_per_5min=2,
         execution_p99_ms=180_000,
+        still_retryable_rows_per_5min=3,
     ),
 )
 # ... the pending check runs every 10 minutes, and its re-sending of stuck builds is switched off.
@@ -346,6 +349,16 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
             "Dimensions": dimensions(StateMachineArn=ref(machine)),
             "ExtendedStatistic": "p99",
             "Period": FIVE_MINUTES,
+        },
+        # rows the flag step flagged retryable for good, after the automatic redrive, in any phase
+        "RowsStillRetryable": {
+            "Metrics": [
+                {"Expression": "validation + transformation + store", "Label": "Still retryable", "ReturnData": True},
+                *(
+                    metric_stat(phase, NAMESPACE, "RowsStillRetryable", service="taxi-etl-flag", phase=phase)
+                    for phase in ("validation", "transformation", "store")
+                ),
+            ]
         },
     }
 

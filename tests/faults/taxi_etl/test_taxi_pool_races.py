@@ -161,11 +161,12 @@ def test_throttling_that_outlasts_the_retries_flags_exactly_the_throttled_rows(s
     # Given the trips puts of four rows are throttled on every attempt, all four at once on the first,
     # before they land or after (a put that landed is then reported failed every time)
     throttle = Throttle("put", "trips", set(CHOSEN), code="ProvisionedThroughputExceededException", when=when, times=99).attach(saga)
-    # When the batch is posted (Store fails on every attempt; its Catch sends the rows to the flag step)
+    # When the batch is posted (Store fails on every attempt: a throttle is AWS's failure, so it is retried 8 times,
+    # its rows flagged retryable, and Store runs once more after a wait, failing 9 times again; then the flag is final)
     state = post_batch(saga)
-    # Then Store ran three times (two retries) and the execution failed in store
-    assert len(saga.retry_waits) == 2
-    assert set(throttle.throttled.values()) == {3}
+    # Then Store ran eighteen times (twice 8 retries) and the execution failed in store
+    assert len(saga.retry_waits) == 16
+    assert set(throttle.throttled.values()) == {18}
     (execution,) = state["executions"].values()
     assert execution[:2] == ("FAILED", "StoreFailed")
     rows = state["status"]
@@ -175,11 +176,11 @@ def test_throttling_that_outlasts_the_retries_flags_exactly_the_throttled_rows(s
     for row in GOOD_IDS - set(CHOSEN):
         assert state["final"][row] == clean["state"]["final"][row]
         assert all(int(rows[phase.value][row]["StatusReason"]) == 0 for phase in Phase)
-    # And each throttled row that is not stored is flagged, per row, with reason 3 and the error in all three tables;
-    # one whose item did land is complete, and is not flagged
+    # And each throttled row that is not stored is flagged, per row, with reason 3 and the retryable error in all three
+    # tables (no verdict on the row); one whose item did land is complete, and is not flagged
     for row in CHOSEN:
         flags = {phase: (int(rows[phase.value][row]["StatusReason"]), rows[phase.value][row].get("StatusDetail")) for phase in Phase}
-        expected = (3, "error:ClientError") if row in unstored else (0, None)
+        expected = (3, "retryable:TransientInfrastructureError") if row in unstored else (0, None)
         assert flags == dict.fromkeys(Phase, expected)
     # And the corrupted rows keep the reasons of the clean pass
     assert int(rows[Phase.VALIDATION.value][content_id(BAD_AT_VALIDATION)]["StatusReason"]) == 1

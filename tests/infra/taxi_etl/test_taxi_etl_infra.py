@@ -123,6 +123,10 @@ LAMBDA_SERVICE_ERRORS = [
     "Lambda.TooManyRequestsException",
     "Lambda.ClientExecutionTimeoutException",
 ]
+# What a task raises when AWS failed it (runtime/taxi_etl/transient.py), then Lambda's own: retried longer.
+TRANSIENT_ERRORS = ["TransientInfrastructureError", *LAMBDA_SERVICE_ERRORS]
+# An Express workflow's 5 minutes hold a phase's retries and its automatic redrive only with fewer, shorter retries.
+EXPRESS_RETRIES = {"transient_retry_attempts": 4, "auto_redrive_wait_seconds": 60}
 POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -282,16 +286,29 @@ def successors(state: dict[str, Any]) -> set[str]:
 
 def expected_retry(config: EnvConfig) -> list[dict[str, Any]]:
     settings = config.taxi_etl
-    backoff = {
-        "IntervalSeconds": settings.retry_interval_seconds,
-        "BackoffRate": 2,
-        "MaxDelaySeconds": settings.retry_max_delay_seconds,
-        "JitterStrategy": "FULL",
-    }
+    backoff = {"IntervalSeconds": settings.retry_interval_seconds, "BackoffRate": 2, "JitterStrategy": "FULL"}
     return [
         {"ErrorEquals": ["PhaseInputError"], "MaxAttempts": 0},
-        {"ErrorEquals": LAMBDA_SERVICE_ERRORS, **backoff, "MaxAttempts": settings.service_retry_attempts},
-        {"ErrorEquals": ["States.TaskFailed", "States.Timeout"], **backoff, "MaxAttempts": settings.task_retry_attempts},
+        {
+            "ErrorEquals": TRANSIENT_ERRORS,
+            **backoff,
+            "MaxDelaySeconds": settings.transient_retry_max_delay_seconds,
+            "MaxAttempts": settings.transient_retry_attempts,
+        },
+        {
+            "ErrorEquals": ["States.TaskFailed", "States.Timeout"],
+            **backoff,
+            "MaxDelaySeconds": settings.retry_max_delay_seconds,
+            "MaxAttempts": settings.task_retry_attempts,
+        },
+    ]
+
+
+def catches(transient: str, other: str) -> list[dict[str, Any]]:
+    """A task's catchers: AWS's failures to `transient`, anything else to `other`, both keeping the state and adding $.error."""
+    return [
+        {"ErrorEquals": TRANSIENT_ERRORS, "ResultPath": "$.error", "Next": transient},
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": other},
     ]
 
 
@@ -448,7 +465,8 @@ def test_definition_has_exactly_the_saga_states(template_json: dict[str, Any]) -
     # When we list its states by name and type
     types = {name: state["Type"] for name, state in states.items()}
     # Then it is, per phase: the task, its rejects choice, its flag task, the choice after it and its Fail;
-    # and one Succeed at the end
+    # and its automatic redrive: a retryable flag, a wait, the flags cleared, the phase again with its
+    # rejects choice, and the flag for rows still failing; and one Succeed at the end
     expected: dict[str, str] = {"Stored": "Succeed"}
     for phase in PHASES:
         expected |= {
@@ -457,6 +475,12 @@ def test_definition_has_exactly_the_saga_states(template_json: dict[str, Any]) -
             f"Flag{phase}": "Task",
             f"AfterFlag{phase}": "Choice",
             f"{phase}Failed": "Fail",
+            f"Flag{phase}Retryable": "Task",
+            f"Wait{phase}Redrive": "Wait",
+            f"Clear{phase}Flags": "Task",
+            f"Redrive{phase}": "Task",
+            f"Redrive{phase}Rejects": "Choice",
+            f"Flag{phase}StillRetryable": "Task",
         }
     assert types == expected
 
@@ -481,7 +505,14 @@ def test_definition_runs_validation_then_transformation_then_store(template_json
     assert states["Stored"]["Type"] == "Succeed"
 
 
-@pytest.mark.parametrize("state_name", [*PHASES, *(f"Flag{phase}" for phase in PHASES)])
+TASKS = [
+    name
+    for phase in PHASES
+    for name in (phase, f"Flag{phase}", f"Flag{phase}Retryable", f"Clear{phase}Flags", f"Redrive{phase}", f"Flag{phase}StillRetryable")
+]
+
+
+@pytest.mark.parametrize("state_name", TASKS)
 def test_every_task_retries_service_errors_and_crashes_but_never_bad_input(
     template_json: dict[str, Any], config: EnvConfig, state_name: str
 ) -> None:
@@ -491,8 +522,9 @@ def test_every_task_retries_service_errors_and_crashes_but_never_bad_input(
     assert task["Type"] == "Task"
     # When we read its retriers (Step Functions applies the first one whose ErrorEquals matches)
     retry = task["Retry"]
-    # Then, in this order: bad input is not retried, Lambda's own service errors are retried with full-jitter
-    # exponential backoff, and any other failure or a timeout a bounded number of times
+    # Then, in this order: bad input is not retried, AWS failing the task (the handlers' TransientInfrastructureError
+    # and Lambda's own service errors) is retried with full-jitter exponential backoff, and any other failure or a
+    # timeout a bounded number of times
     assert retry == expected_retry(config)
     # and no retrier is unbounded
     assert all(0 <= retrier["MaxAttempts"] <= 10 for retrier in retry)
@@ -504,8 +536,9 @@ def test_a_failed_phase_task_is_caught_into_its_flag_step(template_json: dict[st
     parsed, _ = definition(template_json)
     task = parsed["States"][phase]
     # When we read its catchers
-    # Then every error left after the retries goes to the phase's own flag step, keeping the state and adding $.error
-    assert task["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"Flag{phase}"}]
+    # Then AWS's failures left after the retries go to the retryable flag that starts the automatic redrive,
+    # every other error to the phase's own flag step, each keeping the state and adding $.error
+    assert task["Catch"] == catches(f"Flag{phase}Retryable", f"Flag{phase}")
     # and the task passes its output on whole (no ResultPath), after which the rejects choice follows
     assert "ResultPath" not in task
     assert task["Next"] == f"{phase}Rejects"
@@ -565,6 +598,42 @@ def test_after_a_flag_step_the_saga_fails_or_moves_to_the_next_phase(template_js
     assert ends == {f"{phase}Failed", NEXT_AFTER[phase]}
 
 
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_phase_aws_failed_is_flagged_retryable_waited_for_and_run_once_more(
+    template_json: dict[str, Any], config: EnvConfig, phase: str
+) -> None:
+    # Given the states of the phase's automatic redrive
+    parsed, tokens = definition(template_json)
+    states = parsed["States"]
+    retryable, wait, clear = states[f"Flag{phase}Retryable"], states[f"Wait{phase}Redrive"], states[f"Clear{phase}Flags"]
+    redrive, still = states[f"Redrive{phase}"], states[f"Flag{phase}StillRetryable"]
+    # When we read them
+    # Then the rows AWS failed are flagged retryable (the flag function's mode), keeping the state and adding $.flag
+    assert retryable["Parameters"] == {"phase": phase.lower(), "state.$": "$", "mode": "retryable"}
+    assert (retryable["ResultPath"], retryable["Next"], "Catch" in retryable) == ("$.flag", f"Wait{phase}Redrive", False)
+    # and after the configured wait, the retryable flags are cleared (its outcome kept apart, at $.cleared)
+    assert {name: value for name, value in wait.items() if name != "Comment"} == {
+        "Type": "Wait",
+        "Seconds": config.taxi_etl.auto_redrive_wait_seconds,
+        "Next": f"Clear{phase}Flags",
+    }
+    assert clear["Parameters"] == {"phase": phase.lower(), "state.$": "$", "mode": "clear"}
+    assert (clear["ResultPath"], clear["Next"]) == ("$.cleared", f"Redrive{phase}")
+    # and the phase runs once more on the same rows, on the same function, with its output passed on whole
+    assert tokens[redrive["Resource"]] == tokens[states[phase]["Resource"]] and "ResultPath" not in redrive and "Parameters" not in redrive
+    assert states[redrive["Next"]]["Choices"] == states[states[phase]["Next"]]["Choices"]
+    assert states[redrive["Next"]]["Default"] == NEXT_AFTER[phase]
+    # and AWS failing the clear or that second pass flags the rows retryable for good (the alarmed count), any
+    # other error as a first pass's; both end where the phase's own flag step does
+    for task in (clear, redrive):
+        assert task["Catch"] == catches(f"Flag{phase}StillRetryable", f"Flag{phase}")
+    assert still["Parameters"] == {"phase": phase.lower(), "state.$": "$", "mode": "redriven"}
+    assert (still["ResultPath"], still["Next"], "Catch" in still) == ("$.flag", f"AfterFlag{phase}", False)
+    # and the redrive happens once: only the phase's first pass leads to the retryable flag, and nothing leads back to it
+    into_retryable = sorted(name for name, state in states.items() if f"Flag{phase}Retryable" in successors(state))
+    assert into_retryable == [phase]
+
+
 def test_every_state_is_reachable_and_every_path_ends_in_stored_or_a_fail(template_json: dict[str, Any]) -> None:
     # Given the parsed definition
     parsed, _ = definition(template_json)
@@ -600,7 +669,9 @@ def test_tasks_invoke_the_right_functions(template_json: dict[str, Any]) -> None
     # and each phase task invokes its phase's function, each flag step the flag function (directly, not
     # through the lambda:invoke integration, so the task's output is the function's payload)
     parsed, tokens = definition(template_json)
-    expected = {phase: PHASE_HANDLERS[phase] for phase in PHASES} | {f"Flag{phase}": FLAG for phase in PHASES}
+    expected = {phase: PHASE_HANDLERS[phase] for phase in PHASES} | {f"Redrive{phase}": PHASE_HANDLERS[phase] for phase in PHASES}
+    for phase in PHASES:
+        expected |= {name: FLAG for name in (f"Flag{phase}", f"Flag{phase}Retryable", f"Clear{phase}Flags", f"Flag{phase}StillRetryable")}
     tasks = {name: state for name, state in parsed["States"].items() if state["Type"] == "Task"}
     assert set(tasks) == set(expected)
     for name, handler in expected.items():
@@ -616,7 +687,7 @@ def test_tasks_invoke_the_right_functions(template_json: dict[str, Any]) -> None
 
 def test_express_config_gives_an_express_state_machine_and_tells_the_api(tmp_path: Path) -> None:
     # Given the dev config with an Express workflow (whose executions may last 5 minutes at most)
-    config = dev_with(workflow_type=sfn.StateMachineType.EXPRESS, execution_timeout_minutes=5)
+    config = dev_with(workflow_type=sfn.StateMachineType.EXPRESS, execution_timeout_minutes=5, **EXPRESS_RETRIES)
     # When the stack is synthesized with it
     template_json = synth_stack(config, tmp_path)
     props = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]
@@ -666,10 +737,37 @@ def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_build
         pytest.param({"batch_max_lines": 1001}, "batch_max_lines must be 1..1000", id="batch-over-1000-lines"),
         pytest.param({"authorizer_cache_seconds": 3601}, "authorizer_cache_seconds must be 0..3600", id="authorizer-cache-over-an-hour"),
         pytest.param({"authorizer_cache_seconds": -1}, "authorizer_cache_seconds must be 0..3600", id="negative-authorizer-cache"),
-        pytest.param({"service_retry_attempts": 11}, "retries must be bounded: service 0..10, task 0..5", id="service-retries-over-10"),
-        pytest.param({"service_retry_attempts": -1}, "retries must be bounded: service 0..10, task 0..5", id="service-retries-unbounded"),
-        pytest.param({"task_retry_attempts": 6}, "retries must be bounded: service 0..10, task 0..5", id="task-retries-over-5"),
-        pytest.param({"task_retry_attempts": -1}, "retries must be bounded: service 0..10, task 0..5", id="task-retries-unbounded"),
+        pytest.param(
+            {"transient_retry_attempts": 11}, "retries must be bounded: transient 0..10, task 0..5", id="transient-retries-over-10"
+        ),
+        pytest.param(
+            {"transient_retry_attempts": -1}, "retries must be bounded: transient 0..10, task 0..5", id="transient-retries-unbounded"
+        ),
+        pytest.param({"task_retry_attempts": 6}, "retries must be bounded: transient 0..10, task 0..5", id="task-retries-over-5"),
+        pytest.param({"task_retry_attempts": -1}, "retries must be bounded: transient 0..10, task 0..5", id="task-retries-unbounded"),
+        pytest.param(
+            {"transient_retry_attempts": 1, "task_retry_attempts": 2},
+            "transient_retry_attempts must be at least task_retry_attempts",
+            id="aws-failures-retried-less-than-crashes",
+        ),
+        pytest.param(
+            {"transient_retry_max_delay_seconds": 30},
+            "transient_retry_max_delay_seconds must be retry_max_delay_seconds..3600",
+            id="aws-failures-waited-less-than-crashes",
+        ),
+        pytest.param({"auto_redrive_wait_seconds": 0}, "auto_redrive_wait_seconds must be 1..3600", id="redrive-without-a-wait"),
+        pytest.param({"auto_redrive_wait_seconds": 3601}, "auto_redrive_wait_seconds must be 1..3600", id="redrive-wait-over-an-hour"),
+        pytest.param(
+            {"auto_redrive_wait_seconds": 600},
+            "a phase's retries, the wait and its redrive's retries take up to 1096 s of backoff, more than execution_timeout_minutes"
+            " allows (900 s)",
+            id="redrive-outlasting-the-execution",
+        ),
+        pytest.param(
+            {"workflow_type": sfn.StateMachineType.EXPRESS, "execution_timeout_minutes": 5},
+            "take up to 616 s of backoff, more than execution_timeout_minutes allows (300 s)",
+            id="express-too-short-for-the-default-retries",
+        ),
         pytest.param({"retry_interval_seconds": 61}, "retry interval must be 1..retry_max_delay_seconds", id="interval-over-max-delay"),
         pytest.param({"retry_max_delay_seconds": 3601}, "retry interval must be 1..retry_max_delay_seconds", id="max-delay-over-an-hour"),
         pytest.param({"secret_refresh_floor_seconds": 301}, "refresh floor <= cache seconds", id="refresh-floor-over-cache"),
@@ -691,6 +789,7 @@ def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_build
                 "execution_timeout_minutes": 5,
                 "execution_log_level": sfn.LogLevel.OFF,
                 "execution_log_data": False,
+                **EXPRESS_RETRIES,
             },
             "must not be OFF for EXPRESS workflows",
             id="express-without-its-only-history",
@@ -709,12 +808,15 @@ def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, An
 @pytest.mark.parametrize(
     "overrides",
     [
-        pytest.param({"workflow_type": sfn.StateMachineType.EXPRESS, "execution_timeout_minutes": 5}, id="express-at-5-minutes"),
+        pytest.param(
+            {"workflow_type": sfn.StateMachineType.EXPRESS, "execution_timeout_minutes": 5, **EXPRESS_RETRIES}, id="express-at-5-minutes"
+        ),
         pytest.param({"batch_max_bytes": STEP_FUNCTIONS_MAX_PAYLOAD_BYTES // 3}, id="batch-at-a-third-of-256-KiB"),
         pytest.param({"authorizer_cache_seconds": 3600}, id="authorizer-cache-an-hour"),
         pytest.param({"authorizer_cache_seconds": 0}, id="authorizer-cache-off"),
-        pytest.param({"service_retry_attempts": 0, "task_retry_attempts": 0}, id="no-retries"),
-        pytest.param({"service_retry_attempts": 10, "task_retry_attempts": 5}, id="most-retries"),
+        pytest.param({"transient_retry_attempts": 0, "task_retry_attempts": 0}, id="no-retries"),
+        pytest.param({"transient_retry_attempts": 10, "task_retry_attempts": 5, "execution_timeout_minutes": 17}, id="most-retries"),
+        pytest.param({"auto_redrive_wait_seconds": 404}, id="redrive-filling-the-execution-timeout"),
         pytest.param({"api_timeout_seconds": 29}, id="api-timeout-29"),
         pytest.param({"execution_log_level": sfn.LogLevel.OFF, "execution_log_data": False}, id="no-execution-logs"),
         pytest.param({"execution_log_level": sfn.LogLevel.FATAL, "execution_log_data": False}, id="fatal-execution-logs"),
@@ -730,7 +832,7 @@ def test_config_accepts_values_at_the_bounds(overrides: dict[str, Any]) -> None:
 
 def test_retries_in_the_definition_follow_a_changed_config(tmp_path: Path) -> None:
     # Given a config with other retry counts than the defaults
-    config = dev_with(service_retry_attempts=3, task_retry_attempts=0)
+    config = dev_with(transient_retry_attempts=3, task_retry_attempts=0, transient_retry_max_delay_seconds=90)
     # When the stack is synthesized with it
     template_json = synth_stack(config, tmp_path)
     # Then every task's retriers carry the new counts

@@ -66,12 +66,13 @@ def listed(out: str, title: str = "redrive") -> list[str]:
 
 @contextmanager
 def failing_store(world: TaxiWorld) -> Iterator[None]:
-    """The trips table refuses the phases' writes (a throttled or mis-granted table) while open."""
+    """The trips table refuses the phases' writes (a mis-granted table) while open. Not a throttle: AWS failing
+    a call is retried longer and redriven once by the state machine itself (tests/faults/taxi_etl/test_taxi_transient_faults.py)."""
     trips_table = world.environment(STORE_HANDLER)["FINAL_TABLE"]
 
     def refuse(params: dict[str, Any], **_: Any) -> None:
         if params.get("TableName") == trips_table:
-            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected"}}, "PutItem")
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "injected"}}, "PutItem")
 
     world.dynamodb.meta.events.register("before-parameter-build.dynamodb.PutItem", refuse)
     try:

@@ -83,6 +83,9 @@ class SlowStatus:
     def flag(self, store_request_id: str, raw_tuple: str, reason: Reason, detail: str, message: str) -> None:
         self.pool.call(self.name, "flag", store_request_id, lambda: self.inner.flag(store_request_id, raw_tuple, reason, detail, message))
 
+    def clear_retryable(self, store_request_id: str, reason: Reason) -> bool:
+        return self.pool.call(self.name, "clear", store_request_id, lambda: self.inner.clear_retryable(store_request_id, reason))  # type: ignore[no-any-return]
+
 
 @dataclass
 class SlowFinal:

@@ -97,6 +97,14 @@ class FakeStatusTable:
         raw = current.raw_tuple if current is not None else raw_tuple  # if_not_exists(RawTuple)
         self.rows[store_request_id] = StatusRow(raw, reason, detail or "unspecified", message or detail or "unspecified")
 
+    def clear_retryable(self, store_request_id: str, reason: Reason) -> bool:
+        self.journal.append((self.name, "clear", store_request_id))
+        current = self.rows.get(store_request_id)
+        if current is None or current.reason != reason or not current.detail.startswith("retryable:"):
+            return False  # the condition: only this phase's retryable flag is cleared
+        self.rows[store_request_id] = StatusRow(current.raw_tuple, Reason.OK)
+        return True
+
     def reason_of(self, store_request_id: str) -> Reason | None:
         current = self.rows.get(store_request_id)
         return None if current is None else current.reason

@@ -155,6 +155,7 @@ def test_a_flagged_row_reports_its_phase_reason_detail_and_message(phase: Phase)
         "reason": int(phase.reason),
         "detail": "dropoff_before_pickup",
         "message": "dropoff_before_pickup: why",
+        "retryable": False,  # a verdict on the row (a `retryable:<error>` detail would say True)
     }
 
 
