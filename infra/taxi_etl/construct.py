@@ -357,9 +357,12 @@ class TaxiEtlSaga(Construct):
                 contract.ENV_BATCH_MAX_LINES: str(settings.batch_max_lines),
                 contract.ENV_BATCH_MAX_BYTES: str(settings.batch_max_bytes),
                 contract.ENV_MAX_LINE_BYTES: str(settings.max_line_bytes),
+                **self._row_tables_environment(),
             },
         )
         self.api_function = create_function(self, "ApiFunction", api_spec, common).function
+        # A single unkeyed row already stored or flagged (a batch's row re-sent alone) starts no execution.
+        self._grant_row_reads(self.api_function)
         self.state_machine.grant_start_execution(self.api_function)
         # A repeated request whose execution has ended: compare its input with the first one's.
         self.state_machine.grant_execution(self.api_function, "states:DescribeExecution")
@@ -402,6 +405,24 @@ class TaxiEtlSaga(Construct):
             self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.POST], integration=integration)
         self._add_row_state_route(common, settings)
 
+    def _row_tables_environment(self) -> dict[str, str]:
+        """Where a row's state is read: its three status rows and its trips item."""
+        return {
+            contract.ENV_VALIDATION_STATUS_TABLE: self.validation_status_table.table_name,
+            contract.ENV_TRANSFORMATION_STATUS_TABLE: self.transformation_status_table.table_name,
+            contract.ENV_STORE_STATUS_TABLE: self.store_status_table.table_name,
+            contract.ENV_FINAL_TABLE: self.final_table.table_name,
+        }
+
+    def _grant_row_reads(self, function: lambda_.IFunction) -> None:
+        """One BatchGetItem over the four tables (store.DynamoRowReader), and nothing else."""
+        for table in (*self.status_tables.values(), self.final_table):
+            table.grant(function, "dynamodb:BatchGetItem")
+            # Only a table with a customer managed key has one here (an imported trips table given
+            # with its key); the construct's own tables use the AWS managed key, which needs no grant.
+            if table.encryption_key is not None:
+                table.encryption_key.grant_decrypt(function)
+
     def _add_row_state_route(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
         """GET /trips/{StoreRequestId}: its own function, which may only read the four tables."""
         spec = FunctionSpec(
@@ -410,20 +431,10 @@ class TaxiEtlSaga(Construct):
             reserved_concurrency=settings.reserved_concurrency.get("row_state"),
             description="Taxi saga API: what became of one row (pending, stored or flagged), read-only",
             timeout_seconds=settings.api_timeout_seconds,
-            environment={
-                contract.ENV_VALIDATION_STATUS_TABLE: self.validation_status_table.table_name,
-                contract.ENV_TRANSFORMATION_STATUS_TABLE: self.transformation_status_table.table_name,
-                contract.ENV_STORE_STATUS_TABLE: self.store_status_table.table_name,
-                contract.ENV_FINAL_TABLE: self.final_table.table_name,
-            },
+            environment=self._row_tables_environment(),
         )
         self.row_state_function = create_function(self, "RowStateFunction", spec, common).function
-        for table in (*self.status_tables.values(), self.final_table):
-            table.grant(self.row_state_function, "dynamodb:BatchGetItem")
-            # Only a table with a customer managed key has one here (an imported trips table given
-            # with its key); the construct's own tables use the AWS managed key, which needs no grant.
-            if table.encryption_key is not None:
-                table.encryption_key.grant_decrypt(self.row_state_function)
+        self._grant_row_reads(self.row_state_function)
         self.http_api.add_routes(
             path=contract.ROUTE_ROW_STATE,
             methods=[apigw.HttpMethod.GET],
