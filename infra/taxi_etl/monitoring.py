@@ -75,7 +75,7 @@ class TaxiEtlMonitoring(PipelineMonitoring):
             for phase in ("validation", "transformation", "store")
         }
         self._alarm(
-            "RowsStillRetryable",
+            "StillRetryable",
             "Rows AWS kept failing (connections, throttles, 5xx) through the retries and the automatic redrive; no verdict on them.",
             cloudwatch.MathExpression(
                 expression=" + ".join(still_retryable), using_metrics=still_retryable, label="Still retryable", period=FIVE_MINUTES

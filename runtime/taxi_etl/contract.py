@@ -81,7 +81,7 @@ ERROR_TRANSIENT: Final = "TransientInfrastructureError"
 DETAIL_RETRYABLE_PREFIX: Final = "retryable:"
 # What the state machine adds to a flag step's input: `retryable` flags the rows for the automatic
 # redrive; `redriven` says that redrive has run (the rows are flagged for good); `clear` clears the flags.
-FLAG_MODE_KEY: Final = "mode"
+FLAG_MODE_KEY: Final = "flagMode"
 FLAG_MODE_RETRYABLE: Final = "retryable"
 FLAG_MODE_REDRIVEN: Final = "redriven"
 FLAG_MODE_CLEAR: Final = "clear"

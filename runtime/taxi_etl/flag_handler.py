@@ -4,7 +4,7 @@ Input: `{"phase": "validation" | "transformation" | "store", "state": <the state
 Output: `{"error": "<Phase>Failed", "cause": "...", "flagged": n}`; the Fail state after a
 failed phase carries that error and cause.
 
-With `"mode"` (contract.FLAG_MODE_KEY) the state machine asks for the automatic redrive's steps:
+With `"flagMode"` (contract.FLAG_MODE_KEY) the state machine asks for the automatic redrive's steps:
 `retryable` flags the rows of a phase AWS failed as `retryable:<error>`, `clear` clears those flags
 before the phase runs again (output `{"cleared": n}`), and `redriven` flags them retryable for good
 when AWS failed that second pass too (counted in RowsStillRetryable, which is alarmed).

@@ -87,7 +87,7 @@ ALARM_NAMES = {
         "Api4xx",
         "Api5xx",
         "ExecutionDuration",
-        "RowsStillRetryable",
+        "StillRetryable",
     },
 }
 ALARM_CASES = [pytest.param(pipeline, name, id=f"{pipeline}-{name}") for pipeline in PIPELINES for name in sorted(ALARM_NAMES[pipeline])]
@@ -119,7 +119,7 @@ THRESHOLDS = {
     "Api4xx": ("taxi_etl", "api_4xx_per_5min"),
     "Api5xx": ("taxi_etl", "api_5xx_per_5min"),
     "ExecutionDuration": ("taxi_etl", "execution_p99_ms"),
-    "RowsStillRetryable": ("taxi_etl", "still_retryable_rows_per_5min"),
+    "StillRetryable": ("taxi_etl", "still_retryable_rows_per_5min"),
 }
 # Alarms evaluated over more than one period: alarm -> (section, field) of the count.
 EVALUATION_PERIODS = {"IteratorAge": ("runner_stats", "iterator_age_minutes")}
@@ -351,7 +351,7 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
             "Period": FIVE_MINUTES,
         },
         # rows the flag step flagged retryable for good, after the automatic redrive, in any phase
-        "RowsStillRetryable": {
+        "StillRetryable": {
             "Metrics": [
                 {"Expression": "validation + transformation + store", "Label": "Still retryable", "ReturnData": True},
                 *(

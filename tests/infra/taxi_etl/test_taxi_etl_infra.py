@@ -609,7 +609,7 @@ def test_a_phase_aws_failed_is_flagged_retryable_waited_for_and_run_once_more(
     redrive, still = states[f"Redrive{phase}"], states[f"Flag{phase}StillRetryable"]
     # When we read them
     # Then the rows AWS failed are flagged retryable (the flag function's mode), keeping the state and adding $.flag
-    assert retryable["Parameters"] == {"phase": phase.lower(), "state.$": "$", "mode": "retryable"}
+    assert retryable["Parameters"] == {"phase": phase.lower(), "state.$": "$", "flagMode": "retryable"}
     assert (retryable["ResultPath"], retryable["Next"], "Catch" in retryable) == ("$.flag", f"Wait{phase}Redrive", False)
     # and after the configured wait, the retryable flags are cleared (its outcome kept apart, at $.cleared)
     assert {name: value for name, value in wait.items() if name != "Comment"} == {
@@ -617,7 +617,7 @@ def test_a_phase_aws_failed_is_flagged_retryable_waited_for_and_run_once_more(
         "Seconds": config.taxi_etl.auto_redrive_wait_seconds,
         "Next": f"Clear{phase}Flags",
     }
-    assert clear["Parameters"] == {"phase": phase.lower(), "state.$": "$", "mode": "clear"}
+    assert clear["Parameters"] == {"phase": phase.lower(), "state.$": "$", "flagMode": "clear"}
     assert (clear["ResultPath"], clear["Next"]) == ("$.cleared", f"Redrive{phase}")
     # and the phase runs once more on the same rows, on the same function, with its output passed on whole
     assert tokens[redrive["Resource"]] == tokens[states[phase]["Resource"]] and "ResultPath" not in redrive and "Parameters" not in redrive
@@ -627,7 +627,7 @@ def test_a_phase_aws_failed_is_flagged_retryable_waited_for_and_run_once_more(
     # other error as a first pass's; both end where the phase's own flag step does
     for task in (clear, redrive):
         assert task["Catch"] == catches(f"Flag{phase}StillRetryable", f"Flag{phase}")
-    assert still["Parameters"] == {"phase": phase.lower(), "state.$": "$", "mode": "redriven"}
+    assert still["Parameters"] == {"phase": phase.lower(), "state.$": "$", "flagMode": "redriven"}
     assert (still["ResultPath"], still["Next"], "Catch" in still) == ("$.flag", f"AfterFlag{phase}", False)
     # and the redrive happens once: only the phase's first pass leads to the retryable flag, and nothing leads back to it
     into_retryable = sorted(name for name, state in states.items() if f"Flag{phase}Retryable" in successors(state))

@@ -157,11 +157,11 @@ def test_a_flag_request_carries_its_mode_and_refuses_an_unknown_one() -> None:
     # Then the mode is read (FINAL without one), and an unknown mode or a mode without a caught error is bad input
     assert parse_flag_request({"phase": "store", "state": state}).mode is FlagMode.FINAL
     for mode in (FlagMode.RETRYABLE, FlagMode.REDRIVEN, FlagMode.CLEAR):
-        assert parse_flag_request({"phase": "store", "state": state, "mode": mode.value}).mode is mode
+        assert parse_flag_request({"phase": "store", "state": state, "flagMode": mode.value}).mode is mode
     with pytest.raises(PhaseInputError, match="unknown flag mode"):
-        parse_flag_request({"phase": "store", "state": state, "mode": "later"})
+        parse_flag_request({"phase": "store", "state": state, "flagMode": "later"})
     with pytest.raises(PhaseInputError, match="must carry the error"):
-        parse_flag_request({"phase": "store", "state": {"rejected": []}, "mode": "retryable"})
+        parse_flag_request({"phase": "store", "state": {"rejected": []}, "flagMode": "retryable"})
 
 
 @pytest.mark.parametrize("phase", list(Phase))
@@ -228,15 +228,15 @@ def test_the_flag_steps_metrics_say_awaiting_redrive_then_still_retryable(capsys
     begin_through(tables, Phase.TRANSFORMATION, [Row(row["StoreRequestId"], row["tuple"]) for row in state["rows"]])
     service = ("service", "tests")
     # When the retryable flag step runs
-    flag_step({"phase": "transformation", "state": state, "mode": "retryable"}, tables.ports(), tables.final)
+    flag_step({"phase": "transformation", "state": state, "flagMode": "retryable"}, tables.ports(), tables.final)
     # Then the rows are counted as awaiting the redrive, and no flagged execution is counted (nothing is final yet)
     assert published(emf_records(capsys.readouterr().out)) == {("RowsAwaitingRedrive", (("phase", "transformation"), service)): 2}
     # When the clear step runs
-    assert flag_step({"phase": "transformation", "state": state, "mode": "clear"}, tables.ports(), tables.final) == {"cleared": 2}
+    assert flag_step({"phase": "transformation", "state": state, "flagMode": "clear"}, tables.ports(), tables.final) == {"cleared": 2}
     # Then it publishes nothing
     assert published(emf_records(capsys.readouterr().out)) == {}
     # When the redrive fails the same way and the rows are flagged for good
-    outcome = flag_step({"phase": "transformation", "state": state, "mode": "redriven"}, tables.ports(), tables.final)
+    outcome = flag_step({"phase": "transformation", "state": state, "flagMode": "redriven"}, tables.ports(), tables.final)
     # Then the execution fails in its phase, and the rows still retryable are counted: what the alarm watches
     assert outcome["error"] == "TransformationFailed" and outcome["flagged"] == 2
     assert published(emf_records(capsys.readouterr().out)) == {
