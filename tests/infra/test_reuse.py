@@ -121,12 +121,12 @@ def test_the_imported_resources_are_the_ones_used(team_template: dict[str, Any])
     mappings = resources(team_template, "AWS::Lambda::EventSourceMapping")
     # Then the runner-stats function consumes the team's stream
     assert any(mapping["Properties"]["EventSourceArn"] == STREAM_ARN for mapping in mappings.values())
-    # and the event-log functions point at the team's bucket; the store step, the flag step and
-    # GET /trips/{id} at the team's trips table
+    # and the event-log functions point at the team's bucket; the store step, the flag step,
+    # GET /trips/{id} and the POST routes (which read a single row's state first) at the team's trips table
     functions = resources(team_template, "AWS::Lambda::Function")
     environments = [function["Properties"]["Environment"]["Variables"] for function in functions.values()]
     assert sum(variables.get("BUCKET") == BUCKET_NAME for variables in environments) == 3
-    assert sum(variables.get("FINAL_TABLE") == TRIPS_TABLE for variables in environments) == 3
+    assert sum(variables.get("FINAL_TABLE") == TRIPS_TABLE for variables in environments) == 4
     # and the authorizer may read the team's secret
     policies = resources(team_template, "AWS::IAM::Policy")
     assert any(mentions(policy, f"secret:{SECRET_NAME}") for policy in policies.values())

@@ -88,7 +88,17 @@ ENVIRONMENT_NAMES = {
     TRANSFORM: {"STATUS_TABLE"},
     STORE: {"STATUS_TABLE", "FINAL_TABLE"},
     FLAG: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
-    API: {"STATE_MACHINE_ARN", "WORKFLOW_TYPE", "BATCH_MAX_LINES", "BATCH_MAX_BYTES", "MAX_LINE_BYTES"},
+    API: {
+        "STATE_MACHINE_ARN",
+        "WORKFLOW_TYPE",
+        "BATCH_MAX_LINES",
+        "BATCH_MAX_BYTES",
+        "MAX_LINE_BYTES",
+        "VALIDATION_STATUS_TABLE",
+        "TRANSFORMATION_STATUS_TABLE",
+        "STORE_STATUS_TABLE",
+        "FINAL_TABLE",
+    },
     AUTHORIZER: {"API_KEY_SECRET_ID", "SECRET_CACHE_SECONDS", "SECRET_REFRESH_FLOOR_SECONDS"},
     ROW_STATE: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
 }
@@ -215,11 +225,13 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
             (arn(TRIPS_TABLE), {"dynamodb:BatchGetItem"}),
         )
     if handler == API:
-        # starts executions of its one state machine and reads them back (a repeated request)
+        # starts executions of its one state machine and reads them back (a repeated request); reads a
+        # single unkeyed row's four items first (one already stored or flagged starts no execution)
         return unconditional(
             own_logs,
             (ref(STATE_MACHINE), {"states:StartExecution"}),
             (executions_of(STATE_MACHINE), {"states:DescribeExecution"}),
+            *((arn(table), {"dynamodb:BatchGetItem"}) for table in sorted(TABLES)),
         )
     if handler == ROW_STATE:
         # reads the row's four items in one BatchGetItem; writes nothing, starts nothing
@@ -1005,10 +1017,11 @@ def test_no_wildcard_actions(template_json: dict[str, Any], handler: str) -> Non
 def test_no_function_touches_another_functions_resources(template_json: dict[str, Any]) -> None:
     # Given every resource a function may act on and the functions allowed to (written out)
     owners = {
-        VALIDATION_TABLE: {VALIDATE, FLAG, ROW_STATE},  # GET /trips/{id} only reads the four tables
-        TRANSFORMATION_TABLE: {TRANSFORM, FLAG, ROW_STATE},
-        STORE_TABLE: {STORE, FLAG, ROW_STATE},
-        TRIPS_TABLE: {STORE, FLAG, ROW_STATE},  # the flag function only reads it
+        # GET /trips/{id} only reads the four tables; so does the API, before a single unkeyed row starts
+        VALIDATION_TABLE: {VALIDATE, FLAG, ROW_STATE, API},
+        TRANSFORMATION_TABLE: {TRANSFORM, FLAG, ROW_STATE, API},
+        STORE_TABLE: {STORE, FLAG, ROW_STATE, API},
+        TRIPS_TABLE: {STORE, FLAG, ROW_STATE, API},  # the flag function only reads it
         SECRET: {AUTHORIZER},
         STATE_MACHINE: {API},
         STATE_MACHINE_LOGS: set(),
@@ -1142,7 +1155,13 @@ def test_resource_variables_point_at_the_right_resources(template_json: dict[str
             "STORE_STATUS_TABLE": ref(STORE_TABLE),
             "FINAL_TABLE": ref(TRIPS_TABLE),
         },
-        API: {"STATE_MACHINE_ARN": ref(STATE_MACHINE)},
+        API: {
+            "STATE_MACHINE_ARN": ref(STATE_MACHINE),
+            "VALIDATION_STATUS_TABLE": ref(VALIDATION_TABLE),
+            "TRANSFORMATION_STATUS_TABLE": ref(TRANSFORMATION_TABLE),
+            "STORE_STATUS_TABLE": ref(STORE_TABLE),
+            "FINAL_TABLE": ref(TRIPS_TABLE),
+        },
         AUTHORIZER: {"API_KEY_SECRET_ID": ref(SECRET)},
     }
     for handler, refs in expected.items():
