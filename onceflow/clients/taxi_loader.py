@@ -13,51 +13,46 @@ onceflow.clients.taxi_loader`)::
 
 The API key comes from --api-key, else ONCEFLOW_API_KEY, else (with --env) the secret named by the
 taxi stack's `ApiKeySecretArn` output (read with boto3). The URL is --url, or the stack's `ApiUrl`
-in cdk-outputs-NAME.json (--env NAME; --outputs-file PATH for another file). Exit status 0: every
-batch was accepted (rows may still be flagged, and malformed lines are reported and left out: that
-is data, not failure); 1: some batch could not be sent or was refused, or the file changed while it
-was read; 2: a usage error; 130: interrupted (Ctrl-C; the checkpoint is intact, run it again).
+in cdk-outputs-NAME.json (--env NAME; --outputs-file PATH for another file).
 
-Batches, keys and the checkpoint: why a rerun never stores a row twice
-----------------------------------------------------------------------
-1. **The file's hash first.** A streaming pass computes the SHA-256 of the whole file (and counts
-   its lines, for the progress bar); nothing is held in memory but one read buffer. The second pass
-   sends, and hashes again as it reads: a file that changed in between fails the run (exit 1).
-   One hash of the whole content, not a running hash of what was read so far: that would tie each
-   key to where the batches before it ended; this way the content is named once, and a key adds
-   only its own line range.
-2. **Batches are ranges of physical lines**: from the line after the previous batch, up to
-   --batch-lines lines (the header, blank and malformed lines count), cut earlier when the next
-   line would make the body larger than the API's 64 KiB. The boundaries are a function of the
-   file's bytes and of (--batch-lines, the byte limit) alone, never of what was read when, so every
-   run cuts the same batches. Only data lines the API takes are sent: the header (it carries
-   nothing the API uses: it tells layouts by the rows' shape) and blank lines are left out, and a
-   malformed line is reported with the API's own words and line number, and left out. So one bad
-   line never refuses the batch around it, and a line number in a message is the file's.
-3. **One Idempotency-Key per batch**: `<first 32 hex digits of the file's SHA-256>-<first line>-<last
-   line>`, e.g. `3f9a...c2-101-200`. The API names the batch's execution `kb-<key>` and its rows
-   `kb-<key>-<n>` (the n-th line sent), and Step Functions refuses a second execution of a name:
-   whatever happens, a batch is processed once. The same file cut the same way gives the same keys
-   in every run; another file, or the same file changed by one byte, gives other keys.
-4. **The checkpoint** `<file>.onceflow-progress` (JSON, a few hundred bytes) holds the file's hash,
-   how the batches were cut, and per API URL the line ranges whose batch the API acknowledged
-   (merged, so it stays small). It is replaced atomically after each acknowledged batch. A rerun
-   skips those batches and sends the rest; a batch that was sent but not recorded (a crash, a lost
-   answer) is sent again under the same key, and the API answers it as a duplicate (200,
-   `"duplicate": true`; 202 with the same ids while the first execution still runs): same ids, no
-   new execution. A checkpoint of another file (the hash differs) or cut another way stops the
-   run with exit 2 rather than send the rows again under new keys. Deleting the checkpoint is safe
-   as long as --batch-lines stays the same (every batch then comes back as a duplicate); changing
-   it without the checkpoint would store the rows a second time, under new keys. Two loaders on
-   one file at once are safe too: they send the same keys, and the slower one's are duplicates.
-5. **What is not sent is not lost**: a batch the API did not answer (after retries of the same
-   bytes and key), refused, or answered 422 stays out of the checkpoint, is reported, and makes
-   the exit status 1; the run goes on with the next batch (it stops after 3 unanswered batches in
-   a row, or at once when the key is refused). A rerun sends it again.
+Exit status: 0 when every data line of the file was read back stored (with --no-read-back: taken by
+the API); 1 when every line's fate is known but some are not stored: flagged by a phase, or refused
+(by the loader or the API); 3 when the load is incomplete: rows not sent (the API did not answer,
+or refused the key), unread, or still pending after --wait (run it again: nothing is stored twice);
+3 wins over 1. 2: a usage error; 130: interrupted (Ctrl-C; run it again). Every data line is in
+exactly one of the summary's counts: stored, flagged, refused, not sent, unread, pending.
 
-At the end the loader reads every row of the file back with `GET /trips/{StoreRequestId}` (16 at
-a time) until none is pending or --wait seconds have passed, and prints rows stored (with their
-findings) and flagged, by phase, reason and detail, as the API reports them.
+Why a rerun never stores a row twice
+------------------------------------
+1. **No key: content ids.** Batches go without an Idempotency-Key, so the API names each row by its
+   content, `c-<hash of the trip's canonical parsed values>`, the id /trips gives the same trip,
+   and an unkeyed batch's execution `cb-<hash of its ids>`. The same rows cut the same way are the
+   same execution (Standard answers a re-sent batch as a duplicate), and a row already stored by any
+   route, under any batch, is recognised by the store phase (`RowsAlreadyStored`): a rerun, a CRLF or
+   BOM copy, a re-saved file or another --batch-lines map to the same ids and add nothing.
+2. **The header decides the layout**, as the API does: each batch carries the file's header line
+   (its body stays within 64 KiB with it), a data line whose field count differs from the header's
+   (without a header, from the first data line's) is refused by its line number and not sent, so a
+   truncated row cannot pass for another year's layout. Blank lines are not sent, and a malformed
+   line is refused in the API's words and left out: one bad line never refuses the batch around it.
+3. **The checkpoint** `<file>.onceflow-progress` is an optimisation, not what makes a rerun safe: an
+   append-only JSON-lines file of the execution names (content, not line ranges or the file's bytes)
+   of the batches the API acknowledged, per API URL. A rerun computes each batch's ids as the API
+   does (runtime/taxi_etl/trips.canonical_line) and skips a batch whose name is there, reading its
+   rows back by those ids; any other batch is sent (a duplicate at worst). A batch is recorded only
+   when the API's ids are the loader's. Deleting the checkpoint is always safe. A checkpoint of an
+   older loader (format 1, keyed ids `kb-`) stops the run (exit 2): those rows are stored under
+   other ids, and loading them now would store them again (README, Upgrade notes).
+4. **A 413** (a batch whose states could pass Step Functions' payload limit, or over the API's line
+   or byte limit) is split in two and each half sent (recursively; a single row refused so is
+   reported refused): the halves' rows keep their ids.
+
+At the end the loader reads every row back with `GET /trips/{StoreRequestId}`, up to 16 at a time
+(fewer while the API fails or throttles: halved on a failure, one more after as many successes),
+each GET with a 10 s timeout and 3 attempts. Pending or unseen rows, and failed reads, are read
+again with a growing pause until --wait seconds after the last batch; --wait bounds that wait, not
+the reading: rows not settled by then are read once more after it, and a row is reported pending
+only when that last read said so, unread only when its reads after the deadline failed.
 """
 
 from __future__ import annotations
@@ -84,20 +79,31 @@ from pathlib import Path
 from typing import IO, Any, Protocol, TextIO
 from urllib.parse import quote
 
+from onceflow.runtime.shared.consistency import deterministic_id
 from onceflow.runtime.taxi_etl import contract
-from onceflow.runtime.taxi_etl.trips import MAX_LINE_BYTES, Schema, header_schema, is_header, line_columns, row_schema
+from onceflow.runtime.taxi_etl.trips import MAX_LINE_BYTES, Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 
 PROG = "onceflow-taxi-load"  # the console script; also `python -m onceflow.clients.taxi_loader`
+ALL_STORED_EXIT_STATUS = 0  # every data line stored (with --no-read-back: taken by the API)
+NOT_STORED_EXIT_STATUS = 1  # every line's fate known, some flagged or refused
 USAGE_EXIT_STATUS = 2
+INCOMPLETE_EXIT_STATUS = 3  # rows not sent, unread or still pending: run it again
 INTERRUPTED_EXIT_STATUS = 130  # Ctrl-C, as a shell reports it
-DEFAULT_BATCH_LINES = 100  # dev's batch_max_lines (prod takes 200)
+# dev's batch_max_lines (prod takes 200). With content ids, 200 of the sample's widest rows take 246,510 bytes of
+# Step Functions' 262,144 in their widest state (runtime/taxi_etl/state_budget.py), so prod's 200 fit too; wider
+# rows get a 413 and are split (`_deliver`), so the default need not be lower.
+DEFAULT_BATCH_LINES = 100
 MAX_BATCH_LINES = 1000  # the most any deployment takes (TaxiEtlConfig.batch_max_lines)
 BATCH_MAX_BYTES = 64 * 1024  # the API's body limit (TaxiEtlConfig.batch_max_bytes)
-KEY_HASH_CHARS = 32  # hex digits of the file's SHA-256 in each key: 128 bits
-IDEMPOTENCY_KEY_MAX_CHARS = 64  # what the API takes (runtime.taxi_etl.requests.IDEMPOTENCY_KEY)
+CONTENT_ID_HEX_CHARS = 32  # c-<hash>, as the API makes it (runtime.taxi_etl.requests.content_id)
 CHECKPOINT_SUFFIX = ".onceflow-progress"
-CHECKPOINT_FORMAT = 1
-READERS = 16  # concurrent GET /trips/{id} of the read-back
+CHECKPOINT_FORMAT = 2  # 1: the loader of keyed batches (kb- ids), refused
+READERS = 16  # the most concurrent GET /trips/{id} of the read-back
+READ_TIMEOUT_SECONDS = 10.0  # one GET: a BatchGetItem behind the API, well under a second when the API is not overloaded
+READ_ATTEMPTS = 3  # per GET, with full-jitter backoff; a row whose GET still failed is read again in a later pass
+FAILED_READS_TO_PAUSE = 8  # failed GETs in a row: the rest of the pass is not tried (the API is down); read in the next
+RETRIES_AFTER_DEADLINE = 3  # passes in a row after --wait that settle none of the failed reads: then they are unread
+POST_TIMEOUT_SECONDS = 35.0  # API Gateway answers 503 at 30 s: wait for that answer rather than time out first
 READ_CHUNK = 1 << 20
 DEFAULT_WAIT_SECONDS = 300.0
 SHOWN_FLAGGED = 50  # flagged rows listed one by one in the summary; the rest are counted
@@ -105,12 +111,19 @@ STACK_SUFFIX = "-TaxiEtl"  # the taxi stack in a CDK outputs file (Onceflow-<env
 OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes
 API_KEY_VARIABLE = "ONCEFLOW_API_KEY"
 LOCAL_ENDPOINT_OUTPUT = "LocalEndpointUrl"  # `make serve` adds it to every stack of cdk-outputs-local.json (ops.smoke reads it too)
-UNREACHABLE_BATCHES_TO_STOP = 3  # consecutive batches the API did not answer: the run stops
+UNREACHABLE_BATCHES_TO_STOP = 3  # consecutive POSTs the API did not answer: the run stops sending
 # C0 controls other than tab, CR and LF: what the API refuses as binary data (runtime.taxi_etl.requests._BINARY).
 BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # What the API refuses in front of a body (runtime.shared.http.UTF8_BOM): the loader drops it from a line.
 UTF8_BOM = b"\xef\xbb\xbf"
 _API_LINE = re.compile(r"\bline (\d+)\b")
+_CONTENT_ID = re.compile(rf"c-[0-9a-f]{{{CONTENT_ID_HEX_CHARS}}}")
+EXIT_STATUSES = (
+    "exit status: 0 every data line was read back stored (with --no-read-back: taken by the API); "
+    "1 every line's fate is known, but some were flagged by a phase or refused (fix them, load them from a new file); "
+    "3 incomplete: rows not sent, unread, or still pending after --wait (run it again: nothing is stored twice; 3 wins over 1); "
+    "2 usage; 130 interrupted"
+)
 
 
 class UsageError(Exception):
@@ -126,7 +139,8 @@ class ApiUnavailable(Exception):
 
 class Kind(Enum):
     ROW = "row"  # a data line the API takes: sent
-    SKIPPED = "skipped"  # blank, or a header of a mapped layout: not sent, as the API would skip it
+    HEADER = "header"  # a header of a mapped layout (or of none): decides the layout, sent in front of each batch
+    SKIPPED = "skipped"  # blank: not sent
     REFUSED = "refused"  # a line the API would refuse: reported, not sent
 
 
@@ -134,8 +148,9 @@ class Kind(Enum):
 class Line:
     number: int  # in the file, from 1
     kind: Kind
-    text: str = ""  # ROW: the line as sent (no line ending)
+    text: str = ""  # ROW: the line as sent (no line ending); HEADER: the header line
     problem: str = ""  # REFUSED: why, in the API's words, with the file's line number
+    fields: int = 0  # ROW and HEADER: the number of CSV fields
 
 
 def _unmapped(schema: Schema) -> str:
@@ -144,11 +159,11 @@ def _unmapped(schema: Schema) -> str:
 
 def classify(number: int, data: bytes | None, size: int, *, max_line_bytes: int = MAX_LINE_BYTES) -> Line:
     """One line of the file (`data` without its line ending; None when it was too long to keep) as the
-    API would see it in a batch. The messages are the API's (runtime.taxi_etl.requests), numbered by
+    API would see it alone. The messages are the API's (runtime.taxi_etl.requests), numbered by
     the file's lines; the API judges UTF-8 and control characters for the whole body, the loader per line.
     A byte-order mark in front of a line (the file's own on line 1, as spreadsheets save "CSV UTF-8";
     or where files were concatenated) is dropped: the API refuses a body that starts with one, and a
-    BOM is never part of a trip."""
+    BOM is never part of a trip. The layout rule (the header decides) is `apply_layout`'s."""
     if data is None or size > max_line_bytes:
         return Line(number, Kind.REFUSED, problem=f"line {number} is {size} bytes; the limit is {max_line_bytes}")
     try:
@@ -167,21 +182,47 @@ def classify(number: int, data: bytes | None, size: int, *, max_line_bytes: int 
         schema = header_schema(columns)
         if schema is not None and not schema.mapped:
             return Line(number, Kind.REFUSED, problem=f"line {number}: the CSV header names the {schema} layout; {_unmapped(schema)}")
-        return Line(number, Kind.SKIPPED)
+        return Line(number, Kind.HEADER, text=text, fields=len(columns))
     schema = row_schema(columns)
     if schema is None:
         return Line(number, Kind.REFUSED, problem=f"line {number} has {len(columns)} columns; a yellow-taxi trip has 17 to 20")
     if not schema.mapped:
         return Line(number, Kind.REFUSED, problem=f"line {number} has the {schema} layout; {_unmapped(schema)}")
-    return Line(number, Kind.ROW, text=text)
+    return Line(number, Kind.ROW, text=text, fields=len(columns))
+
+
+def apply_layout(lines: Iterable[Line]) -> Iterator[Line]:
+    """The header decides the layout, as the API decides it for a batch: a data line whose field count
+    differs from the header's is refused (a truncated or shifted row, e.g. a 2019 row cut short, which
+    would otherwise pass for a 2017 one). A header further down (files concatenated) decides from there
+    on; before any header, the first data line does."""
+    fields = 0
+    source = ""
+    for line in lines:
+        if line.kind is Kind.HEADER:
+            fields, source = line.fields, f"the header (line {line.number})"
+        elif line.kind is Kind.ROW:
+            if not fields:
+                fields, source = line.fields, f"the first data line (line {line.number})"
+            elif line.fields != fields:
+                line = Line(
+                    line.number,
+                    Kind.REFUSED,
+                    problem=f"line {line.number} has {line.fields} columns, but {source} has {fields} (a truncated or shifted row)",
+                )
+        yield line
 
 
 def read_lines(
     stream: IO[bytes], *, max_line_bytes: int = MAX_LINE_BYTES, on_bytes: Callable[[bytes], None] | None = None
 ) -> Iterator[Line]:
-    """The file's lines, classified, read lazily: memory holds one line at a time, and a line too long
-    to be a trip (binary data without line breaks, say) is counted through, never held whole.
-    `on_bytes` sees every byte read, in order (the send pass hashes the file with it)."""
+    """The file's lines, classified and under the layout rule, read lazily: memory holds one line at a
+    time, and a line too long to be a trip (binary data without line breaks, say) is counted through,
+    never held whole. `on_bytes` sees every byte read, in order (the send pass hashes the file with it)."""
+    return apply_layout(_physical_lines(stream, max_line_bytes, on_bytes))
+
+
+def _physical_lines(stream: IO[bytes], max_line_bytes: int, on_bytes: Callable[[bytes], None] | None) -> Iterator[Line]:
     keep = max_line_bytes + 2  # the line and its CRLF
     number = 0
     while True:
@@ -206,6 +247,21 @@ def read_lines(
         yield classify(number, None, size - (1 if chunk.endswith(b"\n") else 0), max_line_bytes=max_line_bytes)
 
 
+# --- ids --------------------------------------------------------------------------------------
+
+
+def content_id(line: str) -> str:
+    """The StoreRequestId the API gives an unkeyed row (runtime.taxi_etl.requests.content_id of the line it
+    submits, its canonical spelling): the same for every spelling of the trip, from any file or route."""
+    submitted = canonical_line(line) or line
+    return f"c-{deterministic_id('taxi-row', canonical_line(submitted) or submitted, length=CONTENT_ID_HEX_CHARS)}"
+
+
+def batch_name(ids: Sequence[str]) -> str:
+    """The execution name the API gives an unkeyed batch of rows with these ids (and the checkpoint's record of it)."""
+    return f"cb-{deterministic_id('taxi-batch', *ids)}"
+
+
 # --- batches ----------------------------------------------------------------------------------
 
 
@@ -213,45 +269,50 @@ def read_lines(
 class Batch:
     first: int  # the file's line numbers this batch covers, both included
     last: int
+    header: str | None = None  # the header line in force (sent first in the body), None for a headerless file
     rows: list[tuple[int, str]] = field(default_factory=list)  # (line number, text) of the lines sent, in order
     refused: list[Line] = field(default_factory=list)
 
-    def key(self, file_sha256: str) -> str:
-        return batch_key(file_sha256, self.first, self.last)
-
     def body(self) -> bytes:
-        return "".join(f"{text}\n" for _, text in self.rows).encode("utf-8")
+        return batch_body(self.header, self.rows)
 
     @property
     def lines(self) -> str:
         return f"line {self.first}" if self.first == self.last else f"lines {self.first}-{self.last}"
 
 
-def batch_key(file_sha256: str, first: int, last: int) -> str:
-    """The batch's Idempotency-Key: the file's hash and the line range, nothing a run could change."""
-    key = f"{file_sha256[:KEY_HASH_CHARS]}-{first}-{last}"
-    if len(key) > IDEMPOTENCY_KEY_MAX_CHARS:  # pragma: no cover - lines past 10**14
-        raise ValueError(f"line numbers too large for an Idempotency-Key: {key}")
-    return key
+def batch_body(header: str | None, rows: Sequence[tuple[int, str]]) -> bytes:
+    head = f"{header}\n" if header is not None else ""
+    return (head + "".join(f"{text}\n" for _, text in rows)).encode("utf-8")
 
 
-def row_id(key: str, position: int) -> str:
-    """The StoreRequestId the API gives the `position`-th line (from 1) of a batch sent under `key`."""
-    return f"kb-{key}-{position}"
+def _cost(text: str) -> int:
+    return len(text.encode("utf-8")) + 1
+
+
+def _header_cost(header: str | None) -> int:
+    return 0 if header is None else _cost(header)
 
 
 def iter_batches(lines: Iterable[Line], *, batch_lines: int = DEFAULT_BATCH_LINES, batch_bytes: int = BATCH_MAX_BYTES) -> Iterator[Batch]:
     """Batches of consecutive lines, lazily: at most `batch_lines` lines each (every line counts), cut
-    before a row that would make the body exceed `batch_bytes`."""
+    before a row that would make the body (the header in force included) exceed `batch_bytes`, and
+    before a header other than the batch's once it has rows (a batch has one layout)."""
     batch: Batch | None = None
+    header: str | None = None
     size = 0
     for line in lines:
-        cost = len(line.text.encode("utf-8")) + 1 if line.kind is Kind.ROW else 0
-        if batch is not None and (batch.last - batch.first + 1 >= batch_lines or size + cost > batch_bytes):
+        cost = _cost(line.text) if line.kind is Kind.ROW else 0
+        new_header = line.kind is Kind.HEADER and line.text != header
+        if batch is not None and (batch.last - batch.first + 1 >= batch_lines or size + cost > batch_bytes or (new_header and batch.rows)):
             yield batch
             batch = None
+        if line.kind is Kind.HEADER:
+            header = line.text
         if batch is None:
-            batch, size = Batch(line.number, line.number), 0
+            batch, size = Batch(line.number, line.number, header), _header_cost(header)
+        elif batch.header != header and not batch.rows:
+            batch.header, size = header, _header_cost(header)
         batch.last = line.number
         if line.kind is Kind.ROW:
             batch.rows.append((line.number, line.text))
@@ -285,84 +346,83 @@ def checkpoint_path_for(path: Path) -> Path:
     return path.with_name(path.name + CHECKPOINT_SUFFIX)
 
 
-@dataclass
 class Checkpoint:
-    """What a rerun needs to send only what is missing: the file's hash, how it was cut, and per API
-    URL the line ranges whose batches were acknowledged (merged intervals)."""
+    """The execution names of the batches the API acknowledged, per API URL: an append-only JSON-lines
+    file (a first line naming the format, then one `{"url", "execution", "rows"}` per batch), flushed
+    after each. A line cut short by a crash is ignored. Only an optimisation: a batch it does not
+    hold is sent, and the API answers what it already has as a duplicate or an already stored row."""
 
-    path: Path
-    sha256: str
-    batch_lines: int
-    batch_bytes: int
-    acknowledged: dict[str, list[list[int]]] = field(default_factory=dict)
+    def __init__(self, path: Path, acknowledged: dict[str, set[str]], stream: TextIO) -> None:
+        self.path = path
+        self.acknowledged = acknowledged
+        self._stream = stream
+        self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Path, *, sha256: str, batch_lines: int | None, batch_bytes: int) -> Checkpoint:
-        """The checkpoint of this file (a new one when there is none); a usage error when it is another file's or cut another way."""
+    def open(cls, path: Path) -> Checkpoint:
+        """The checkpoint at `path` (a new one when there is none); a usage error when the file is not one of
+        this loader, or one of the older loader of keyed batches."""
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            new = cls(path, sha256, batch_lines or DEFAULT_BATCH_LINES, batch_bytes)
-            try:
-                new.save()  # now, so a place where it cannot be written stops the run before anything is sent
-            except OSError as err:
-                raise UsageError(f"cannot write the checkpoint {path} ({err.strerror or err}); pass --checkpoint PATH") from err
-            return new
+            text = None
         except (OSError, ValueError) as err:
             raise UsageError(f"cannot read the checkpoint {path} ({err}); move it away to start over") from err
+        if text is None or not text.strip():
+            try:
+                stream = path.open(
+                    "w", encoding="utf-8"
+                )  # now, so a place where it cannot be written stops the run before anything is sent
+                stream.write(
+                    json.dumps({"format": CHECKPOINT_FORMAT, "loader": PROG, "records": "execution names of acknowledged batches"}) + "\n"
+                )
+                stream.flush()
+            except OSError as err:
+                raise UsageError(f"cannot write the checkpoint {path} ({err.strerror or err}); pass --checkpoint PATH") from err
+            return cls(path, {}, stream)
+        lines = text.splitlines()
         try:
-            found = cls(
-                path,
-                str(document["sha256"]),
-                int(document["batch_lines"]),
-                int(document["batch_bytes"]),
-                {str(url): [[int(a), int(b)] for a, b in ranges] for url, ranges in document.get("acknowledged", {}).items()},
-            )
-            if document.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"format {document.get('format')!r}, not {CHECKPOINT_FORMAT}")
-        except (KeyError, TypeError, ValueError) as err:
+            head = json.loads(lines[0])
+            if not isinstance(head, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
             raise UsageError(f"{path} is not a checkpoint of this loader ({err}); move it away to start over") from err
-        if found.sha256 != sha256:
+        if head.get("format") == 1 or "sha256" in head:
             raise UsageError(
-                f"the file changed since {path} was written (sha256 {found.sha256[:16]}..., now {sha256[:16]}...): "
-                "its keys would all be new, so rows the old content stored would be stored again. To load it anyway, "
-                "as a new file, move the checkpoint away"
+                f"{path} was written by an older {PROG}, which stored rows under keyed ids (kb-<file hash>-...); this one sends "
+                "no key, so the API gives content ids (c-...) and rows that loader stored would be stored a second time. "
+                "Set those rows aside or load only new data (README, Upgrade notes), then move the checkpoint away"
             )
-        if batch_lines is not None and batch_lines != found.batch_lines:
-            raise UsageError(
-                f"{path} was written with --batch-lines {found.batch_lines}: rerun with it (or without --batch-lines); "
-                "other batches would have other keys and store their rows twice"
-            )
-        if batch_bytes != found.batch_bytes:
-            raise UsageError(f"{path} was written with batches of at most {found.batch_bytes} bytes, not {batch_bytes}")
-        return found
+        if head.get("format") != CHECKPOINT_FORMAT:
+            raise UsageError(f"{path} is not a checkpoint of this loader (format {head.get('format')!r}); move it away to start over")
+        acknowledged: dict[str, set[str]] = {}
+        for line in lines[1:]:
+            try:
+                record = json.loads(line)
+                acknowledged.setdefault(str(record["url"]), set()).add(str(record["execution"]))
+            except (ValueError, KeyError, TypeError):  # a record cut short by a crash: that batch is sent again
+                continue
+        try:
+            stream = path.open("a", encoding="utf-8")
+            if not text.endswith("\n"):
+                stream.write("\n")
+        except OSError as err:
+            raise UsageError(f"cannot write the checkpoint {path} ({err.strerror or err}); pass --checkpoint PATH") from err
+        return cls(path, acknowledged, stream)
 
-    def done(self, url: str, first: int, last: int) -> bool:
-        return any(a <= first and last <= b for a, b in self.acknowledged.get(url, ()))
+    def done(self, url: str, name: str) -> bool:
+        return name in self.acknowledged.get(url, ())
 
-    def acknowledge(self, url: str, first: int, last: int) -> None:
-        ranges = sorted([*self.acknowledged.get(url, []), [first, last]])
-        merged: list[list[int]] = []
-        for a, b in ranges:
-            if merged and a <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
-        self.acknowledged[url] = merged
-        self.save()
+    def acknowledge(self, url: str, name: str, rows: int) -> None:
+        with self._lock:
+            if self.done(url, name):
+                return
+            self.acknowledged.setdefault(url, set()).add(name)
+            self._stream.write(json.dumps({"url": url, "execution": name, "rows": rows}) + "\n")
+            self._stream.flush()
 
-    def save(self) -> None:
-        document = {
-            "format": CHECKPOINT_FORMAT,
-            "loader": PROG,
-            "sha256": self.sha256,
-            "batch_lines": self.batch_lines,
-            "batch_bytes": self.batch_bytes,
-            "acknowledged": self.acknowledged,
-        }
-        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(document) + "\n", encoding="utf-8")
-        os.replace(temporary, self.path)  # atomic: a crash leaves the old checkpoint or the new one
+    def close(self) -> None:
+        self._stream.close()
 
 
 # --- the API ----------------------------------------------------------------------------------
@@ -383,7 +443,7 @@ class TaxiApi(Protocol):
 
     url: str
 
-    def post_batch(self, body: bytes, key: str) -> Answer: ...
+    def post_batch(self, body: bytes) -> Answer: ...
 
     def get_row(self, store_request_id: str) -> Answer: ...
 
@@ -393,16 +453,20 @@ RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 class HttpTaxiApi:
     """The deployed API over HTTPS with urllib. A request that got no usable answer (no connection, a
-    timeout, 429 or 5xx) is sent again, the same bytes under the same key, with full-jitter backoff:
-    if an earlier attempt started the batch, the API answers the retry as a duplicate."""
+    timeout, 429 or 5xx) is sent again, the same bytes, with full-jitter backoff: a batch's rows have
+    content ids and the batch an execution name made of them, so if an earlier attempt started the
+    batch the API answers the retry as a duplicate. A GET gets a shorter timeout and fewer attempts:
+    the read-back reads a failed row again later, with fewer readers."""
 
     def __init__(
         self,
         url: str,
         api_key: str,
         *,
-        timeout: float = 30.0,
+        timeout: float = POST_TIMEOUT_SECONDS,
         attempts: int = 6,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
+        read_attempts: int = READ_ATTEMPTS,
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 20.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -411,21 +475,23 @@ class HttpTaxiApi:
         self._key = api_key
         self._timeout = timeout
         self._attempts = attempts
+        self._read_timeout = read_timeout
+        self._read_attempts = read_attempts
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
 
-    def post_batch(self, body: bytes, key: str) -> Answer:
-        headers = {"content-type": "text/csv; charset=utf-8", "Idempotency-Key": key}
-        return self._request("POST", contract.ROUTE_TRIP_BATCH, body, headers)
+    def post_batch(self, body: bytes) -> Answer:
+        headers = {"content-type": "text/csv; charset=utf-8"}
+        return self._request("POST", contract.ROUTE_TRIP_BATCH, body, headers, self._timeout, self._attempts)
 
     def get_row(self, store_request_id: str) -> Answer:
         path = contract.ROUTE_ROW_STATE.replace(f"{{{contract.KEY_STORE_REQUEST_ID}}}", quote(store_request_id, safe=""))
-        return self._request("GET", path, None, {})
+        return self._request("GET", path, None, {}, self._read_timeout, self._read_attempts)
 
-    def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+    def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float, attempts: int) -> Answer:
         why = "no attempt"
-        for attempt in range(self._attempts):
+        for attempt in range(attempts):
             if attempt:
                 self._sleep(random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt)))
             request = urllib.request.Request(
@@ -435,7 +501,7 @@ class HttpTaxiApi:
                 headers={"Authorization": self._key, "accept": "application/json", "user-agent": "onceflow-taxi-loader", **headers},
             )
             try:
-                with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
                     answer = Answer(response.status, _json(response.read()))
             except urllib.error.HTTPError as err:
                 answer = Answer(err.code, _json(err.read()))
@@ -445,7 +511,7 @@ class HttpTaxiApi:
             if answer.status not in RETRIED_STATUSES:
                 return answer
             why = f"HTTP {answer.status}: {answer.error}"
-        raise ApiUnavailable(f"{method} {path}: no answer after {self._attempts} attempts ({why})")
+        raise ApiUnavailable(f"{method} {path}: no answer after {attempts} attempts ({why})")
 
 
 def _json(data: bytes) -> dict[str, Any]:
@@ -510,15 +576,26 @@ class Console:
 
 @dataclass
 class SentBatch:
-    """A batch the API acknowledged (now or in an earlier run): its key and the lines of its rows."""
+    """Rows the API acknowledged (now, or in an earlier run per the checkpoint): their lines and ids."""
 
-    key: str
     lines: array[int]  # the file's line number of each row, in the order sent
-    ids: list[str] | None = None  # None: the API's kb-<key>-<n>, as it answered
+    packed: bytes = b""  # the ids, 16 bytes each, when every one is a content id (c- and 32 hex digits)
+    ids: list[str] | None = None  # otherwise the ids as given
+
+    @classmethod
+    def of(cls, lines: Iterable[int], ids: Sequence[str]) -> SentBatch:
+        numbers = array("L", lines)
+        if all(_CONTENT_ID.fullmatch(store_request_id) for store_request_id in ids):
+            return cls(numbers, b"".join(bytes.fromhex(store_request_id[2:]) for store_request_id in ids))
+        return cls(numbers, ids=list(ids))
 
     def rows(self) -> Iterator[tuple[str, int]]:
-        for position, line in enumerate(self.lines, start=1):
-            yield (self.ids[position - 1] if self.ids else row_id(self.key, position)), line
+        size = CONTENT_ID_HEX_CHARS // 2
+        for position, line in enumerate(self.lines):
+            if self.ids is not None:
+                yield self.ids[position], line
+            else:
+                yield f"c-{self.packed[position * size : (position + 1) * size].hex()}", line
 
 
 @dataclass
@@ -530,8 +607,8 @@ class RowStates:
     findings: Counter[str] = field(default_factory=Counter)
     flagged: Counter[tuple[str, int, str]] = field(default_factory=Counter)  # (phase, reason, detail)
     flagged_rows: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)  # the first SHOWN_FLAGGED
-    pending: list[tuple[str, int]] = field(default_factory=list)  # (id, line) still pending or not seen yet
-    unreadable: list[tuple[str, int, str]] = field(default_factory=list)  # (id, line, why)
+    pending: list[tuple[str, int]] = field(default_factory=list)  # (id, line): the last read, after the deadline, said pending (or 404)
+    unreadable: list[tuple[str, int, str]] = field(default_factory=list)  # (id, line, why): no read after the deadline answered
 
     @property
     def flagged_total(self) -> int:
@@ -543,30 +620,58 @@ class LoadReport:
     file: Path
     sha256: str = ""
     lines: int = 0
-    batches: int = 0
-    accepted: int = 0  # batches started now (202)
-    duplicates: int = 0  # batches the API had already processed (200, duplicate)
-    skipped: int = 0  # batches the checkpoint had acknowledged
+    batches: int = 0  # batches cut from the file
+    accepted: int = 0  # POSTs started now (202)
+    duplicates: int = 0  # POSTs the API had already processed (200, duplicate)
+    skipped: int = 0  # batches (or halves) the checkpoint had acknowledged
     empty: int = 0  # batches with no line to send
+    split: int = 0  # batches (or halves) answered 413 and sent again in two halves
     failed: list[str] = field(default_factory=list)  # batches not acknowledged, and why
-    rows: int = 0  # data lines the API takes (in every batch, sent now or before)
-    rows_sent: int = 0  # of them, sent in this run
+    rows: int = 0  # data lines the loader takes (in every batch, sent now or before)
+    rows_sent: int = 0  # of them, acknowledged by the API in this run
+    rows_refused: int = 0  # of them, in batches the API refused (400, 422, a single row's 413)
+    rows_not_sent: int = 0  # of them, not acknowledged: the API did not answer, refused the key, or the run stopped
     skipped_lines: int = 0  # headers and blank lines
-    refused: int = 0  # lines not sent, reported
-    refusals: list[str] = field(default_factory=list)  # the first problems, for callers (all are printed)
-    stopped: str = ""  # why the run stopped before the end of the file
+    refused: int = 0  # lines the loader refused (not sent), reported
+    refusals: list[str] = field(default_factory=list)  # the first problems, the loader's and the API's, for callers (all are printed)
+    stopped: str = ""  # why the run stopped sending before the end of the file
     changed: bool = False  # the file's content changed between the two passes
+    foreign_ids: int = 0  # acknowledged batches whose ids are not the loader's content ids (not checkpointed)
+    read_back: bool = True
     states: RowStates | None = None
     sent: list[SentBatch] = field(default_factory=list)
 
     @property
+    def data_lines(self) -> int:
+        """Every line that is neither blank nor a header: each ends in exactly one of the summary's counts."""
+        return self.rows + self.refused
+
+    @property
+    def refused_total(self) -> int:
+        return self.refused + self.rows_refused
+
+    @property
+    def rows_acknowledged(self) -> int:
+        return sum(len(batch.lines) for batch in self.sent)
+
+    @property
+    def incomplete(self) -> bool:
+        """Rows whose fate a rerun would still change: not sent, unread, or pending."""
+        states = self.states
+        return bool(self.rows_not_sent or (states is not None and (states.pending or states.unreadable)))
+
+    @property
     def exit_status(self) -> int:
-        return 1 if self.failed or self.stopped or self.changed else 0
+        if self.incomplete:
+            return INCOMPLETE_EXIT_STATUS
+        if self.refused_total or (self.states is not None and self.states.flagged_total):
+            return NOT_STORED_EXIT_STATUS
+        return ALL_STORED_EXIT_STATUS
 
 
 @dataclass(frozen=True)
 class LoadOptions:
-    batch_lines: int | None = None  # None: the checkpoint's, or DEFAULT_BATCH_LINES
+    batch_lines: int | None = None  # None: DEFAULT_BATCH_LINES
     batch_bytes: int = BATCH_MAX_BYTES
     wait_seconds: float = DEFAULT_WAIT_SECONDS
     read_back: bool = True
@@ -585,31 +690,32 @@ def load_file(
     sleep: Callable[[float], None] = time.sleep,
 ) -> LoadReport:
     """Send the file's batches the checkpoint does not hold, then read every row back. `opener`
-    opens the file (twice: once to hash it, once to send it)."""
+    opens the file (twice: once to hash and count it, once to send it)."""
     options = options or LoadOptions()
     console = console or Console(sys.stdout, sys.stderr, None)
     open_file = opener or (lambda: path.open("rb"))
-    report = LoadReport(path)
+    report = LoadReport(path, read_back=options.read_back)
     size = _size(path) if opener is None else 0
     with open_file() as stream:
         bar = console.bar(size, "hashing", "B", scale=True)
         report.sha256, report.lines = scan_file(stream, bar.update)
         bar.close()
-    checkpoint = Checkpoint.open(
-        options.checkpoint or checkpoint_path_for(path),
-        sha256=report.sha256,
-        batch_lines=options.batch_lines,
-        batch_bytes=options.batch_bytes,
-    )
+    batch_lines = options.batch_lines or DEFAULT_BATCH_LINES
+    checkpoint = Checkpoint.open(options.checkpoint or checkpoint_path_for(path))
     console.print(
-        f"{path.name}: {report.lines} lines, sha256 {report.sha256[:16]}..., batches of up to {checkpoint.batch_lines} lines "
+        f"{path.name}: {report.lines} lines, sha256 {report.sha256[:16]}..., batches of up to {batch_lines} lines "
         f"to {api.url}{contract.ROUTE_TRIP_BATCH} (checkpoint {checkpoint.path.name})"
     )
-    _send(path, api, checkpoint, report, console, open_file)
+    try:
+        _Sender(api, checkpoint, report, console).send(open_file, batch_lines, options.batch_bytes)
+    finally:
+        checkpoint.close()
     if options.read_back and report.sent:
         report.states = read_back(
             api, report.sent, console, readers=options.readers, wait_seconds=options.wait_seconds, clock=clock, sleep=sleep
         )
+    elif options.read_back:
+        report.states = RowStates()
     print_summary(report, console, options.wait_seconds)
     return report
 
@@ -621,97 +727,147 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _send(
-    path: Path, api: TaxiApi, checkpoint: Checkpoint, report: LoadReport, console: Console, open_file: Callable[[], IO[bytes]]
-) -> None:
-    digest = hashlib.sha256()
-    unreachable = 0
-    bar = console.bar(report.lines, "loading", "line")
-    with open_file() as stream:
-        lines = read_lines(stream, on_bytes=digest.update)
-        for batch in iter_batches(lines, batch_lines=checkpoint.batch_lines, batch_bytes=checkpoint.batch_bytes):
-            report.batches += 1
-            report.rows += len(batch.rows)
-            report.refused += len(batch.refused)
-            report.skipped_lines += batch.last - batch.first + 1 - len(batch.rows) - len(batch.refused)
-            for line in batch.refused:
-                console.print(f"REFUSED {line.problem}")
-                if len(report.refusals) < 1000:
-                    report.refusals.append(line.problem)
-            key = batch.key(report.sha256)
-            lines_sent = array("L", (number for number, _ in batch.rows))
-            if not batch.rows:
-                report.empty += 1
-                checkpoint.acknowledge(api.url, batch.first, batch.last)
-            elif checkpoint.done(api.url, batch.first, batch.last):
-                report.skipped += 1
-                report.sent.append(SentBatch(key, lines_sent))
+class _Outcome(Enum):
+    ACKNOWLEDGED = "acknowledged"
+    REFUSED = "refused"  # the API refused the rows: a rerun changes nothing
+    UNREACHABLE = "unreachable"  # no answer: a rerun sends them
+    UNAUTHORIZED = "unauthorized"  # the key was refused: the run stops
+    UNEXPECTED = "unexpected"  # an answer the loader cannot use
+
+
+class _Sender:
+    """Sends a file's batches, each once: skipped when the checkpoint holds its content's execution name,
+    split in two on a 413."""
+
+    def __init__(self, api: TaxiApi, checkpoint: Checkpoint, report: LoadReport, console: Console) -> None:
+        self.api = api
+        self.checkpoint = checkpoint
+        self.report = report
+        self.console = console
+        self.unanswered = 0  # POSTs in a row the API did not answer
+
+    def send(self, open_file: Callable[[], IO[bytes]], batch_lines: int, batch_bytes: int) -> None:
+        report = self.report
+        digest = hashlib.sha256()
+        bar = self.console.bar(report.lines, "loading", "line")
+        with open_file() as stream:
+            for batch in iter_batches(read_lines(stream, on_bytes=digest.update), batch_lines=batch_lines, batch_bytes=batch_bytes):
+                report.batches += 1
+                report.rows += len(batch.rows)
+                report.refused += len(batch.refused)
+                report.skipped_lines += batch.last - batch.first + 1 - len(batch.rows) - len(batch.refused)
+                for line in batch.refused:
+                    self._refusal(f"REFUSED {line.problem}", line.problem)
+                if not batch.rows:
+                    report.empty += 1
+                elif report.stopped:  # the rest of the file is still read, so every line is counted
+                    report.rows_not_sent += len(batch.rows)
+                else:
+                    self._deliver(batch.header, batch.rows)
+                bar.update(batch.last - batch.first + 1)
+        bar.close()
+        if digest.hexdigest() != report.sha256:
+            report.changed = True
+
+    def _refusal(self, printed: str, problem: str) -> None:
+        self.console.print(printed)
+        if len(self.report.refusals) < 1000:
+            self.report.refusals.append(problem)
+
+    def _deliver(self, header: str | None, rows: list[tuple[int, str]]) -> _Outcome:
+        """Send these rows (a batch, or half of one); skipped when the checkpoint has them, halved on a 413."""
+        report, api = self.report, self.api
+        lines = _line_range(rows)
+        if report.stopped:
+            report.rows_not_sent += len(rows)
+            return _Outcome.UNREACHABLE
+        ids = [content_id(text) for _, text in rows]
+        name = batch_name(ids)
+        if self.checkpoint.done(api.url, name):
+            report.skipped += 1
+            report.sent.append(SentBatch.of((number for number, _ in rows), ids))
+            return _Outcome.ACKNOWLEDGED
+        try:
+            answer = api.post_batch(batch_body(header, rows))
+        except ApiUnavailable as err:
+            self.unanswered += 1
+            return self._not_sent(rows, f"{lines}: {err}", _Outcome.UNREACHABLE)
+        self.unanswered = 0
+        given = answer.document.get("StoreRequestIds")
+        if answer.status in (200, 202) and isinstance(given, list) and len(given) == len(rows):
+            if answer.document.get("duplicate"):
+                report.duplicates += 1
             else:
-                outcome = _post(api, batch, key, report, console)
-                unreachable = unreachable + 1 if outcome == "unreachable" else 0
-                if isinstance(outcome, SentBatch):
-                    report.sent.append(outcome)
-                    report.rows_sent += len(batch.rows)
-                    checkpoint.acknowledge(api.url, batch.first, batch.last)
-                elif outcome == "unauthorized":
-                    report.stopped = "the API refused the key"
-                elif unreachable >= UNREACHABLE_BATCHES_TO_STOP:
-                    report.stopped = f"the API did not answer {unreachable} batches in a row"
-            bar.update(batch.last - batch.first + 1)
-            if report.stopped:
-                break
-    bar.close()
-    if not report.stopped and digest.hexdigest() != report.sha256:
-        report.changed = True
+                report.accepted += 1
+            answered = [str(store_request_id) for store_request_id in given]
+            report.sent.append(SentBatch.of((number for number, _ in rows), answered))
+            report.rows_sent += len(rows)
+            if answered == ids:
+                self.checkpoint.acknowledge(api.url, name, len(rows))
+            else:  # another API version's ids: read back by the API's, sent again by a rerun (a duplicate)
+                report.foreign_ids += 1
+            return _Outcome.ACKNOWLEDGED
+        if answer.status == 413 and len(rows) > 1:
+            report.split += 1
+            self.console.print(f"SPLIT {lines}: HTTP 413 ({answer.error}); sending them again in two halves")
+            half = len(rows) // 2
+            outcomes = {self._deliver(header, rows[:half]), self._deliver(header, rows[half:])}
+            if outcomes == {_Outcome.ACKNOWLEDGED}:
+                self.checkpoint.acknowledge(api.url, name, len(rows))  # a rerun skips the whole batch without the 413
+            return _Outcome.ACKNOWLEDGED if outcomes == {_Outcome.ACKNOWLEDGED} else min(outcomes, key=_SEVERITY.index)
+        if answer.status in (200, 202):
+            return self._not_sent(rows, f"{lines}: unexpected answer {answer.status}: {str(answer.document)[:300]}", _Outcome.UNEXPECTED)
+        if answer.status in (401, 403):
+            report.stopped = "the API refused the key"
+            return self._not_sent(rows, f"{lines}: HTTP {answer.status}: the API refused the key ({answer.error})", _Outcome.UNAUTHORIZED)
+        why = f"refused by the API (HTTP {answer.status}): {_file_lines(answer.error, rows)}"
+        report.rows_refused += len(rows)
+        self._refusal(f"REFUSED {lines} {why}", f"{lines} {why}")
+        return _Outcome.REFUSED
+
+    def _not_sent(self, rows: list[tuple[int, str]], why: str, outcome: _Outcome) -> _Outcome:
+        report = self.report
+        report.rows_not_sent += len(rows)
+        report.failed.append(why)
+        self.console.print(f"NOT SENT {why}")
+        if outcome is _Outcome.UNREACHABLE and self.unanswered >= UNREACHABLE_BATCHES_TO_STOP and not report.stopped:
+            report.stopped = f"the API did not answer {self.unanswered} batches in a row"
+        return outcome
 
 
-def _post(api: TaxiApi, batch: Batch, key: str, report: LoadReport, console: Console) -> SentBatch | str:
-    """Send one batch; the acknowledged batch, or why not ("refused", "unauthorized", "unreachable")."""
-    try:
-        answer = api.post_batch(batch.body(), key)
-    except ApiUnavailable as err:
-        report.failed.append(f"{batch.lines}: {err}")
-        console.print(f"NOT SENT {batch.lines}: {err}")
-        return "unreachable"
-    ids = answer.document.get("StoreRequestIds")
-    if answer.status in (200, 202) and isinstance(ids, list) and len(ids) == len(batch.rows):
-        duplicate = bool(answer.document.get("duplicate"))
-        if duplicate:
-            report.duplicates += 1
-        else:
-            report.accepted += 1
-        lines = array("L", (number for number, _ in batch.rows))
-        derived = [row_id(key, position) for position in range(1, len(ids) + 1)]
-        return SentBatch(key, lines, None if ids == derived else [str(i) for i in ids])
-    if answer.status in (200, 202):
-        why = f"unexpected answer {answer.status}: {str(answer.document)[:300]}"
-    elif answer.status in (401, 403):
-        why = f"HTTP {answer.status}: the API refused the key ({answer.error})"
-    elif answer.status == 422:
-        why = (
-            f"HTTP 422: the key {key} was already used for other lines ({answer.error}); "
-            "the file's lines or the loader's rules changed since that batch was sent"
-        )
-    else:
-        why = f"refused by the API (HTTP {answer.status}): {_file_lines(answer.error, batch)}"
-        if answer.status == 413:
-            why += "; this deployment takes smaller batches: use a smaller --batch-lines (with a new checkpoint)"
-    report.failed.append(f"{batch.lines}: {why}")
-    console.print(f"NOT SENT {batch.lines}: {why}")
-    return "unauthorized" if answer.status in (401, 403) else "refused"
+_SEVERITY = [_Outcome.UNAUTHORIZED, _Outcome.UNREACHABLE, _Outcome.UNEXPECTED, _Outcome.REFUSED, _Outcome.ACKNOWLEDGED]
 
 
-def _file_lines(message: str, batch: Batch) -> str:
-    """The API numbers a batch's lines from 1; the file's numbers are what the user can find."""
+def _line_range(rows: Sequence[tuple[int, str]]) -> str:
+    first, last = rows[0][0], rows[-1][0]
+    return f"line {first}" if first == last else f"lines {first}-{last}"
+
+
+def _file_lines(message: str, rows: Sequence[tuple[int, str]]) -> str:
+    """The API numbers a batch's data lines from 1 (its header aside); the file's numbers are what the user can find."""
 
     def renumber(match: re.Match[str]) -> str:
         position = int(match.group(1))
-        return f"line {batch.rows[position - 1][0]}" if 1 <= position <= len(batch.rows) else match.group(0)
+        return f"line {rows[position - 1][0]}" if 1 <= position <= len(rows) else match.group(0)
 
     return _API_LINE.sub(renumber, message)
 
 
 # --- reading back -----------------------------------------------------------------------------
+
+_PENDING = "pending"  # a read again reason that is not a failure: the API said pending, or has not seen the id yet
+_NOT_TRIED = "not tried"
+
+
+@dataclass(frozen=True, slots=True)
+class _Unsettled:
+    store_request_id: str
+    line: int
+    why: str  # _PENDING, or why the read failed
+
+    @property
+    def failed(self) -> bool:
+        return self.why != _PENDING
 
 
 def read_back(
@@ -724,60 +880,125 @@ def read_back(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> RowStates:
-    """GET /trips/{id} of every row, `readers` at a time; pending (or not yet seen) rows are read
-    again, with a growing pause, until none is or `wait_seconds` have passed."""
+    """GET /trips/{id} of every row, at most `readers` at a time. Rows pending (or not seen yet) and rows
+    whose read failed are read again, with a growing pause, until none is left or `wait_seconds` have
+    passed; then once more, whatever the time, unless the pass that left them began after the deadline.
+    After it, rows whose reads failed are read again while a pass settles any of them (and for
+    RETRIES_AFTER_DEADLINE passes that settle none). What the last read of a row said is what is
+    reported: pending only when it said pending, unread only when it failed."""
     states = RowStates()
     deadline = clock() + wait_seconds
     total = sum(len(batch.lines) for batch in sent)
     bar = console.bar(total, "reading back", "row")
     pool = _Readers(lambda store_request_id: _get(api, store_request_id), readers)
 
-    def read(rows: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
-        pending: list[tuple[str, int]] = []
+    def read(rows: Iterable[tuple[str, int]]) -> list[_Unsettled]:
+        pool.resume()
+        unsettled: list[_Unsettled] = []
         for chunk in _chunks(rows, readers * 32):
             for (store_request_id, line), answer in zip(chunk, pool.map([store_request_id for store_request_id, _ in chunk]), strict=True):
-                if _tally(states, store_request_id, line, answer):
-                    pending.append((store_request_id, line))
-                else:
+                why = _tally(states, store_request_id, line, answer)
+                if why is None:
                     bar.update()
-        return pending
+                else:
+                    unsettled.append(_Unsettled(store_request_id, line, why))
+        unsettled.sort(key=lambda row: not row.why.startswith(_NOT_TRIED))  # those the pause left out go first next time
+        return unsettled
 
     try:
-        pending = read(row for batch in sent for row in batch.rows())
+        started = clock()
+        unsettled = read(row for batch in sent for row in batch.rows())
         pause = 0.5
-        while pending and clock() < deadline:
-            sleep(min(pause, max(deadline - clock(), 0)))
-            pause = min(pause * 2, 5.0)
-            pending = read(pending)
+        fruitless = 0  # passes after the deadline in a row that settled no row
+        while unsettled:
+            if started >= deadline:  # the last pass began after the deadline: its answers stand, but for failed reads
+                failed = [row for row in unsettled if row.failed]
+                if not failed or fruitless >= RETRIES_AFTER_DEADLINE:
+                    break
+                sleep(min(2.0 ** (fruitless + 1), 10.0))
+                settled = [row for row in unsettled if not row.failed]
+                again = read((row.store_request_id, row.line) for row in failed)
+                fruitless = fruitless + 1 if len(again) == len(failed) and all(row.failed for row in again) else 0
+                unsettled = settled + again
+                continue
+            now = clock()
+            if now < deadline:
+                sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 5.0)
+            started = clock()
+            unsettled = read((row.store_request_id, row.line) for row in unsettled)
     finally:
         pool.close()
     bar.close()
-    states.pending = pending
-    states.read = total - len(pending) - len(states.unreadable)
+    for row in unsettled:
+        if row.failed:
+            states.unreadable.append((row.store_request_id, row.line, row.why))
+        else:
+            states.pending.append((row.store_request_id, row.line))
+    states.read = total - len(states.pending) - len(states.unreadable)
     return states
 
 
 class _Readers:
-    """`count` daemon threads that call `read` on the items of `map`, answers in order. Not a
+    """Daemon threads that call `read` on the items of `map`, answers in order, at most `limit` at once:
+    the limit starts at `count`, halves on a failed read (the API down, throttling or timing out) and
+    grows by one after as many successes as it allows. After FAILED_READS_TO_PAUSE failed reads in a
+    row the rest of the pass is not tried (each gets a failure at once) until `resume`. Not a
     ThreadPoolExecutor: the interpreter joins those at exit, and a Ctrl-C that lands while the main
     thread holds a future's lock leaves a worker waiting for it, so the loader would never exit."""
 
     def __init__(self, read: Callable[[str], Answer | str], count: int) -> None:
         self._read = read
+        self._most = max(1, count)
+        self.limit = self._most
+        self._active = 0
+        self._successes = 0
+        self._failures_in_a_row = 0
+        self._gate = threading.Condition()
         self._tasks: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[tuple[int, Answer | str]] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"{PROG}-reader-{n}", daemon=True) for n in range(count)]
+        self._threads = [threading.Thread(target=self._work, name=f"{PROG}-reader-{n}", daemon=True) for n in range(self._most)]
         for thread in self._threads:
             thread.start()
+
+    def resume(self) -> None:
+        with self._gate:
+            self._failures_in_a_row = 0
 
     def _work(self) -> None:
         while (task := self._tasks.get()) is not None:
             index, item = task
-            try:
-                answer = self._read(item)
-            except Exception as err:  # a bug, not the API: the row is reported unread, the read-back goes on
-                answer = f"{type(err).__name__}: {err}"
+            with self._gate:
+                while self._active >= self.limit:
+                    self._gate.wait()
+                paused = self._failures_in_a_row >= FAILED_READS_TO_PAUSE
+                self._active += 1
+            answer: Answer | str
+            if paused:
+                answer = f"{_NOT_TRIED}: the API did not answer {FAILED_READS_TO_PAUSE} reads in a row"
+            else:
+                try:
+                    answer = self._read(item)
+                except Exception as err:  # a bug, not the API: the row is read again, and reported unread if it keeps failing
+                    answer = f"{type(err).__name__}: {err}"
+            with self._gate:
+                self._active -= 1
+                if not paused:
+                    self._adjust(isinstance(answer, str) or answer.status in RETRIED_STATUSES)
+                self._gate.notify_all()
             self._answers.put((index, answer))
+
+    def _adjust(self, failed: bool) -> None:
+        if failed:
+            self._failures_in_a_row += 1
+            self.limit = max(1, self.limit // 2)
+            self._successes = 0
+            return
+        self._failures_in_a_row = 0
+        self._successes += 1
+        if self._successes >= self.limit:
+            self.limit = min(self._most, self.limit + 1)
+            self._successes = 0
 
     def map(self, items: Sequence[str]) -> list[Answer | str]:
         for task in enumerate(items):
@@ -800,16 +1021,18 @@ def _get(api: TaxiApi, store_request_id: str) -> Answer | str:
         return str(err)
 
 
-def _tally(states: RowStates, store_request_id: str, line: int, answer: Answer | str) -> bool:
-    """Count one answer; True when the row is to be read again (pending, or not seen by any phase yet)."""
+def _tally(states: RowStates, store_request_id: str, line: int, answer: Answer | str) -> str | None:
+    """Count one settled answer; else why the row is to be read again (_PENDING: pending or not seen by any
+    phase yet; otherwise why the read failed)."""
     if isinstance(answer, str):
-        states.unreadable.append((store_request_id, line, answer))
-        return False
+        return answer
+    if answer.status in RETRIED_STATUSES:
+        return f"HTTP {answer.status}: {answer.error}"
     if answer.status == 404:
-        return True
+        return _PENDING
     state = answer.document.get("state") if answer.status == 200 else None
     if state == "pending":
-        return True
+        return _PENDING
     if state == "stored":
         states.stored += 1
         states.findings.update(str(finding) for finding in answer.document.get("findings") or ())
@@ -818,9 +1041,9 @@ def _tally(states: RowStates, store_request_id: str, line: int, answer: Answer |
         states.flagged[(str(document.get("phase")), int(document.get("reason") or 0), str(document.get("detail")))] += 1
         if len(states.flagged_rows) < SHOWN_FLAGGED:
             states.flagged_rows.append((line, store_request_id, document))
-    else:
+    else:  # an answer no retry changes (a 4xx): reported unread now
         states.unreadable.append((store_request_id, line, f"HTTP {answer.status}: {answer.error}"))
-    return False
+    return None
 
 
 def _chunks(rows: Iterable[tuple[str, int]], size: int) -> Iterator[list[tuple[str, int]]]:
@@ -839,49 +1062,65 @@ def _chunks(rows: Iterable[tuple[str, int]], size: int) -> Iterator[list[tuple[s
 
 def print_summary(report: LoadReport, console: Console, wait_seconds: float) -> None:
     say = console.print
-    sent = report.accepted + report.duplicates
+    posted = report.accepted + report.duplicates
     say(f"summary of {report.file.name}")
-    say(f"  lines     {report.lines:>8}  ({report.rows} rows, {report.skipped_lines} header or blank, {report.refused} refused)")
+    say(f"  lines     {report.lines:>8}  ({report.data_lines} data lines, {report.skipped_lines} header or blank)")
+    split = f"; {report.split} split in two after a 413" if report.split else ""
     say(
-        f"  batches   {report.batches:>8}  ({sent} sent: {report.accepted} accepted, {report.duplicates} answered as duplicates; "
-        f"{report.skipped} acknowledged by an earlier run; {report.empty} with no row; {len(report.failed)} not sent)"
+        f"  batches   {report.batches:>8}  ({posted} sent: {report.accepted} accepted, {report.duplicates} answered as duplicates; "
+        f"{report.skipped} acknowledged by an earlier run; {report.empty} with no row; {len(report.failed)} not sent{split})"
     )
     for why in report.failed[:20]:
         say(f"    NOT SENT {why}")
     if len(report.failed) > 20:
         say(f"    NOT SENT ... and {len(report.failed) - 20} more")
-    if report.failed:
-        say("    a rerun sends them again under the same keys: nothing is stored twice")
-    if report.refused:
-        say(f"  refused   {report.refused:>8}  lines not sent (each listed above as REFUSED, in the API's words)")
-    if report.states is not None:
-        _print_states(report.states, say, wait_seconds)
+    states = report.states
+    say(f"  data lines{report.data_lines:>8}")
+    if states is not None:
+        findings = ", ".join(f"{name} {count}" for name, count in sorted(states.findings.items()))
+        say(f"    stored  {states.stored:>8}" + (f"  (with findings: {findings})" if findings else ""))
+        say(f"    flagged {states.flagged_total:>8}")
+        for (phase, reason, detail), count in sorted(states.flagged.items(), key=lambda item: (item[0][1], item[0][2])):
+            say(f"      {phase} (reason {reason}) {detail}: {count}")
+    else:
+        say(f"    accepted{report.rows_acknowledged:>8}  (not read back: --no-read-back; stored or flagged is not known)")
+    say(f"    refused {report.refused_total:>8}" + ("  (each listed above as REFUSED; not stored)" if report.refused_total else ""))
+    say(f"    not sent{report.rows_not_sent:>8}" + ("  (a rerun sends them)" if report.rows_not_sent else ""))
+    if states is not None:
+        unread = ""
+        if states.unreadable:
+            store_request_id, line, why = states.unreadable[0]
+            unread = f"  (the first: line {line}, {store_request_id}: {why})"
+        say(f"    unread  {len(states.unreadable):>8}{unread}")
+        pending = f"  after {wait_seconds:g} s; run the loader again later to read them (it stores nothing twice)" if states.pending else ""
+        say(f"    pending {len(states.pending):>8}{pending}")
+        for line, store_request_id, document in states.flagged_rows:
+            say(
+                f"FLAGGED line {line} {store_request_id}: {document.get('phase')} (reason {document.get('reason')}) "
+                f"{document.get('detail')}: {document.get('message')}"
+            )
+        if states.flagged_total > len(states.flagged_rows):
+            say(f"FLAGGED ... and {states.flagged_total - len(states.flagged_rows)} more (python -m ops.taxi_redrive --dry-run lists them)")
+    if report.split:
+        say("SPLIT: some batches were too large for the API (413) and went in parts; a smaller --batch-lines saves those requests")
+    if report.foreign_ids:
+        say(f"NOTE: the API gave {report.foreign_ids} batches ids other than this loader's content ids: they are not in the checkpoint")
     if report.changed:
-        say("FILE CHANGED while it was loaded: its hash is not the one the keys were made from; load it again as a new file")
+        say("NOTE: the file changed while it was loaded; what is reported is what was read while sending")
     if report.stopped:
-        say(f"STOPPED: {report.stopped}; a rerun sends what is missing")
+        say(f"STOPPED: {report.stopped}; the rest of the file was not sent: a rerun sends what is missing")
+    say(_verdict(report))
 
 
-def _print_states(states: RowStates, say: Callable[[str], None], wait_seconds: float) -> None:
-    total = states.read + len(states.pending) + len(states.unreadable)
-    findings = ", ".join(f"{name} {count}" for name, count in sorted(states.findings.items()))
-    say(f"  read back {total:>8}  (GET {contract.ROUTE_ROW_STATE})")
-    say(f"    stored  {states.stored:>8}" + (f"  (with findings: {findings})" if findings else ""))
-    say(f"    flagged {states.flagged_total:>8}")
-    for (phase, reason, detail), count in sorted(states.flagged.items(), key=lambda item: (item[0][1], item[0][2])):
-        say(f"      {phase} (reason {reason}) {detail}: {count}")
-    if states.pending:
-        say(f"    pending {len(states.pending):>8}  after {wait_seconds:g} s; run the loader again later to read them (it resends nothing)")
-    if states.unreadable:
-        store_request_id, line, why = states.unreadable[0]
-        say(f"    unread  {len(states.unreadable):>8}  (the first: line {line}, {store_request_id}: {why})")
-    for line, store_request_id, document in states.flagged_rows:
-        say(
-            f"FLAGGED line {line} {store_request_id}: {document.get('phase')} (reason {document.get('reason')}) "
-            f"{document.get('detail')}: {document.get('message')}"
-        )
-    if states.flagged_total > len(states.flagged_rows):
-        say(f"FLAGGED ... and {states.flagged_total - len(states.flagged_rows)} more (python -m ops.taxi_redrive --dry-run lists them)")
+def _verdict(report: LoadReport) -> str:
+    status = report.exit_status
+    if status == INCOMPLETE_EXIT_STATUS:
+        return f"INCOMPLETE (exit {status}): rows not sent, unread or pending; run the loader again (nothing is stored twice)"
+    if status == NOT_STORED_EXIT_STATUS:
+        return f"NOT ALL STORED (exit {status}): flagged or refused lines above; fix them and load them from a new file"
+    if not report.read_back:
+        return f"ALL TAKEN (exit {status}): every data line was taken by the API (not read back)"
+    return f"ALL STORED (exit {status}): every data line was stored"
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -940,8 +1179,9 @@ def read_api_key(secret_arn: str, profile: str | None = None, endpoint_url: str 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Load a CSV file of NYC yellow-taxi trips into the taxi ETL saga in batches (a rerun sends only what is missing), "
-        "then read every row back and print what became of it.",
+        description="Load a CSV file of NYC yellow-taxi trips into the taxi ETL saga in batches (rows get content ids: "
+        "a rerun or a copy of the file stores nothing twice), then read every row back and print what became of it.",
+        epilog=EXIT_STATUSES,
     )
     parser.add_argument("file", type=Path, metavar="FILE", help="the CSV file (any size: it is streamed)")
     target = parser.add_mutually_exclusive_group(required=True)
@@ -960,7 +1200,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-lines",
         type=int,
         metavar="N",
-        help=f"lines per batch, 1-{MAX_BATCH_LINES}, at most the API's limit (default {DEFAULT_BATCH_LINES}, or the checkpoint's)",
+        help=f"lines per batch, 1-{MAX_BATCH_LINES}, at most the API's limit (default {DEFAULT_BATCH_LINES}); a 413 is split",
     )
     parser.add_argument("--checkpoint", type=Path, metavar="PATH", help=f"where progress is kept (default FILE{CHECKPOINT_SUFFIX})")
     parser.add_argument(
@@ -968,7 +1208,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_WAIT_SECONDS,
         metavar="SECONDS",
-        help=f"how long to wait for pending rows when reading back (default {DEFAULT_WAIT_SECONDS:g})",
+        help=f"how long after the last batch to wait for rows to settle (default {DEFAULT_WAIT_SECONDS:g}); the rows not settled "
+        "by then are read once more after it",
     )
     parser.add_argument("--no-read-back", dest="read_back", action="store_false", help="send only; print no per-row summary")
     parser.add_argument(
@@ -1000,7 +1241,7 @@ def main(argv: Sequence[str] | None = None, *, api: TaxiApi | None = None) -> in
     except UsageError as err:
         parser.exit(USAGE_EXIT_STATUS, f"{parser.prog}: error: {err}\n")
     except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; the checkpoint holds what the API acknowledged: run it again to send the rest", file=sys.stderr)
+        print(f"{parser.prog}: interrupted; run it again to send the rest (nothing is stored twice)", file=sys.stderr)
         return INTERRUPTED_EXIT_STATUS
     return report.exit_status
 

@@ -1,11 +1,13 @@
 """The taxi loader (onceflow.clients.taxi_loader) against an API in memory: the API's own request
-parsing (runtime.taxi_etl.requests), Standard's execution names (the same name and input again is a
-duplicate, another input 422) and each row's fate by the phases' own rules. No network.
+parsing (runtime.taxi_etl.requests: content ids, the header deciding the layout, the state budget's
+413), Standard's execution names (the same name and input again is a duplicate) and each row's fate
+by the phases' own rules. No network.
 
-Keys per (file hash, line range); a rerun after a crash sends only what is missing, and a batch
-sent again is a duplicate, never a second execution; malformed lines are refused per line in the
-API's words while their batch goes on; the file is streamed; the summary groups flagged rows by
-phase, reason and detail; the HTTP client retries the same bytes under the same key.
+Batches go without a key, so every row has its content id and a rerun, a CRLF or BOM copy or
+another --batch-lines stores nothing twice; the checkpoint (execution names) only saves requests;
+the header decides the layout, and a truncated row is refused by its line; a 413 is split; the exit
+status and the summary name every outcome (stored, flagged, refused, not sent, unread, pending);
+the read-back's --wait bounds the wait, not the reading; the HTTP client retries the same bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import base64
 import io
 import json
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +45,7 @@ from onceflow.clients.taxi_loader import (
 from runtime.shared.http import Refusal
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.requests import IDEMPOTENCY_KEY, decode_body, parse_batch
+from runtime.taxi_etl.requests import content_id, decode_body, parse_batch, parse_single
 from runtime.taxi_etl.row_state import parse_row_id
 from runtime.taxi_etl.trips import MAX_LINE_BYTES, Accepted, Rejected, final_item, transform_tuple, validate_line
 
@@ -57,7 +60,8 @@ MALFORMED = {
     "2015 row": SCHEMA_ROWS["yellow_2015"]["row"],
     "too long": ROWS[0] + " " * MAX_LINE_BYTES,
 }
-KEY_OF_BATCH = taxi_loader.batch_key
+TRUNCATED = ROWS[5].rsplit(",", 1)[0]  # a 2019 row cut at its last comma: 17 fields, the shape of a 2017 row
+assert len(TRUNCATED.split(",")) == 17
 
 
 class SimulatedCrash(Exception):
@@ -73,27 +77,30 @@ class FakeApi:
         self.max_lines = max_lines
         self.unsettled_reads = unsettled_reads  # a row reads 404, then pending, this many times before its end state
         self.executions: dict[str, str] = {}  # execution name -> input
-        self.rows: dict[str, str] = {}  # StoreRequestId -> line
-        self.posts: list[str] = []  # the Idempotency-Key of each POST, in order
+        self.rows: dict[str, str] = {}  # StoreRequestId -> tuple (the line the API submitted)
+        self.bodies: list[bytes] = []  # each POST's body, in order
         self.statuses: list[int] = []
         self.reads: Counter[str] = Counter()
         self.failing_store: set[str] = set()
         self.before_start: Callable[[int], None] | None = None  # called with the POST's index before anything starts
         self.after_start: Callable[[int], None] | None = None  # ... after the execution started, before the answer
 
-    def post_batch(self, body: bytes, key: str) -> Answer:
-        index = len(self.posts)
-        self.posts.append(key)
+    @property
+    def posts(self) -> int:
+        return len(self.bodies)
+
+    def post_batch(self, body: bytes) -> Answer:
+        index = len(self.bodies)
+        self.bodies.append(body)
         if self.before_start:
             self.before_start(index)
         try:  # the body's bytes as API Gateway hands them over, through the API's own decoding (strict UTF-8, no BOM)
             text = decode_body(base64.b64encode(body).decode("ascii"), is_base64=True, max_bytes=taxi_loader.BATCH_MAX_BYTES)
-            submission = parse_batch(text, key, max_lines=self.max_lines, max_line_bytes=MAX_LINE_BYTES)
+            submission = parse_batch(text, None, max_lines=self.max_lines, max_line_bytes=MAX_LINE_BYTES)
         except Refusal as refusal:
             return self._answer(refusal.status, refusal.body())
         name, execution_input = submission.execution_name, submission.execution_input()
-        if name in self.executions and self.executions[name] != execution_input:
-            return self._answer(422, {"error": f"Idempotency-Key {key} was already used for another request"})
+        assert self.executions.get(name, execution_input) == execution_input  # content names: never another input
         duplicate = name in self.executions
         self.executions[name] = execution_input
         self.rows.update((row.store_request_id, row.tuple) for row in submission.rows)
@@ -138,8 +145,9 @@ def flagged(phase: Phase, detail: str, message: str) -> dict[str, Any]:
     return {"state": "flagged", "phase": phase.value, "reason": int(phase.reason), "detail": detail, "message": message}
 
 
-def write(path: Path, lines: list[str]) -> Path:
-    path.write_bytes("".join(f"{line}\n" for line in lines).encode("utf-8", "surrogateescape"))
+def write(path: Path, lines: list[str], *, ending: str = "\n", last_ending: bool = True) -> Path:
+    text = ending.join(lines) + (ending if last_ending else "")
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     return path
 
 
@@ -147,61 +155,154 @@ def quiet() -> Console:
     return Console(io.StringIO(), io.StringIO(), False)
 
 
-def run(path: Path, api: FakeApi, **options: Any) -> tuple[LoadReport, str]:
+def run(path: Path, api: Any, **options: Any) -> tuple[LoadReport, str]:
     console = quiet()
     report = load_file(path, api, LoadOptions(**options), console=console, sleep=lambda seconds: None)
     out = console.out.getvalue()  # type: ignore[attr-defined]
     return report, out
 
 
-# --- keys -------------------------------------------------------------------------------------
+def ids_of(report: LoadReport) -> dict[int, str]:
+    """The file's line number -> StoreRequestId of every row acknowledged."""
+    return {line: store_request_id for batch in report.sent for store_request_id, line in batch.rows()}
 
 
-def test_keys_are_deterministic_per_file_hash_and_line_range_and_differ_between_files(tmp_path: Path) -> None:
-    # Given the header and 250 real rows, loaded once
-    first = write(tmp_path / "a.csv", [HEADER, *ROWS[:250]])
+def counts_line(out: str, name: str) -> str:
+    (line,) = [line for line in out.splitlines() if line.startswith(f"    {name} ")]
+    return line
+
+
+class FakeClock:
+    """Time that passes only when the loader sleeps or a fake GET says it took a while."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+def run_timed(path: Path, api: Any, clock: FakeClock, **options: Any) -> tuple[LoadReport, str]:
+    console = quiet()
+    report = load_file(path, api, LoadOptions(**options), console=console, clock=clock, sleep=clock.advance)
+    return report, console.out.getvalue()  # type: ignore[attr-defined]
+
+
+# --- content ids ------------------------------------------------------------------------------
+
+
+def test_batches_go_without_a_key_and_every_row_gets_the_content_id_the_api_gives_on_every_route(tmp_path: Path) -> None:
+    # Given the header and 250 real rows
+    path = write(tmp_path / "a.csv", [HEADER, *ROWS[:250]])
     api = FakeApi()
-    report, _ = run(first, api)
-    # Then each batch's key is the file's hash and its line range, one per batch of 100 lines
-    assert api.posts == [KEY_OF_BATCH(report.sha256, 1, 100), KEY_OF_BATCH(report.sha256, 101, 200), KEY_OF_BATCH(report.sha256, 201, 251)]
-    assert api.posts[0] == f"{report.sha256[:32]}-1-100"
-    # and each is a key the API takes, whose row ids GET /trips/{id} takes (the longest row id of the longest range included)
-    for key in api.posts:
-        assert IDEMPOTENCY_KEY.fullmatch(key)
-    assert parse_row_id(taxi_loader.row_id(KEY_OF_BATCH("f" * 64, 9_999_999_001, 10_000_000_000), 1000))
-    # When the same content is loaded from another path (no checkpoint there): the same keys again
-    same = write(tmp_path / "b.csv", [HEADER, *ROWS[:250]])
-    again = FakeApi()
-    run(same, again)
-    assert again.posts == api.posts
-    # When a file differs by one byte: no key is shared
-    other = write(tmp_path / "c.csv", [HEADER, *ROWS[:249], ROWS[249].replace(",N,", ",Y,")])
-    changed = FakeApi()
-    run(other, changed)
-    assert len(changed.posts) == 3 and not set(changed.posts) & set(api.posts)
+    # When they are loaded
+    report, _ = run(path, api)
+    # Then each row's id is its content id, as the API gives it on /trips/batch and on /trips alone
+    assert [ids_of(report)[line] for line in range(2, 252)] == [content_id(row) for row in ROWS[:250]]
+    for row in ROWS[:20]:
+        assert ids_of(report)[ROWS.index(row) + 2] == parse_single(row, None, max_line_bytes=MAX_LINE_BYTES).execution_name
+    # and the loader computes the same ids itself, for every layout's rows and for a line that does not validate
+    layouts = [value["row"] for value in SCHEMA_ROWS.values() if isinstance(value, dict) and "row" in value]
+    layouts = [row for row in layouts if classify(1, row.encode(), len(row)).kind is Kind.ROW]  # the mapped ones
+    for row in [*ROWS, *layouts, DROPOFF_BEFORE_PICKUP, SPRING_FORWARD_GAP, ROWS[0].replace(",29.5,", ",29.50,")]:
+        assert taxi_loader.content_id(row) == content_id(parse_batch(row, None, max_lines=1, max_line_bytes=4096).rows[0].tuple)
+    # and the checkpoint holds the three batches' execution names, which the API gave
+    assert report.exit_status == 0 and api.posts == 3
+    records = [json.loads(line) for line in (tmp_path / "a.csv.onceflow-progress").read_text().splitlines()[1:]]
+    assert [record["execution"] for record in records] == list(api.executions)
 
 
-def test_batch_boundaries_are_line_ranges_cut_before_the_body_outgrows_the_api_limit() -> None:
-    # Given 10 rows of 30,000 bytes each (padded with blanks, which the API takes) and a refused line
-    lines = [
-        Line(number, Kind.ROW, text="x" * 30_000) if number != 6 else Line(6, Kind.REFUSED, problem="line 6 ...") for number in range(1, 12)
+def test_the_same_rows_from_a_crlf_or_bom_copy_or_cut_another_way_store_nothing_twice(tmp_path: Path) -> None:
+    # Given 300 rows loaded once
+    api = FakeApi()
+    first, _ = run(write(tmp_path / "a.csv", [HEADER, *ROWS[:300]]), api)
+    stored = dict(api.rows)
+    # When a CRLF copy with a byte-order mark, another copy in batches of 70, and a re-saved copy (7.50, 1.50) are loaded
+    crlf = write(tmp_path / "b.csv", ["\ufeff" + HEADER, *ROWS[:300]], ending="\r\n")
+    copy, _ = run(crlf, api)
+    recut, _ = run(write(tmp_path / "c.csv", [HEADER, *ROWS[:300]]), api, batch_lines=70)
+    resaved, _ = run(write(tmp_path / "d.csv", [HEADER, *(row.replace(",0.5,", ",0.50,") for row in ROWS[:300])]), api)
+    # Then every copy's rows have the first load's ids, and the API holds no new row
+    assert ids_of(copy) == ids_of(first) == ids_of(recut) == ids_of(resaved)
+    assert api.rows == stored
+    # and the CRLF copy's identical batches were answered as duplicates: no new execution
+    assert (copy.accepted, copy.duplicates) == (0, 4)
+    assert all(report.exit_status == 0 for report in (first, copy, recut, resaved))
+
+
+def test_batch_boundaries_are_line_ranges_cut_before_the_body_with_its_header_outgrows_the_api_limit() -> None:
+    # Given a header, 10 rows of 30,000 bytes each (padded with blanks, which the API takes) and a refused line
+    header = Line(1, Kind.HEADER, text=HEADER, fields=18)
+    rows = [
+        Line(number, Kind.ROW, text="x" * 30_000, fields=18) if number != 6 else Line(6, Kind.REFUSED, problem="line 6 ...")
+        for number in range(2, 13)
     ]
     # When they are cut into batches of at most 100 lines and 64 KiB
-    batches = list(iter_batches(lines, batch_lines=100))
-    # Then each body stays within 64 KiB, the ranges tile the lines in order, and cutting again gives the same ranges
+    batches = list(iter_batches([header, *rows], batch_lines=100))
+    # Then each body starts with the header and stays within 64 KiB, and the ranges tile the lines in order
+    assert all(batch.body().startswith(HEADER.encode() + b"\n") for batch in batches)
     assert all(len(batch.body()) <= taxi_loader.BATCH_MAX_BYTES for batch in batches)
-    assert [(batch.first, batch.last) for batch in batches] == [(1, 2), (3, 4), (5, 7), (8, 9), (10, 11)]
-    assert [(batch.first, batch.last) for batch in iter_batches(lines, batch_lines=100)] == [(b.first, b.last) for b in batches]
-    # and a batch of N lines counts every line, sent or not
-    assert [(batch.first, batch.last) for batch in iter_batches(lines, batch_lines=3, batch_bytes=10**9)] == [
+    assert [(batch.first, batch.last) for batch in batches] == [(1, 3), (4, 6), (7, 8), (9, 10), (11, 12)]
+    # and a batch of N lines counts every line, sent or not (the header too)
+    assert [(batch.first, batch.last) for batch in iter_batches([header, *rows], batch_lines=3, batch_bytes=10**9)] == [
         (1, 3),
         (4, 6),
         (7, 9),
-        (10, 11),
+        (10, 12),
     ]
+    # and without a header the body holds the rows alone
+    assert Batch(1, 1, None, rows=[(1, "a")]).body() == b"a\n"
 
 
-# --- reruns -----------------------------------------------------------------------------------
+# --- the header decides the layout ------------------------------------------------------------
+
+
+def test_a_line_whose_field_count_differs_from_the_headers_is_refused_and_not_sent(tmp_path: Path) -> None:
+    # Given 2019 rows under their 18-column header, a 17-column 2017 row among them, and a last line cut at its
+    # last comma (17 fields, no line ending): alone, either would pass for a 2017 trip
+    path = write(tmp_path / "cut.csv", [HEADER, *ROWS[:50], SCHEMA_ROWS["yellow_2017"]["row"], *ROWS[50:99], TRUNCATED], last_ending=False)
+    api = FakeApi()
+    # When the file is loaded
+    report, out = run(path, api)
+    # Then both are refused by their line numbers, naming the header, and neither was sent
+    refused = [line for line in out.splitlines() if line.startswith("REFUSED")]
+    assert refused == [
+        "REFUSED line 52 has 17 columns, but the header (line 1) has 18 (a truncated or shifted row)",
+        "REFUSED line 102 has 17 columns, but the header (line 1) has 18 (a truncated or shifted row)",
+    ]
+    assert TRUNCATED not in api.rows.values() and not any(f"{TRUNCATED}\n".encode() in body for body in api.bodies)
+    # and every body sent carries the header, so the API applies the same rule; the other rows are stored
+    assert all(body.startswith(HEADER.encode() + b"\n") for body in api.bodies)
+    assert report.states is not None and report.states.stored == 99
+    # and the run says not everything was stored: exit 1, with the refused count
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
+    assert counts_line(out, "refused") == "    refused        2  (each listed above as REFUSED; not stored)"
+
+
+def test_without_a_header_the_first_data_line_decides_and_a_later_header_decides_from_there(tmp_path: Path) -> None:
+    # Given a headerless file: 2019 rows, a cut row, then a 2025 header and 2025-layout rows (files concatenated)
+    row_2025 = SCHEMA_ROWS["yellow_2025"]["row"]
+    lines = [*ROWS[:10], TRUNCATED, SCHEMA_ROWS["yellow_2025"]["header"], row_2025, row_2025.replace(",10,", ",11,"), ROWS[10]]
+    api = FakeApi()
+    # When it is loaded
+    report, out = run(write(tmp_path / "headerless.csv", lines), api)
+    # Then the cut row is refused by the first data line's count, and the 2019 row after the 2025 header by the header's
+    assert [line for line in out.splitlines() if line.startswith("REFUSED")] == [
+        "REFUSED line 11 has 17 columns, but the first data line (line 1) has 18 (a truncated or shifted row)",
+        "REFUSED line 15 has 18 columns, but the header (line 12) has 20 (a truncated or shifted row)",
+    ]
+    # and the new header started a batch of its own, which carries it: the API took both batches
+    assert api.statuses == [202, 202] and api.bodies[0].count(b"\n") == 10 and api.bodies[1].startswith(b"VendorID")
+    assert report.states is not None and report.states.stored == 12 and report.exit_status == 1
+
+
+# --- reruns and the checkpoint ----------------------------------------------------------------
 
 
 def crash_at(index: int) -> Callable[[int], None]:
@@ -212,7 +313,7 @@ def crash_at(index: int) -> Callable[[int], None]:
     return hook
 
 
-def test_a_rerun_after_a_crash_sends_only_the_missing_batches(tmp_path: Path) -> None:
+def test_a_rerun_after_a_crash_sends_only_the_missing_batches_and_reads_every_row_back(tmp_path: Path) -> None:
     # Given 1,000 real rows, and a loader that dies as it sends its fourth batch (nothing of it reached the API)
     path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:1000]])
     api = FakeApi()
@@ -220,27 +321,23 @@ def test_a_rerun_after_a_crash_sends_only_the_missing_batches(tmp_path: Path) ->
     with pytest.raises(SimulatedCrash):
         run(path, api)
     # Then the checkpoint holds the three batches the API acknowledged
-    checkpoint = json.loads((tmp_path / "trips.csv.onceflow-progress").read_text())
-    assert checkpoint["acknowledged"] == {api.url: [[1, 300]]}
-    sent_before = list(api.posts[:3])
+    assert len((tmp_path / "trips.csv.onceflow-progress").read_text().splitlines()) == 1 + 3
     # When it runs again
     api.before_start = None
     report, out = run(path, api)
-    # Then it sends the fourth batch on, and only those: every row is stored once, by one execution per batch
-    assert api.posts[4:] == [KEY_OF_BATCH(report.sha256, first, min(first + 99, 1001)) for first in range(301, 1002, 100)]
-    assert not set(api.posts[4:]) & set(sent_before)
+    # Then it sends the fourth batch on, and only those; the first three are read back by the ids the loader computes
+    assert api.posts == 4 + 8
     assert (report.skipped, report.accepted, report.duplicates) == (3, 8, 0)
     assert len(api.executions) == 11 and len(api.rows) == 1000
     assert report.states is not None and report.states.stored == 1000 and report.states.flagged_total == 0
-    assert report.exit_status == 0
-    assert "3 acknowledged by an earlier run" in out
+    assert report.exit_status == 0 and "3 acknowledged by an earlier run" in out
     # When it runs a third time: nothing is sent, and the summary reads every row back
     report, _ = run(path, api)
-    assert len(api.posts) == 12 and report.skipped == 11
+    assert api.posts == 12 and report.skipped == 11
     assert report.states is not None and report.states.stored == 1000
 
 
-def test_a_batch_sent_but_not_acknowledged_is_resent_under_its_key_and_answered_as_duplicate(tmp_path: Path) -> None:
+def test_a_batch_sent_but_not_acknowledged_is_sent_again_and_answered_as_duplicate(tmp_path: Path) -> None:
     # Given a loader that dies after its second batch started but before the answer came back (a lost answer)
     path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:400]])
     api = FakeApi()
@@ -250,53 +347,94 @@ def test_a_batch_sent_but_not_acknowledged_is_resent_under_its_key_and_answered_
     assert len(api.executions) == 2
     # When it runs again
     api.after_start = None
-    report, out = run(path, api)
-    # Then the second batch goes again under the same key, and the API answers it as a duplicate
-    assert api.posts[2] == api.posts[1]
+    report, _ = run(path, api)
+    # Then the second batch goes again, the same bytes, and the API answers it as a duplicate (its name is its ids')
+    assert api.bodies[2] == api.bodies[1]
     assert api.statuses == [202, 200, 202, 202, 202]  # the first run's answer to its second batch was lost
     assert (report.skipped, report.duplicates, report.accepted) == (1, 1, 3)
-    assert "1 answered as duplicates" in out
     # and no row is counted or stored twice: one execution per batch, 400 rows, each read back once
     assert len(api.executions) == 5 and len(api.rows) == 400
     assert report.states is not None and report.states.read == 400 and report.states.stored == 400
     assert sum(api.reads.values()) == 400
 
 
-def test_a_checkpoint_of_other_content_or_other_batches_stops_the_run_before_anything_is_sent(tmp_path: Path, capsys: Any) -> None:
+def test_a_changed_file_or_other_batches_or_no_checkpoint_load_only_new_rows(tmp_path: Path) -> None:
     # Given a file loaded in batches of 50
     path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:120]])
     api = FakeApi()
     assert taxi_loader.main([str(path), "--url", api.url, "--batch-lines", "50", "--no-read-back"], api=api) == 0
-    posts = len(api.posts)
-    # When it is run again in batches of 100
-    # Then it stops with a usage error: those batches would have other keys
-    with pytest.raises(SystemExit) as stopped:
-        taxi_loader.main([str(path), "--url", api.url, "--batch-lines", "100"], api=api)
-    assert stopped.value.code == 2
-    assert "--batch-lines 50" in capsys.readouterr().err
-    # When the file changed since (a row appended)
+    # When it is run again in batches of 100, after a row was appended, and then with its checkpoint deleted
     write(path, [HEADER, *ROWS[:121]])
+    assert taxi_loader.main([str(path), "--url", api.url, "--batch-lines", "100", "--no-read-back"], api=api) == 0
+    (tmp_path / "trips.csv.onceflow-progress").unlink()
+    report, _ = run(path, api)
+    # Then no run stopped, and the API holds each of the 121 rows once
+    assert len(api.rows) == 121 and set(api.rows) == {content_id(row) for row in ROWS[:121]}
+    assert report.exit_status == 0 and report.states is not None and report.states.stored == 121
+
+
+def test_a_checkpoint_of_the_older_keyed_loader_stops_the_run_before_anything_is_sent(tmp_path: Path, capsys: Any) -> None:
+    # Given a file with the checkpoint the loader of keyed batches wrote (format 1: the file's hash and line ranges)
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:10]])
+    old = {"format": 1, "loader": "onceflow-taxi-load", "sha256": "ab" * 32, "batch_lines": 100, "batch_bytes": 65536}
+    (tmp_path / "trips.csv.onceflow-progress").write_text(json.dumps({**old, "acknowledged": {"https://api.test": [[1, 11]]}}) + "\n")
+    api = FakeApi()
+    # When the loader runs
     with pytest.raises(SystemExit) as stopped:
         taxi_loader.main([str(path), "--url", api.url], api=api)
-    # Then it stops too, naming the change, and nothing was sent
-    assert stopped.value.code == 2
-    assert "the file changed since" in capsys.readouterr().err
-    assert len(api.posts) == posts
+    # Then it stops with a usage error that says why and what to do, and sent nothing
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and api.posts == 0
+    assert "written by an older onceflow-taxi-load" in err and "stored a second time" in err and "Upgrade notes" in err
 
 
-def test_a_rerun_without_batch_lines_takes_the_checkpoints(tmp_path: Path) -> None:
-    # Given a file half loaded in batches of 40
-    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:200]])
+def test_a_checkpoint_that_is_not_one_stops_the_run_and_a_record_cut_short_is_ignored(tmp_path: Path) -> None:
+    # Given a file where the checkpoint should be
+    path = tmp_path / "x.onceflow-progress"
+    path.write_text("{not json")
+    # Then opening it says what to do
+    with pytest.raises(taxi_loader.UsageError, match="move it away"):
+        Checkpoint.open(path)
+    # Given a checkpoint whose last record a crash cut short
+    path.write_text('{"format": 2}\n{"url": "u", "execution": "cb-1", "rows": 3}\n{"url": "u", "exec')
+    # When it is opened and a batch is recorded
+    checkpoint = Checkpoint.open(path)
+    checkpoint.acknowledge("u", "cb-2", 5)
+    checkpoint.close()
+    # Then the whole records count, the cut one does not, and the new one is on a line of its own
+    assert Checkpoint.open(path).acknowledged == {"u": {"cb-1", "cb-2"}}
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_before_anything_is_sent(tmp_path: Path, capsys: Any) -> None:
+    # Given a checkpoint path in a folder that does not exist
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:10]])
     api = FakeApi()
-    api.before_start = crash_at(2)
-    with pytest.raises(SimulatedCrash):
-        run(path, api, batch_lines=40)
-    # When it runs again without --batch-lines
+    # When the loader runs
+    with pytest.raises(SystemExit) as stopped:
+        taxi_loader.main([str(path), "--url", api.url, "--checkpoint", str(tmp_path / "no" / "such" / "place")], api=api)
+    # Then it stops with exit 2, naming the option, and sent nothing
+    assert stopped.value.code == 2 and "pass --checkpoint PATH" in capsys.readouterr().err
+    assert api.posts == 0
+
+
+def test_an_interrupt_keeps_the_checkpoint_and_a_rerun_goes_on(tmp_path: Path, capsys: Any) -> None:
+    # Given a load interrupted (Ctrl-C) as it sends its third batch
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:400]])
+    api = FakeApi()
+
+    def interrupt(index: int) -> None:
+        if index == 2:
+            raise KeyboardInterrupt
+
+    api.before_start = interrupt
+    # Then the loader says how to go on and exits 130, with the first two batches in the checkpoint
+    assert taxi_loader.main([str(path), "--url", api.url], api=api) == taxi_loader.INTERRUPTED_EXIT_STATUS
+    assert "interrupted; run it again" in capsys.readouterr().err
+    assert len((tmp_path / "trips.csv.onceflow-progress").read_text().splitlines()) == 1 + 2
+    # When it runs again: the rest goes, and every row is stored once
     api.before_start = None
-    report, _ = run(path, api)
-    # Then it cuts the file as before: only the missing batches of 40 lines go
-    assert api.posts[3:] == [KEY_OF_BATCH(report.sha256, first, min(first + 39, 201)) for first in range(81, 202, 40)]
-    assert report.states is not None and report.states.stored == 200
+    assert taxi_loader.main([str(path), "--url", api.url], api=api) == 0
+    assert len(api.executions) == 5 and len(api.rows) == 400
 
 
 # --- malformed lines --------------------------------------------------------------------------
@@ -336,7 +474,9 @@ def test_malformed_lines_are_refused_per_line_in_the_apis_words_and_their_batche
     assert report.refused == 7 and report.rows == 250
     assert report.states is not None and report.states.stored == 250
     assert set(api.rows.values()) == set(ROWS[:250])
-    assert report.failed == [] and report.exit_status == 0
+    # and the run is not all stored: exit 1, and the summary counts the refused lines among the data lines
+    assert report.failed == [] and report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
+    assert "  data lines     257" in out.splitlines()
 
 
 @pytest.mark.parametrize(
@@ -358,7 +498,7 @@ def test_the_loader_refuses_exactly_the_lines_the_api_refuses_in_the_same_words(
     classified = classify(7, line.encode("utf-8"), len(line.encode("utf-8")))
     try:
         text = decode_body(line or "\n", is_base64=False, max_bytes=taxi_loader.BATCH_MAX_BYTES)
-        submission = parse_batch(text, "k", max_lines=100, max_line_bytes=MAX_LINE_BYTES)
+        submission = parse_batch(text, None, max_lines=100, max_line_bytes=MAX_LINE_BYTES)
     except Refusal as refusal:
         api_says: str | None = str(refusal)
     else:
@@ -366,7 +506,7 @@ def test_the_loader_refuses_exactly_the_lines_the_api_refuses_in_the_same_words(
     # Then the loader sends it exactly when the API takes it, skips what the API skips, and refuses with the API's reason
     if api_says is None:
         assert classified.kind is Kind.ROW and classified.text == line and len(submission.rows) == 1
-    elif classified.kind is Kind.SKIPPED:  # a blank line or a header of a mapped layout: alone, it leaves the API nothing
+    elif classified.kind in (Kind.SKIPPED, Kind.HEADER):  # a blank line or a header of a mapped layout: alone, it leaves the API nothing
         assert api_says == "the batch has no CSV line"
     else:
         assert classified.kind is Kind.REFUSED
@@ -383,17 +523,7 @@ def test_a_file_that_starts_with_a_byte_order_mark_loads_and_no_body_sent_has_on
     lines = ["\ufeff" + first, *(row for row in rows if row != first)]
     lines[100] = "\ufeff" + lines[100]
     path = write(tmp_path / "spreadsheet.csv", lines)
-
-    class Recording(FakeApi):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bodies: list[bytes] = []
-
-        def post_batch(self, body: bytes, key: str) -> Answer:
-            self.bodies.append(body)
-            return super().post_batch(body, key)
-
-    api = Recording()
+    api = FakeApi()
     # When it is loaded (the API refuses a body that starts with a BOM)
     report, _ = run(path, api)
     # Then every batch was accepted, and no body sent starts with a BOM or holds one
@@ -419,26 +549,90 @@ def test_the_loader_takes_the_apis_own_binary_rule() -> None:
     assert taxi_loader.BINARY.pattern == requests._BINARY.pattern
 
 
-def test_an_api_refusal_names_the_files_lines_and_the_run_goes_on(tmp_path: Path) -> None:
-    # Given an API that takes at most 60 lines per batch (the loader sends 99 rows, then 51)
-    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:150]])
-    api = FakeApi(max_lines=60)
+# --- 413: split and sent again ----------------------------------------------------------------
+
+
+class StateBudgetApi(FakeApi):
+    """A 413 for a batch of more than `most_rows` rows, as the API answers one whose states could pass Step
+    Functions' payload limit; and for any batch holding the line `too_wide`."""
+
+    def __init__(self, most_rows: int, too_wide: str = "") -> None:
+        super().__init__()
+        self.most_rows = most_rows
+        self.too_wide = too_wide
+
+    def post_batch(self, body: bytes) -> Answer:
+        rows = [line for line in body.decode().splitlines() if line and not line.lower().startswith("vendorid")]
+        if len(rows) > self.most_rows or (self.too_wide and self.too_wide in rows):
+            self.bodies.append(body)
+            message = f"these {len(rows)} rows could take up to 300000 bytes in one state of the saga; Step Functions takes at most 262144"
+            return self._answer(413, {"error": message})
+        return super().post_batch(body)
+
+
+def test_a_batch_answered_413_is_split_and_its_halves_sent_and_a_rerun_skips_it(tmp_path: Path) -> None:
+    # Given 200 rows in batches of 200 lines, and an API that takes at most 60 rows a batch (the state budget)
+    path = write(tmp_path / "wide.csv", [HEADER, *ROWS[:199]])
+    api = StateBudgetApi(most_rows=60)
+    # When the file is loaded
+    report, out = run(path, api, batch_lines=200)
+    # Then the 199 rows were halved until each part fit: 99 -> 49 + 50, 100 -> 50 + 50, each part with the header
+    assert api.statuses == [413, 413, 202, 202, 413, 202, 202]
+    assert all(body.startswith(HEADER.encode()) for body in api.bodies)
+    assert report.split == 3 and "SPLIT lines 2-200: HTTP 413 (these 199 rows" in out
+    # and every row is stored, with its content id: exit 0
+    assert report.states is not None and report.states.stored == 199 and report.exit_status == 0
+    assert set(api.rows) == {content_id(row) for row in ROWS[:199]}
+    # When it runs again: the whole batch is in the checkpoint, so nothing is sent, not even the 413
+    again, _ = run(path, api, batch_lines=200)
+    assert api.posts == 7 and again.skipped == 1 and again.states is not None and again.states.stored == 199
+
+
+def test_a_single_row_answered_413_is_refused_by_its_line_and_the_rest_is_stored(tmp_path: Path) -> None:
+    # Given 20 rows, one of which the API refuses even alone
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:20]])
+    api = StateBudgetApi(most_rows=100, too_wide=ROWS[7])
     # When the file is loaded
     report, out = run(path, api)
-    # Then each batch is refused with the API's message, the run goes on to the end, and the exit status says so
-    assert len(api.posts) == 2 and api.statuses == [413, 202]
-    assert report.exit_status == 1 and len(report.failed) == 1
-    assert "NOT SENT lines 1-100: refused by the API (HTTP 413): the batch has 99 lines; the limit is 60" in out
-    # and the refused batch is not in the checkpoint: a rerun sends it again
-    assert json.loads((tmp_path / "trips.csv.onceflow-progress").read_text())["acknowledged"] == {api.url: [[101, 151]]}
+    # Then the batch was halved down to that row, which is reported refused by its file line, in the API's words
+    assert [line for line in out.splitlines() if line.startswith("REFUSED")] == [
+        "REFUSED line 9 refused by the API (HTTP 413): these 1 rows could take up to 300000 bytes in one state of the saga; "
+        "Step Functions takes at most 262144"
+    ]
+    # and the 19 others are stored; the run exits 1, one refused
+    assert report.states is not None and report.states.stored == 19 and report.rows_refused == 1
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
+    assert counts_line(out, "refused").startswith("    refused        1")
+
+
+def test_a_batch_the_api_refuses_is_reported_by_the_files_lines_and_the_run_goes_on(tmp_path: Path) -> None:
+    # Given an API that refuses the first batch naming its lines 2 and 3 (rules the loader does not know)
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:150]])
+    message = "2 of 99 lines cannot be trips, nothing was accepted: line 2 is odd; line 3 is odd"
+
+    class RefusingFirst(FakeApi):
+        def post_batch(self, body: bytes) -> Answer:
+            if self.bodies:
+                return super().post_batch(body)
+            self.bodies.append(body)
+            return self._answer(400, {"error": message})
+
+    api = RefusingFirst()
+    # When the file is loaded
+    report, out = run(path, api)
+    # Then the refusal names the file's lines 3 and 4, the next batch went, and its rows are stored
+    refusal = "REFUSED lines 2-100 refused by the API (HTTP 400): 2 of 99 lines cannot be trips, nothing was accepted: "
+    assert refusal + "line 3 is odd; line 4 is odd" in out.splitlines()
+    assert report.rows_refused == 99 and report.states is not None and report.states.stored == 51
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
 
 
 def test_the_apis_line_numbers_are_turned_into_the_files() -> None:
     # Given a batch whose rows are file lines 12, 14 and 15, and an API message about its lines 2 and 3
-    batch = Batch(11, 15, rows=[(12, "a"), (14, "b"), (15, "c")])
+    rows = [(12, "a"), (14, "b"), (15, "c")]
     message = "2 of 3 lines cannot be trips, nothing was accepted: line 2 has 5 columns; line 3 is not one well-formed CSV record"
     # Then the message names lines 14 and 15
-    assert taxi_loader._file_lines(message, batch) == (
+    assert taxi_loader._file_lines(message, rows) == (
         "2 of 3 lines cannot be trips, nothing was accepted: line 14 has 5 columns; line 15 is not one well-formed CSV record"
     )
 
@@ -503,8 +697,11 @@ def test_a_load_reads_the_file_twice_as_a_stream_and_sends_as_it_reads(tmp_path:
     report = load_file(tmp_path / "generated.csv", api, LoadOptions(read_back=False), console=console, opener=opener)
     # Then the first batch was sent when only about a batch of the second pass had been made
     assert len(opened) == 2 and made_at_first_post[0] < 300
-    # and the whole file went, in 51 batches, its hash checked on the way
-    assert len(api.posts) == 51 and report.rows == 5_000 and not report.changed and report.exit_status == 0
+    # and the whole file went, in 51 batches (the sample's 2,000 rows repeat, and a batch of the same rows as one
+    # acknowledged before is not sent again), its hash checked on the way
+    assert (
+        api.posts + report.skipped == 51 and report.skipped > 0 and report.rows == 5_000 and not report.changed and report.exit_status == 0
+    )
 
 
 def test_a_line_too_long_to_be_a_trip_is_counted_through_not_held(tmp_path: Path) -> None:
@@ -517,7 +714,7 @@ def test_a_line_too_long_to_be_a_trip_is_counted_through_not_held(tmp_path: Path
     assert lines[1].problem == f"line 2 is 5000000 bytes; the limit is {MAX_LINE_BYTES}"
 
 
-def test_a_file_changed_while_it_is_loaded_is_reported(tmp_path: Path) -> None:
+def test_a_file_changed_while_it_is_loaded_is_noted_and_its_rows_are_judged_as_sent(tmp_path: Path) -> None:
     # Given a file whose second read differs from its first (someone rewrote it in between)
     contents = [[HEADER, *ROWS[:150]], [HEADER, *ROWS[1:151]]]
 
@@ -526,21 +723,21 @@ def test_a_file_changed_while_it_is_loaded_is_reported(tmp_path: Path) -> None:
 
     console = quiet()
     report = load_file(tmp_path / "moving.csv", FakeApi(), LoadOptions(read_back=False), console=console, opener=opener)
-    # Then the run says so and fails
-    assert report.changed and report.exit_status == 1
-    assert "FILE CHANGED" in console.out.getvalue()  # type: ignore[attr-defined]
+    # Then the run says so; the ids are content ids, so what was sent is what is reported, and all of it was taken
+    assert report.changed and report.exit_status == 0
+    assert "NOTE: the file changed while it was loaded" in console.out.getvalue()  # type: ignore[attr-defined]
 
 
-# --- the summary ------------------------------------------------------------------------------
+# --- the summary and the exit status ----------------------------------------------------------
 
 
 def test_the_summary_groups_flagged_rows_by_phase_reason_and_detail(tmp_path: Path) -> None:
     # Given real rows (the sample's 2,000, with its four findings), 3 rows that fail validation, 2 transformation, and 1 whose store fails
-    path = write(tmp_path / "trips.csv", [HEADER, *ROWS, DROPOFF_BEFORE_PICKUP, DROPOFF_BEFORE_PICKUP, DROPOFF_BEFORE_PICKUP])
-    with path.open("a") as file:
-        file.write(f"{SPRING_FORWARD_GAP}\n{SPRING_FORWARD_GAP}\n")
+    dropoffs = [DROPOFF_BEFORE_PICKUP.replace("16:30:00", f"16:3{n}:00") for n in range(3)]
+    gaps = [SPRING_FORWARD_GAP, SPRING_FORWARD_GAP.replace(",1,N,", ",2,N,")]
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS, *dropoffs, *gaps])
     api = FakeApi()
-    api.failing_store = {taxi_loader.row_id(KEY_OF_BATCH(taxi_loader.scan_file(path.open("rb"))[0], 1, 100), 7)}
+    api.failing_store = {content_id(ROWS[6])}
     # When the file is loaded
     report, out = run(path, api)
     # Then the rows are counted by what became of them, flagged ones by phase, reason and detail
@@ -561,8 +758,86 @@ def test_the_summary_groups_flagged_rows_by_phase_reason_and_detail(tmp_path: Pa
     )
     assert "      store (reason 3) error:ClientError: 1" in summary
     # and each flagged row is listed with its line, id and the API's message
-    assert any(line.startswith("FLAGGED line 2002 kb-") and "validation (reason 1) dropoff_before_pickup: " in line for line in summary)
-    assert any(line.startswith("FLAGGED line 8 kb-") and "store (reason 3) error:ClientError" in line for line in summary)
+    assert any(line.startswith("FLAGGED line 2002 c-") and "validation (reason 1) dropoff_before_pickup: " in line for line in summary)
+    assert any(line.startswith(f"FLAGGED line 8 {content_id(ROWS[6])}: store (reason 3) error:ClientError") for line in summary)
+    # and the run exits 1: every row's fate is known, but not every row is stored
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
+    assert summary[-1] == "NOT ALL STORED (exit 1): flagged or refused lines above; fix them and load them from a new file"
+
+
+class UnreadableApi(FakeApi):
+    """Takes batches; every GET gets no answer (the client's retries spent)."""
+
+    def get_row(self, store_request_id: str) -> Answer:
+        self.reads[store_request_id] += 1
+        raise ApiUnavailable(f"GET /trips/{store_request_id}: no answer after 3 attempts (TimeoutError: timed out)")
+
+
+class PendingApi(FakeApi):
+    """Takes batches; every row reads pending (its execution never ends)."""
+
+    def get_row(self, store_request_id: str) -> Answer:
+        self.reads[store_request_id] += 1
+        return Answer(200, {"StoreRequestId": store_request_id, "state": "pending", "phase": "validation", "generation": 1})
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "counts"),
+    [
+        ("all stored", 0, {"stored": 30, "flagged": 0, "refused": 0, "not sent": 0, "unread": 0, "pending": 0}),
+        ("some flagged", 1, {"stored": 29, "flagged": 2, "refused": 0, "not sent": 0, "unread": 0, "pending": 0}),
+        ("some refused", 1, {"stored": 30, "flagged": 0, "refused": 2, "not sent": 0, "unread": 0, "pending": 0}),
+        ("unread", 3, {"stored": 0, "flagged": 0, "refused": 0, "not sent": 0, "unread": 30, "pending": 0}),
+        ("pending", 3, {"stored": 0, "flagged": 0, "refused": 0, "not sent": 0, "unread": 0, "pending": 30}),
+        ("pending and refused", 3, {"stored": 0, "flagged": 0, "refused": 1, "not sent": 0, "unread": 0, "pending": 30}),
+        ("not sent", 3, {"stored": 0, "flagged": 0, "refused": 0, "not sent": 30, "unread": 0, "pending": 0}),
+    ],
+)
+def test_the_exit_status_and_the_summary_name_every_outcome(tmp_path: Path, case: str, status: int, counts: dict[str, int]) -> None:
+    # Given 30 real rows and, per case, flagged rows, refused lines (one cut under the header), or an API whose GETs fail,
+    # whose rows stay pending, or which refuses the key
+    lines = [HEADER, *ROWS[1000:1030]]
+    api: FakeApi = FakeApi()
+    if case == "some flagged":
+        lines = [HEADER, *ROWS[1000:1029], DROPOFF_BEFORE_PICKUP, SPRING_FORWARD_GAP]
+    elif case == "some refused":
+        lines = [*lines, MALFORMED["five columns"], TRUNCATED]
+    elif case == "unread":
+        api = UnreadableApi()
+    elif case.startswith("pending"):
+        api = PendingApi()
+        lines = [*lines, TRUNCATED] if case == "pending and refused" else lines
+    elif case == "not sent":
+        api.post_batch = lambda body: Answer(403, {"message": "Forbidden"})  # type: ignore[method-assign]
+    clock = FakeClock()
+    # When the file is loaded, waiting up to 20 s for the rows to settle
+    report, out = run_timed(write(tmp_path / "trips.csv", lines), api, clock, wait_seconds=20)
+    # Then the exit status is the case's, and the summary names each count, every data line in exactly one
+    assert report.exit_status == status
+    for name, count in counts.items():
+        assert counts_line(out, name).startswith(f"    {name:<8}{count:>8}"), (name, counts_line(out, name))
+    assert sum(counts.values()) == report.data_lines == len(lines) - 1
+    assert out.splitlines()[-1].startswith({0: "ALL STORED", 1: "NOT ALL STORED", 3: "INCOMPLETE"}[status] + f" (exit {status})")
+    if case == "unread":  # every read failed: read in passes until the deadline, then RETRIES_AFTER_DEADLINE more
+        assert len(api.reads) == 30 and sum(api.reads.values()) > 30
+        assert "    unread        30  (the first: line " in out
+    if case == "pending":  # and the last read of each row, after the deadline, said pending
+        assert clock.now >= 1000.0 + 20
+        assert "    pending       30  after 20 s; run the loader again later to read them (it stores nothing twice)" in out.splitlines()
+
+
+def test_the_exit_status_is_0_when_every_data_line_was_stored_and_documented_in_the_help(capsys: Any) -> None:
+    # Given the codes
+    # Then each has its constant, and --help says what each means
+    assert (taxi_loader.ALL_STORED_EXIT_STATUS, taxi_loader.NOT_STORED_EXIT_STATUS, taxi_loader.INCOMPLETE_EXIT_STATUS) == (0, 1, 3)
+    with pytest.raises(SystemExit):
+        taxi_loader.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("0 every data line was read back stored", "1 every line's fate is known", "3 incomplete", "2 usage", "130 interrupted"):
+        assert words in text
+
+
+# --- reading back -----------------------------------------------------------------------------
 
 
 def test_pending_rows_are_read_again_until_they_settle_within_the_wait(tmp_path: Path) -> None:
@@ -570,21 +845,118 @@ def test_pending_rows_are_read_again_until_they_settle_within_the_wait(tmp_path:
     path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:30]])
     api = FakeApi(unsettled_reads=3)
     # When the file is loaded
-    report, out = run(path, api, wait_seconds=60)
+    report, _ = run_timed(path, api, FakeClock(), wait_seconds=60)
     # Then every row was read until it settled: 3 unsettled reads and the last, and none is left pending
     assert report.states is not None and report.states.stored == 30 and report.states.pending == []
     assert set(api.reads.values()) == {4}
-    # When a rerun may not wait: the rows still unsettled are listed as pending, and the run has not failed
+    # When a rerun may not wait: each row is read once, the rows still unsettled are pending, and the run is incomplete
     again = FakeApi(unsettled_reads=10)
-    report, out = run(write(tmp_path / "other.csv", [HEADER, *ROWS[30:40]]), again, wait_seconds=0)
-    assert report.states is not None and len(report.states.pending) == 10 and report.exit_status == 0
-    assert "    pending       10  after 0 s; run the loader again later to read them (it resends nothing)" in out.splitlines()
+    report, _ = run(write(tmp_path / "other.csv", [HEADER, *ROWS[30:40]]), again, wait_seconds=0)
+    assert report.states is not None and len(report.states.pending) == 10 and report.exit_status == 3
+    assert set(again.reads.values()) == {1}
 
 
-def test_the_read_back_uses_a_bounded_pool() -> None:
-    # Given the loader's defaults
-    # Then it reads 16 rows at once
-    assert taxi_loader.READERS == 16
+class SlowApi(FakeApi):
+    """Each GET takes `seconds` of the fake clock; every row's execution ends at `ends_at`: pending before."""
+
+    def __init__(self, clock: FakeClock, seconds: float, ends_at: float) -> None:
+        super().__init__()
+        self.clock = clock
+        self.seconds = seconds
+        self.ends_at = ends_at
+        self.answers: list[tuple[float, str]] = []
+
+    def get_row(self, store_request_id: str) -> Answer:
+        self.clock.advance(self.seconds)
+        if self.clock() < self.ends_at:
+            self.answers.append((self.clock(), "pending"))
+            return Answer(200, {"StoreRequestId": store_request_id, "state": "pending", "phase": "store", "generation": 1})
+        self.answers.append((self.clock(), "stored"))
+        return super().get_row(store_request_id)
+
+
+def test_a_read_back_longer_than_the_wait_reads_the_unsettled_rows_once_more_after_the_deadline(tmp_path: Path) -> None:
+    # Given 40 rows whose executions end 20 s after the load, and a busy API that takes 1 s per GET, read one at a time:
+    # the first pass alone takes 40 s, longer than --wait 30
+    clock = FakeClock()
+    api = SlowApi(clock, seconds=1.0, ends_at=clock() + 20)
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[1100:1140]])
+    # When the file is loaded with --wait 30
+    report, _ = run_timed(path, api, clock, wait_seconds=30, readers=1)
+    # Then the rows read pending in the first pass (before their executions ended) were read again after the deadline,
+    # and since that read said stored, none is reported pending: every row is stored, exit 0
+    assert sum(1 for _, said in api.answers if said == "pending") == 19
+    assert report.states is not None and report.states.pending == [] and report.states.stored == 40
+    assert report.exit_status == 0
+
+
+def test_failed_reads_are_read_again_with_fewer_readers_and_only_the_last_failure_makes_a_row_unread(tmp_path: Path) -> None:
+    # Given an overloaded API: one GET in three fails (the client's retries spent)
+    class Busy(FakeApi):
+        def __init__(self) -> None:
+            super().__init__()
+            self.active = 0
+            self.most_active = 0
+            self.gets = 0
+            self.failed: Counter[str] = Counter()
+            self.lock = threading.Lock()
+
+        def get_row(self, store_request_id: str) -> Answer:
+            with self.lock:
+                self.active += 1
+                self.most_active = max(self.most_active, self.active)
+                self.gets += 1
+                failing = self.gets % 3 == 0
+                self.failed[store_request_id] += failing
+            try:
+                if failing:
+                    raise ApiUnavailable("GET: no answer after 3 attempts (TimeoutError: timed out)")
+                return super().get_row(store_request_id)
+            finally:
+                with self.lock:
+                    self.active -= 1
+
+    api = Busy()
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[1200:1260]])
+    # When the file is loaded with --wait 0 (every read after the deadline)
+    report, _ = run_timed(path, api, FakeClock(), wait_seconds=0)
+    # Then the failed reads were read again after the deadline and every row is stored; none is unread
+    assert sum(1 for count in api.failed.values() if count) >= 15
+    assert report.states is not None and report.states.unreadable == [] and report.states.stored == 60
+    assert report.exit_status == 0
+    # and no more than the pool's 16 ran at once
+    assert api.most_active <= taxi_loader.READERS
+
+
+def test_the_readers_halve_on_a_failure_and_grow_back_one_at_a_time() -> None:
+    # Given the read-back's pool of 16
+    pool = taxi_loader._Readers(lambda item: Answer(200, {}), 16)
+    try:
+        # When three reads fail in a row: 16 -> 8 -> 4 -> 2
+        for _ in range(3):
+            pool._adjust(failed=True)
+        assert pool.limit == 2
+        # When reads succeed: one more reader after as many successes as there are readers
+        for _ in range(2 + 3):
+            pool._adjust(failed=False)
+        assert pool.limit == 4
+        # and it never passes 16
+        for _ in range(1000):
+            pool._adjust(failed=False)
+        assert pool.limit == 16
+    finally:
+        pool.close()
+
+
+def test_after_eight_failed_reads_in_a_row_the_rest_of_the_pass_is_not_tried(tmp_path: Path) -> None:
+    # Given an API whose GETs all fail, and 200 rows
+    api = UnreadableApi()
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[1300:1500]])
+    # When the file is loaded with --wait 0
+    report, _ = run_timed(path, api, FakeClock(), wait_seconds=0, readers=1)
+    # Then each pass stopped asking after 8 failures: the first and RETRIES_AFTER_DEADLINE more, not 200 GETs each
+    assert sum(api.reads.values()) == 8 * (1 + taxi_loader.RETRIES_AFTER_DEADLINE)
+    assert report.states is not None and len(report.states.unreadable) == 200 and report.exit_status == 3
 
 
 # --- the HTTP client --------------------------------------------------------------------------
@@ -605,20 +977,20 @@ class Response:
         return None
 
 
-def test_the_http_client_retries_the_same_bytes_under_the_same_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_http_client_retries_the_same_bytes_without_a_key_and_reads_with_a_short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given an API that answers 503, then drops the connection, then accepts
     import urllib.error
     import urllib.request
 
-    seen: list[tuple[str, str, bytes | None, dict[str, str]]] = []
+    seen: list[tuple[str, str, bytes | None, dict[str, str], float]] = []
     answers: list[Any] = [
         urllib.error.HTTPError("https://api.test/trips/batch", 503, "busy", {}, io.BytesIO(b'{"message": "Service Unavailable"}')),  # type: ignore[arg-type]
         ConnectionResetError("reset"),
-        Response(202, {"StoreRequestIds": ["kb-k-1"], "duplicate": False}),
+        Response(202, {"StoreRequestIds": ["c-" + "0" * 32], "duplicate": False}),
     ]
 
     def urlopen(request: urllib.request.Request, timeout: float) -> Any:
-        seen.append((request.get_method(), request.full_url, request.data, dict(request.header_items())))  # type: ignore[arg-type]
+        seen.append((request.get_method(), request.full_url, request.data, dict(request.header_items()), timeout))  # type: ignore[arg-type]
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -628,23 +1000,24 @@ def test_the_http_client_retries_the_same_bytes_under_the_same_key(monkeypatch: 
     pauses: list[float] = []
     api = HttpTaxiApi("https://api.test/", "s3cret", sleep=pauses.append)
     # When a batch is posted
-    answer = api.post_batch(b"row\n", "file-1-100")
-    # Then it was sent three times, the same bytes and key each time, with the key in Authorization, and accepted
-    assert answer == Answer(202, {"StoreRequestIds": ["kb-k-1"], "duplicate": False})
-    assert [(method, url, body) for method, url, body, _ in seen] == [
+    answer = api.post_batch(b"row\n")
+    # Then it was sent three times, the same bytes each time, with no Idempotency-Key, the key in Authorization, and accepted
+    assert answer == Answer(202, {"StoreRequestIds": ["c-" + "0" * 32], "duplicate": False})
+    assert [(method, url, body) for method, url, body, _, _ in seen] == [
         ("POST", "https://api.test" + contract.ROUTE_TRIP_BATCH, b"row\n")
     ] * 3
-    assert {headers["Idempotency-key"] for *_, headers in seen} == {"file-1-100"}
-    assert {headers["Authorization"] for *_, headers in seen} == {"s3cret"}
-    assert len(pauses) == 2
+    assert not any("Idempotency-key" in headers for _, _, _, headers, _ in seen)
+    assert {headers["Authorization"] for _, _, _, headers, _ in seen} == {"s3cret"}
+    assert {timeout for *_, timeout in seen} == {taxi_loader.POST_TIMEOUT_SECONDS} and len(pauses) == 2
     # When the API refuses a request (4xx): the answer is returned at once, not retried
     answers[:] = [urllib.error.HTTPError("u", 400, "bad", {}, io.BytesIO(b'{"error": "line 1 has 5 columns"}'))]  # type: ignore[arg-type]
-    assert api.post_batch(b"1,2\n", "k").error == "line 1 has 5 columns"
-    # When the API never answers: ApiUnavailable after every attempt
-    answers[:] = [TimeoutError("timed out")] * 6
-    with pytest.raises(ApiUnavailable, match="no answer after 6 attempts"):
-        api.get_row("kb-k-1")
-    assert seen[-1][1] == "https://api.test/trips/kb-k-1"
+    assert api.post_batch(b"1,2\n").error == "line 1 has 5 columns"
+    # When a GET never gets an answer: ApiUnavailable after its 3 attempts of 10 s each (the read-back reads it again later)
+    seen.clear()
+    answers[:] = [TimeoutError("timed out")] * 3
+    with pytest.raises(ApiUnavailable, match="no answer after 3 attempts"):
+        api.get_row("c-" + "0" * 32)
+    assert [(url, timeout) for _, url, _, _, timeout in seen] == [("https://api.test/trips/c-" + "0" * 32, 10.0)] * 3
 
 
 def test_an_unreachable_api_stops_the_run_after_three_batches_and_a_rerun_resumes(tmp_path: Path) -> None:
@@ -659,14 +1032,26 @@ def test_an_unreachable_api_stops_the_run_after_three_batches_and_a_rerun_resume
     api.before_start = down
     # When the file is loaded
     report, out = run(path, api)
-    # Then the run stops after three unanswered batches, says so, and exits 1
-    assert len(api.posts) == 4 and report.stopped and report.exit_status == 1
+    # Then the run stops sending after three unanswered batches, says so, counts the rest of the file as not sent, and exits 3
+    assert api.posts == 4 and report.stopped and report.exit_status == taxi_loader.INCOMPLETE_EXIT_STATUS
     assert "STOPPED: the API did not answer 3 batches in a row" in out
+    assert report.rows_not_sent == 501 and counts_line(out, "not sent") == "    not sent     501  (a rerun sends them)"
     # When the API is back: a rerun sends the six missing batches and every row is stored once
     api.before_start = None
     report, _ = run(path, api)
-    assert len(api.posts) == 10 and report.skipped == 1 and report.accepted == 6
-    assert report.states is not None and report.states.stored == 600
+    assert api.posts == 10 and report.skipped == 1 and report.accepted == 6
+    assert report.states is not None and report.states.stored == 600 and report.exit_status == 0
+
+
+def test_a_refused_key_stops_the_run_at_once(tmp_path: Path) -> None:
+    # Given an API that refuses the key
+    refusing = FakeApi()
+    refusing.post_batch = lambda body: Answer(403, {"message": "Forbidden"})  # type: ignore[method-assign]
+    # When a file is loaded
+    report, out = run(write(tmp_path / "other.csv", [HEADER, *ROWS[:250]]), refusing)
+    # Then the run stops after the first batch, reports it, and exits 3 (fix the key, run it again)
+    assert report.stopped == "the API refused the key" and len(report.failed) == 1 and report.exit_status == 3
+    assert "NOT SENT lines 2-100: HTTP 403: the API refused the key (Forbidden)" in out
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -784,64 +1169,3 @@ def test_without_tqdm_the_loader_runs_without_bars(tmp_path: Path, monkeypatch: 
     assert console.err.getvalue() == (  # type: ignore[attr-defined]
         "onceflow-taxi-load: no progress bars: tqdm is not installed (pip install 'onceflow[clients]')\n"
     )
-
-
-def test_a_checkpoint_that_is_not_one_is_a_usage_error(tmp_path: Path) -> None:
-    # Given a file where the checkpoint should be
-    path = tmp_path / "x.onceflow-progress"
-    path.write_text("{not json")
-    # Then opening it says what to do
-    with pytest.raises(taxi_loader.UsageError, match="move it away"):
-        Checkpoint.open(path, sha256="0" * 64, batch_lines=None, batch_bytes=taxi_loader.BATCH_MAX_BYTES)
-
-
-def test_a_key_already_used_for_other_lines_is_reported_and_the_key_refused_stops_the_run(tmp_path: Path) -> None:
-    # Given an API that already ran the first batch's key with other lines (the loader's rules changed, say)
-    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:250]])
-    sha256 = taxi_loader.scan_file(path.open("rb"))[0]
-    api = FakeApi()
-    api.executions[f"kb-{KEY_OF_BATCH(sha256, 1, 100)}"] = '{"rows": []}'
-    # When the file is loaded
-    report, out = run(path, api, read_back=False)
-    # Then that batch is reported with the 422, left out of the checkpoint, and the others go
-    assert api.statuses == [422, 202, 202] and report.exit_status == 1
-    assert f"NOT SENT lines 1-100: HTTP 422: the key {KEY_OF_BATCH(sha256, 1, 100)} was already used for other lines" in out
-    # When the API refuses the key itself: the run stops at once, since no batch can go
-    refusing = FakeApi()
-    refusing.before_start = lambda index: None
-    refusing.post_batch = lambda body, key: Answer(403, {"message": "Forbidden"})  # type: ignore[method-assign]
-    report, out = run(write(tmp_path / "other.csv", [HEADER, *ROWS[:250]]), refusing)
-    assert report.stopped == "the API refused the key" and len(report.failed) == 1 and report.exit_status == 1
-    assert "NOT SENT lines 1-100: HTTP 403: the API refused the key (Forbidden)" in out
-
-
-def test_a_checkpoint_that_cannot_be_written_stops_the_run_before_anything_is_sent(tmp_path: Path, capsys: Any) -> None:
-    # Given a checkpoint path in a folder that does not exist
-    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:10]])
-    api = FakeApi()
-    # When the loader runs
-    with pytest.raises(SystemExit) as stopped:
-        taxi_loader.main([str(path), "--url", api.url, "--checkpoint", str(tmp_path / "no" / "such" / "place")], api=api)
-    # Then it stops with exit 2, naming the option, and sent nothing
-    assert stopped.value.code == 2 and "pass --checkpoint PATH" in capsys.readouterr().err
-    assert api.posts == []
-
-
-def test_an_interrupt_keeps_the_checkpoint_and_a_rerun_goes_on(tmp_path: Path, capsys: Any) -> None:
-    # Given a load interrupted (Ctrl-C) as it sends its third batch
-    path = write(tmp_path / "trips.csv", [HEADER, *ROWS[:400]])
-    api = FakeApi()
-
-    def interrupt(index: int) -> None:
-        if index == 2:
-            raise KeyboardInterrupt
-
-    api.before_start = interrupt
-    # Then the loader says how to go on and exits 130, with the first two batches in the checkpoint
-    assert taxi_loader.main([str(path), "--url", api.url], api=api) == taxi_loader.INTERRUPTED_EXIT_STATUS
-    assert "interrupted; the checkpoint holds what the API acknowledged" in capsys.readouterr().err
-    assert json.loads((tmp_path / "trips.csv.onceflow-progress").read_text())["acknowledged"] == {api.url: [[1, 200]]}
-    # When it runs again: the rest goes, and every row is stored once
-    api.before_start = None
-    assert taxi_loader.main([str(path), "--url", api.url], api=api) == 0
-    assert len(api.executions) == 5 and len(api.rows) == 400
