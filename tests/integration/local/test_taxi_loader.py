@@ -3,10 +3,15 @@
 Step Functions, the trips and status tables in the embedded DynamoDB.
 
 250 real rows and a few that the saga flags go in once each, and the summary reports the flags
-with their reasons; a loader that dies midway and runs again stores no row twice, and the batches
-it sends again (and every batch, once the checkpoint is gone) are answered as duplicates; a file
-with binary junk and a 2009-layout header gets per-line errors while its rows go in; --env reads
-the URL and the key's secret from the outputs file."""
+with their reasons (exit 1: not every row stored); a loader that dies midway and runs again stores
+no row twice, and the batches it sends again (and every batch, once the checkpoint is gone) are
+answered as duplicates; a CRLF copy with a byte-order mark, or a re-saved copy, of a loaded file
+adds nothing to the trips table, and rows loaded then posted alone to /trips have the loader's ids;
+a truncated last line under the header is refused by its line while a batch too large for the API
+is split; a file with binary junk and a 2009-layout header gets per-line errors while its rows go
+in; --env reads the URL and the key's secret from the outputs file.
+
+Each test takes its own rows of the sample (content ids: a row another test stored is the same row)."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from onceflow.clients import taxi_loader
 from onceflow.clients.taxi_loader import Answer, Console, HttpTaxiApi, LoadOptions, LoadReport, load_file
 from onceflow.runtime.taxi_etl import contract
 from runtime.taxi_etl.store import STATUS_REASON
+from tests.integration.local.raw_http import request
 
 SCHEMA_ROWS = schema_rows()
 HEADER, ROWS = sample_header(), sample_lines()
@@ -40,31 +46,32 @@ class CrashAfter:
         self._api = api
         self._posts = posts
         self.url = api.url
-        self.sent: list[str] = []
+        self.executions: list[str] = []
 
-    def post_batch(self, body: bytes, key: str) -> Answer:
-        answer = self._api.post_batch(body, key)
-        self.sent.append(key)
-        if len(self.sent) == self._posts:
-            raise SimulatedCrash(f"the loader died after the answer to batch {key}")
+    def post_batch(self, body: bytes) -> Answer:
+        answer = self._api.post_batch(body)
+        self.executions.append(str(answer.document["execution"]))
+        if len(self.executions) == self._posts:
+            raise SimulatedCrash(f"the loader died after the answer to batch {answer.document['execution']}")
         return answer
 
     def get_row(self, store_request_id: str) -> Answer:
         return self._api.get_row(store_request_id)
 
 
-def wait_until_ended(local_stack: Any, names: list[str], timeout: float = WAIT_SECONDS) -> None:
-    """Until none of the named executions of the taxi state machine is running."""
+def wait_until_quiet(local_stack: Any, timeout: float = WAIT_SECONDS) -> None:
+    """Until no execution of the taxi state machine is running (a row is stored before its execution ends)."""
     stepfunctions = local_stack.client("stepfunctions")
-    prefix = taxi_outputs(local_stack)[contract.OUTPUT_STATE_MACHINE_ARN].replace(":stateMachine:", ":execution:", 1)
+    arn = taxi_outputs(local_stack)[contract.OUTPUT_STATE_MACHINE_ARN]
     deadline = time.monotonic() + timeout
-    while any(stepfunctions.describe_execution(executionArn=f"{prefix}:{name}")["status"] == "RUNNING" for name in names):
-        assert time.monotonic() < deadline, f"executions {names} still running after {timeout} s"
+    while stepfunctions.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
+        assert time.monotonic() < deadline, f"executions still running after {timeout} s"
         time.sleep(0.2)
 
 
-def write(path: Path, lines: list[str | bytes]) -> Path:
-    path.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines))
+def write(path: Path, lines: list[str | bytes], *, ending: bytes = b"\n", last_ending: bool = True) -> Path:
+    data = ending.join(line if isinstance(line, bytes) else line.encode() for line in lines)
+    path.write_bytes(data + (ending if last_ending else b""))
     return path
 
 
@@ -84,18 +91,34 @@ def taxi_outputs(local_stack: Any) -> dict[str, str]:
     return {str(key): str(value) for key, value in outputs.items()}
 
 
-def items_of_file(local_stack: Any, table: str, sha256: str) -> list[dict[str, Any]]:
-    """Every item of `table` whose id the loader's keys for this file gave (kb-<hash>-<first>-<last>-<n>)."""
-    dynamodb = local_stack.client("dynamodb")
-    items: list[dict[str, Any]] = []
-    for page in dynamodb.get_paginator("scan").paginate(
-        TableName=table,
-        ConsistentRead=True,
-        FilterExpression="begins_with(#id, :prefix)",
-        ExpressionAttributeNames={"#id": contract.KEY_STORE_REQUEST_ID},
-        ExpressionAttributeValues={":prefix": {"S": f"kb-{sha256[: taxi_loader.KEY_HASH_CHARS]}-"}},
-    ):
-        items.extend(page["Items"])
+def ids_of(report: LoadReport) -> dict[int, str]:
+    """The file's line number -> StoreRequestId of every row the API acknowledged."""
+    return {line: store_request_id for batch in report.sent for store_request_id, line in batch.rows()}
+
+
+def trips_table(local_stack: Any) -> str:
+    return taxi_outputs(local_stack)[contract.OUTPUT_TRIPS_TABLE]
+
+
+def trips_count(local_stack: Any) -> int:
+    """Items in the trips table, counted through the embedded DynamoDB."""
+    pages = (
+        local_stack.client("dynamodb")
+        .get_paginator("scan")
+        .paginate(TableName=trips_table(local_stack), Select="COUNT", ConsistentRead=True)
+    )
+    return sum(page["Count"] for page in pages)
+
+
+def trips_of(local_stack: Any, ids: set[str]) -> list[dict[str, Any]]:
+    """The trips items under these ids."""
+    dynamodb, table, items = local_stack.client("dynamodb"), trips_table(local_stack), []
+    ordered = sorted(ids)
+    for start in range(0, len(ordered), 100):
+        keys = [{contract.KEY_STORE_REQUEST_ID: {"S": store_request_id}} for store_request_id in ordered[start : start + 100]]
+        answer = dynamodb.batch_get_item(RequestItems={table: {"Keys": keys, "ConsistentRead": True}})
+        assert not answer.get("UnprocessedKeys")
+        items.extend(answer["Responses"][table])
     return items
 
 
@@ -107,7 +130,7 @@ def trip_of(item: dict[str, Any]) -> tuple[str, ...]:
 
 
 def assert_stored_once(local_stack: Any, report: LoadReport, rows: int) -> list[dict[str, Any]]:
-    trips = items_of_file(local_stack, taxi_outputs(local_stack)[contract.OUTPUT_TRIPS_TABLE], report.sha256)
+    trips = trips_of(local_stack, set(ids_of(report).values()))
     assert len(trips) == rows
     assert len({trip_of(item) for item in trips}) == rows  # no trip under two ids
     return trips
@@ -115,25 +138,26 @@ def assert_stored_once(local_stack: Any, report: LoadReport, rows: int) -> list[
 
 def test_every_valid_row_is_stored_once_and_flagged_rows_are_reported_with_their_reasons(local_stack: Any, tmp_path: Path) -> None:
     # Given 250 real rows, two that fail validation and one that fails transformation
-    lines: list[str | bytes] = [HEADER, *ROWS[:100], DROPOFF_BEFORE_PICKUP, *ROWS[100:200], SPRING_FORWARD_GAP]
-    lines += [*ROWS[200:250], DROPOFF_BEFORE_PICKUP.replace("16:30:00", "16:20:00")]
+    lines: list[str | bytes] = [HEADER, *ROWS[1500:1600], DROPOFF_BEFORE_PICKUP, *ROWS[1600:1700], SPRING_FORWARD_GAP]
+    lines += [*ROWS[1700:1750], DROPOFF_BEFORE_PICKUP.replace("16:30:00", "16:20:00")]
     path = write(tmp_path / "october.csv", lines)
     # When the loader sends the file to the local API
     report, out = load(path, api_of(local_stack))
     # Then every batch was accepted, none refused, and every row was read back settled
-    assert report.exit_status == 0 and report.failed == [] and report.refused == 0
+    assert report.failed == [] and report.refused_total == 0
     assert (report.batches, report.accepted, report.duplicates) == (3, 3, 0)
     states = report.states
     assert states is not None and states.pending == [] and states.unreadable == []
     # and the 250 real rows are stored, each once, and the three others are not
     assert states.stored == 250
     assert_stored_once(local_stack, report, 250)
-    # and the flagged rows are reported by phase, reason and detail, each with its line
+    # and the flagged rows are reported by phase, reason and detail, each with its line; not all stored: exit 1
     assert states.flagged == {("validation", 1, "dropoff_before_pickup"): 2, ("transformation", 2, "nonexistent_local_time"): 1}
     assert "      validation (reason 1) dropoff_before_pickup: 2" in out
     assert "      transformation (reason 2) nonexistent_local_time: 1" in out
     flagged_lines = sorted(int(line.split()[2]) for line in out if line.startswith("FLAGGED line"))
     assert flagged_lines == [102, 203, 254]
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
     # and the status tables hold the same codes
     dynamodb = local_stack.client("dynamodb")
     validation = taxi_outputs(local_stack)[contract.OUTPUT_STATUS_TABLES[contract.PHASE_VALIDATION]]
@@ -153,7 +177,7 @@ def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_
         load(path, crashing)
     # and whose batches' executions have ended since (while one runs, the API answers its resend 202 with the same
     # ids, as StartExecution does: still one execution; once it has ended, 200 and "duplicate": true)
-    wait_until_ended(local_stack, [f"kb-{key}" for key in crashing.sent])
+    wait_until_quiet(local_stack)
     # When it runs again
     report, out = load(path, api_of(local_stack))
     # Then the first batch is skipped (acknowledged), the second is sent again and answered as a duplicate, the third is new,
@@ -163,9 +187,8 @@ def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_
     # and every row is stored once: 250 trips, none twice
     assert report.states is not None and report.states.stored == 250 and report.states.flagged_total == 0
     assert_stored_once(local_stack, report, 250)
-    # When every batch's execution has ended (a row is stored before its execution is marked ended),
-    wait_until_ended(local_stack, [f"kb-{batch.key}" for batch in report.sent])
-    # and the checkpoint is lost and the file is loaded again in the same batches
+    # When every batch's execution has ended, and the checkpoint is lost and the file is loaded again
+    wait_until_quiet(local_stack)
     (tmp_path / "crash.csv.onceflow-progress").unlink()
     report, out = load(path, api_of(local_stack), read_back=False)
     # Then every batch is answered as a duplicate, and still no row is stored twice
@@ -175,6 +198,82 @@ def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_
         in out
     )
     assert_stored_once(local_stack, report, 250)
+
+
+def test_a_crlf_copy_with_a_byte_order_mark_or_a_resaved_copy_of_a_loaded_file_adds_no_trip(local_stack: Any, tmp_path: Path) -> None:
+    # Given 150 real rows loaded in full, and every execution ended
+    rows = ROWS[1250:1400]
+    first, _ = load(write(tmp_path / "loaded.csv", [HEADER, *rows]), api_of(local_stack))
+    assert first.exit_status == 0 and first.states is not None and first.states.stored == 150
+    wait_until_quiet(local_stack)
+    before = trips_count(local_stack)
+    # When a CRLF copy with a byte-order mark (another file: no checkpoint of its own) is loaded
+    copy = write(tmp_path / "copy.csv", [b"\xef\xbb\xbf" + HEADER.encode(), *(row.encode() for row in rows)], ending=b"\r\n")
+    again, _ = load(copy, api_of(local_stack))
+    # Then its rows have the first load's ids, its batches are the same executions (duplicates), and every row reads stored
+    assert ids_of(again) == ids_of(first)
+    assert (again.accepted, again.duplicates) == (0, 2)
+    assert again.exit_status == 0 and again.states is not None and again.states.stored == 150
+    # When a re-saved copy (other spellings of the same amounts, batches of 60) is loaded
+    resaved = write(tmp_path / "resaved.csv", [HEADER, *(row.replace(",0.5,", ",0.50,") for row in rows)])
+    third, _ = load(resaved, api_of(local_stack), batch_lines=60)
+    # Then it has the same ids too: new executions, whose store phase finds every trip already there
+    assert ids_of(third) == ids_of(first) and third.accepted == 3
+    assert third.exit_status == 0 and third.states is not None and third.states.stored == 150
+    # and the trips table holds not one item more
+    wait_until_quiet(local_stack)
+    assert trips_count(local_stack) == before
+    assert_stored_once(local_stack, third, 150)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="make serve builds the taxi API function with Clients(stepfunctions=...) only (devtools/local/cloud.py), so its "
+    "single-row read of the four row tables goes to real AWS and POST /trips answers 500; remove this mark once it gets dynamodb",
+)
+def test_rows_loaded_then_posted_alone_to_trips_get_the_loaders_ids_and_start_nothing(local_stack: Any, tmp_path: Path) -> None:
+    # Given 20 real rows loaded by the loader, and every execution ended
+    rows = ROWS[1450:1470]
+    report, _ = load(write(tmp_path / "single.csv", [HEADER, *rows]), api_of(local_stack))
+    assert report.exit_status == 0
+    wait_until_quiet(local_stack)
+    before = trips_count(local_stack)
+    # When each is posted alone to /trips, unkeyed, with CRLF
+    answers = []
+    for row in rows:
+        headers = [("Authorization", local_stack.api_key), ("content-type", "text/csv")]
+        status, _, body = request(f"{local_stack.taxi_url}{contract.ROUTE_TRIP}", "POST", f"{row}\r\n".encode(), headers)
+        answers.append((status, json.loads(body)))
+    # Then each answer is a 200 duplicate under the id the loader's batch gave it: the trip is stored, nothing started
+    assert [answer["StoreRequestId"] for _, answer in answers] == [ids_of(report)[line] for line in range(2, 22)]
+    assert all(status == 200 and answer["duplicate"] is True and answer["execution"] is None for status, answer in answers)
+    assert {answer["state"] for _, answer in answers} == {"stored"}
+    # and the trips table holds not one item more
+    wait_until_quiet(local_stack)
+    assert trips_count(local_stack) == before
+
+
+def test_a_truncated_last_line_is_refused_under_the_header_and_a_batch_over_the_apis_limit_is_split(
+    local_stack: Any, tmp_path: Path
+) -> None:
+    # Given the header, 199 real rows and a last line cut at its last comma, without a line ending (17 fields: alone,
+    # the shape of a 2017 trip), in one batch of 250 lines: the dev API takes at most 100 lines a batch
+    truncated = ROWS[1900].rsplit(",", 1)[0]
+    path = write(tmp_path / "cut.csv", [HEADER, *ROWS[1800:1999], truncated], last_ending=False)
+    # When the loader sends it
+    report, out = load(path, api_of(local_stack), batch_lines=250)
+    # Then the cut line is refused by its line, naming the header's count, and not sent
+    assert [line for line in out if line.startswith("REFUSED")] == [
+        "REFUSED line 201 has 17 columns, but the header (line 1) has 18 (a truncated or shifted row)"
+    ]
+    # and the API's 413 (199 lines, the limit is 100) split the batch: its halves, each with the header, were accepted
+    assert report.split == 1 and report.accepted == 2 and report.failed == []
+    assert any(line.startswith("SPLIT lines 2-200: HTTP 413 (the batch has 199 lines; the limit is 100)") for line in out)
+    # and the 199 rows are stored, once each; one line was not: exit 1
+    assert report.states is not None and report.states.stored == 199
+    assert_stored_once(local_stack, report, 199)
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
+    assert "    refused        1  (each listed above as REFUSED; not stored)" in out
 
 
 def test_a_malformed_file_gets_per_line_errors_and_its_rows_still_go_in(local_stack: Any, tmp_path: Path, capsys: Any) -> None:
@@ -199,11 +298,12 @@ def test_a_malformed_file_gets_per_line_errors_and_its_rows_still_go_in(local_st
         "send yellow-trip records of 2017 or later, which carry zone ids",
         "REFUSED line 107 has 3 columns; a yellow-taxi trip has 17 to 20",
     ]
-    # and the run went on: the batch around them was sent, its 100 rows are stored, and the exit status is 0
-    assert status == 0
-    assert "    stored       100" in out
-    sha256 = taxi_loader.scan_file(path.open("rb"))[0]
-    assert len(items_of_file(local_stack, taxi_outputs(local_stack)[contract.OUTPUT_TRIPS_TABLE], sha256)) == 100
+    # and the run went on: the batch around them was sent and its 100 rows are stored; the refused lines make it exit 1
+    assert status == taxi_loader.NOT_STORED_EXIT_STATUS
+    assert "    stored       100" in out and "    refused        6  (each listed above as REFUSED; not stored)" in out
+    assert out[-1] == "NOT ALL STORED (exit 1): flagged or refused lines above; fix them and load them from a new file"
+    stored = trips_of(local_stack, {taxi_loader.content_id(row) for row in [*ROWS[600:700]]})
+    assert len(stored) == 100
 
 
 def test_env_reads_the_url_and_the_key_from_the_outputs_file_and_the_secret(
@@ -220,7 +320,7 @@ def test_env_reads_the_url_and_the_key_from_the_outputs_file_and_the_secret(
     # When the loader runs with --env local
     status = taxi_loader.main([str(path), "--env", "local", "--outputs-file", str(local_stack.outputs_file), "--no-progress"])
     out = capsys.readouterr().out
-    # Then it found the API and its key, and the rows are stored
+    # Then it found the API and its key, and the rows are stored: exit 0
     assert status == 0
     assert f"to {taxi_outputs(local_stack)[contract.OUTPUT_API_URL].rstrip('/')}{contract.ROUTE_TRIP_BATCH}" in out
-    assert "    stored        30" in out
+    assert "    stored        30" in out and "ALL STORED (exit 0): every data line was stored" in out
