@@ -233,7 +233,9 @@ class TaxiWorld:
         environment = self.environment(API_HANDLER)
         # The deployed entry point builds its pipeline through the wiring, on the API's own client.
         built = api_handler.deps
-        api_handler.deps = functools.cache(lambda: wiring.build(api_handler.settings(), Clients(stepfunctions=self.api_stepfunctions)))
+        api_handler.deps = functools.cache(
+            lambda: wiring.build(api_handler.settings(), Clients(stepfunctions=self.api_stepfunctions, dynamodb=self.dynamodb))
+        )
         namespace = metrics.namespace  # read by Powertools at import; the function's own is set here
         metrics.namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
         try:

@@ -331,7 +331,10 @@ class LocalTaxiSaga:
         def settings_env(handler: str) -> dict[str, str]:
             return environment(world.cloud, handler, overrides)
 
-        api = wiring.build(ApiSettings.from_env(settings_env(taxi_contract.HANDLER_API)), Clients(stepfunctions=world.api_stepfunctions))
+        api = wiring.build(
+            ApiSettings.from_env(settings_env(taxi_contract.HANDLER_API)),
+            Clients(stepfunctions=world.api_stepfunctions, dynamodb=world.dynamodb),
+        )
         row_state = wiring.build(RowStateSettings.from_env(settings_env(taxi_contract.HANDLER_ROW_STATE)), Clients(dynamodb=world.dynamodb))
         authorizer_settings = AuthorizerSettings.from_env(settings_env(taxi_contract.HANDLER_AUTHORIZER))
         authorizer = wiring.build(authorizer_settings, Clients(secretsmanager=clients.client("secretsmanager")))

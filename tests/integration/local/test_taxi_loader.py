@@ -226,11 +226,6 @@ def test_a_crlf_copy_with_a_byte_order_mark_or_a_resaved_copy_of_a_loaded_file_a
     assert_stored_once(local_stack, third, 150)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="make serve builds the taxi API function with Clients(stepfunctions=...) only (devtools/local/cloud.py), so its "
-    "single-row read of the four row tables goes to real AWS and POST /trips answers 500; remove this mark once it gets dynamodb",
-)
 def test_rows_loaded_then_posted_alone_to_trips_get_the_loaders_ids_and_start_nothing(local_stack: Any, tmp_path: Path) -> None:
     # Given 20 real rows loaded by the loader, and every execution ended
     rows = ROWS[1450:1470]
