@@ -211,23 +211,9 @@ def test_an_outage_outlasting_the_redrive_leaves_rows_flagged_retryable_and_alar
     # When the outage is over and the operator redrives the retryable rows, as the runbook says
     fault.forever = False
     fault.invocations = 0
-    tables = saga.environment(FLAG_HANDLER)
     with saga.routing():
         exit_status = taxi_redrive.main(
-            [
-                "--state-machine-arn",
-                saga.state_machine_arn,
-                "--trips-table",
-                tables["FINAL_TABLE"],
-                "--validation-status-table",
-                tables["VALIDATION_STATUS_TABLE"],
-                "--transformation-status-table",
-                tables["TRANSFORMATION_STATUS_TABLE"],
-                "--store-status-table",
-                tables["STORE_STATUS_TABLE"],
-                "--detail",
-                "retryable:*",
-            ],
+            saga.redrive_arguments("--detail", "retryable:*"),
             dynamodb=saga.dynamodb,
             stepfunctions=saga.stepfunctions,
         )

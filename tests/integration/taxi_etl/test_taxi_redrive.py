@@ -34,28 +34,11 @@ def expected_item(store_request_id: str, line: str) -> dict[str, Any]:
     return final_item(store_request_id, transformed.tuple)
 
 
-def arguments(world: TaxiWorld, *extra: str) -> list[str]:
-    tables = world.environment(FLAG_HANDLER)
-    return [
-        "--state-machine-arn",
-        world.state_machine_arn,
-        "--trips-table",
-        tables["FINAL_TABLE"],
-        "--validation-status-table",
-        tables["VALIDATION_STATUS_TABLE"],
-        "--transformation-status-table",
-        tables["TRANSFORMATION_STATUS_TABLE"],
-        "--store-status-table",
-        tables["STORE_STATUS_TABLE"],
-        *extra,
-    ]
-
-
 def redrive(world: TaxiWorld, *extra: str, dynamodb: Any = None, stepfunctions: Any = None) -> int:
     """Run the command with the tool's own clients; the executions it starts run before it returns."""
     with world.routing():
         return taxi_redrive.main(
-            arguments(world, *extra), dynamodb=dynamodb or client("dynamodb"), stepfunctions=stepfunctions or client("stepfunctions")
+            world.redrive_arguments(*extra), dynamodb=dynamodb or client("dynamodb"), stepfunctions=stepfunctions or client("stepfunctions")
         )
 
 
