@@ -212,9 +212,22 @@ def fold(
     outcomes: list[tuple[PositionedMessage, Outcome]] = []
     gaps_closed = 0
     released = 0
+    # Sequences this fold has applied: `archived` answers from the archive as it was read, so a
+    # copy of a message applied earlier in the batch, which the same batch's gap closing has since
+    # put below `forgotten`, must be found here (issue 24 item 4), or it would be `too_late`.
+    applied_here: set[int] = set()
+
+    def applied_before(sequence_id: int) -> bool:
+        """Was this sequence applied? This fold's own messages first, then the archive as read."""
+        if sequence_id in applied_here:
+            return True
+        if archived is None:
+            raise AmbiguousSequence(f"sequence {sequence_id} of run {start.key} is below its forgotten closed ranges")
+        return archived(sequence_id)
 
     def accept(current: RunContext, message: ArchivedMessage) -> RunContext:
         nonlocal chunk, gaps_closed
+        applied_here.add(message.sequence_id)
         if chunk is None and len(start.pending) >= policy.archive_chunk_size and current.pending == start.pending:
             chunk = ArchiveChunk(start.key, start.archive_chunks, start.pending)
             current = replace(current, pending=(), archive_chunks=start.archive_chunks + 1)
@@ -247,7 +260,7 @@ def fold(
     for positioned in messages:
         message = positioned.message
         archived_message = ArchivedMessage(message.sequence_id, message.timestamp_utc, message.distance_meters)
-        outcome = classify(context, message.sequence_id, policy, archived)
+        outcome = classify(context, message.sequence_id, policy, applied_before)
         if outcome is Outcome.SUSPECT:
             group = _corroborating(context.held, message.sequence_id, policy.jump_limit)
             if group:

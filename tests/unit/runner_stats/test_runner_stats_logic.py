@@ -302,6 +302,35 @@ def test_a_message_for_a_forgotten_closed_range_is_too_late_not_a_duplicate() ->
     assert result.too_late == (late_4, late_8)
 
 
+def test_a_copy_of_a_sequence_applied_earlier_in_the_same_fold_is_a_duplicate_below_forgotten() -> None:
+    """Issue 24 item 4: below `forgotten`, "was it applied?" includes what this fold applied."""
+    policy = FoldPolicy()
+    # Given a run after 1-4 and the even sequences 6..44: the odd ones 5..43 are open gaps
+    first = [1, 2, 3, 4, *range(6, 45, 2)]
+    context = fold(RunContext(KEY), messages(*first), policy).context
+    stored_archive = {m.sequence_id for m in context.pending}  # the archive as the next fold reads it
+    asked: list[int] = []
+
+    def archived(seq: int) -> bool:
+        asked.append(seq)
+        return seq in stored_archive
+
+    # When one fold gets 5, then 46..100 (closing 7..45 and forgetting 7..13), then 5 again
+    once = [message(5, 500), *messages(*range(46, 101))]
+    result = fold(context, [*once, message(5, 500)], policy, archived)
+    # Then the copy is a duplicate (no too-late reject), the archive need not be asked, and the
+    # run equals the fold without the copy; with no archive at all it is not ambiguous either
+    assert result.context.forgotten == 13
+    assert outcomes_of(result)[-1] is Outcome.DUPLICATE and result.too_late == ()
+    assert asked == []
+    assert result.context == fold(context, once, policy, archived).context
+    assert result.context.total_meters == Decimal(500 + 10 * (len(first) + 55))
+    assert outcomes_of(fold(context, [*once, message(5, 500)], policy))[-1] is Outcome.DUPLICATE
+    # And a forgotten closed gap is still too late, asked of the archive
+    assert outcomes_of(fold(context, [*once, message(7)], policy, archived))[-1] is Outcome.TOO_LATE
+    assert asked == [7]
+
+
 def test_forgotten_only_grows_and_never_hides_an_open_gap() -> None:
     policy = FoldPolicy(gap_max_lag=1, gap_max_open=64, closed_ranges_kept=1)
     context = fold_each([[message(seq)] for seq in (1, 3, 5, 7, 9)], policy)[-1].context

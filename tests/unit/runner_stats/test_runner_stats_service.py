@@ -385,6 +385,33 @@ def test_a_late_message_for_a_forgotten_closed_range_is_a_too_late_reject_not_a_
     )
 
 
+def test_a_copy_of_a_message_applied_earlier_in_the_batch_below_forgotten_is_a_duplicate_not_too_late() -> None:
+    """Issue 24 item 4: the forgotten-range lookup must see what the same fold applied earlier."""
+    # Given run A after batch 1: sequences 1-4 and every even one from 6 to 44, so the odd ones
+    # 5..43 are open gaps (high water 44, none closed yet under the default policy)
+    first = [1, 2, 3, 4, *range(6, 45, 2)]
+    dirty, clean = FakeStore(), FakeStore()
+    for store in (dirty, clean):
+        service(store).process(batch(*(device(RUN_A, seq, 10) for seq in first)))
+        assert store.contexts[RUN_A].gaps_closed == 0 and store.contexts[RUN_A].forgotten == 0
+    # When batch 2 carries 5 (fills its gap), then 46..100 (which close 7..45: 20 ranges, 16 listed,
+    # so `forgotten` reaches 13, above 5), then 5 again; the clean pass gets the batch without the copy
+    second = [device(RUN_A, 5, 500), *(device(RUN_A, seq, 10) for seq in range(46, 101))]
+    records = batch(*second, device(RUN_A, 5, 500))
+    report = service(dirty).process(records)
+    clean_report = service(clean).process(batch(*second))
+    # Then seq 5 was applied once and its second copy is a duplicate, not a too-late reject
+    after = dirty.contexts[RUN_A]
+    assert after.forgotten == 13 and not any(low <= 5 <= high for low, high in after.closed)
+    assert report.batch_item_failures() == []
+    assert dirty.rejections == {}
+    assert report.counts["duplicate"] == 1 and report.counts["stale"] == 0
+    # And the run, its archive and every other count equal the clean pass
+    assert after == clean.contexts[RUN_A] and dirty.chunks == clean.chunks
+    assert after.total_meters == Decimal(500 + 10 * (len(first) + 55)) and after.message_count == len(first) + 56
+    assert report.counts - clean_report.counts == {"duplicate": 1} and clean_report.counts - report.counts == {}
+
+
 def test_a_run_that_cannot_read_its_archive_is_reported_not_guessed() -> None:
     # Given a run with forgotten closed ranges, and an archive that cannot be read
     store = FakeStore()
