@@ -198,7 +198,12 @@ class TaxiWorld:
     def redrive_arguments(self, *extra: str) -> list[str]:
         """`ops.taxi_redrive`'s command line for this world's state machine and tables, then `extra`."""
         tables = self.environment(FLAG_HANDLER)
-        names = ("FINAL_TABLE", "VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE")
+        names = (
+            taxi_etl_contract.ENV_FINAL_TABLE,
+            taxi_etl_contract.ENV_VALIDATION_STATUS_TABLE,
+            taxi_etl_contract.ENV_TRANSFORMATION_STATUS_TABLE,
+            taxi_etl_contract.ENV_STORE_STATUS_TABLE,
+        )
         options = ("--trips-table", "--validation-status-table", "--transformation-status-table", "--store-status-table")
         table_arguments = [part for option, name in zip(options, names, strict=True) for part in (option, tables[name])]
         return ["--state-machine-arn", self.state_machine_arn, *table_arguments, *extra]
