@@ -29,6 +29,11 @@ class RunnerStatsPipeline(Construct):
     the tendency, messages-archive and rejects tables, the on-failure queue, and the function
     with its event source mapping (bisect on error, bounded retries and record age, reported
     batch item failures).
+
+    Producer contract: devices put each record with partition key = user id. Lambda keeps order
+    only per partition key, so with a parallelization factor above 1 a user's records stay in
+    order on one of the shard's concurrent batch chains (see `RunnerStatsConfig`, and
+    tests/faults/runner_stats/test_runner_stats_parallelization.py).
     """
 
     settings: RunnerStatsConfig
