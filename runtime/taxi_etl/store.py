@@ -14,10 +14,14 @@ RedrivePending (set when a redrive clears the flag, removed once its execution i
 RedrivenFlag / RedrivenAt (the flag the latest redrive cleared, and when) and RedriveToken (the
 latest claim's own random token, by which a claim whose response was lost recognises itself). The
 phases write a status row with UpdateItem, so these attributes survive the redrive's own execution.
+
+The automatic redrive's clear step leaves ClearToken on each row whose retryable flag it cleared: the
+clear's own random token, by which a clear whose response was lost recognises itself.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +33,7 @@ from runtime.shared.aws import KeysUnprocessed, batch_get_all
 from runtime.shared.dynamo import (
     from_attributes,
     is_conditional_check_failed,
+    item_when_condition_failed,
     to_attributes,
 )
 from runtime.taxi_etl import contract
@@ -49,6 +54,7 @@ REDRIVE_PENDING = "RedrivePending"
 REDRIVEN_FLAG = "RedrivenFlag"
 REDRIVEN_AT = "RedrivenAt"
 REDRIVE_TOKEN = "RedriveToken"
+CLEAR_TOKEN = "ClearToken"
 FIRST_GENERATION = 1  # the API's transaction; a status row without Generation describes it
 
 
@@ -101,7 +107,10 @@ class StatusTable(Protocol):
         """Set the row's reason (creating the row if the phase failed before writing it)."""
 
     def clear_retryable(self, store_request_id: str, reason: Reason) -> bool:
-        """Back to reason 0 if the row holds a retryable flag with this reason; False when it does not."""
+        """Back to reason 0 if the row holds a retryable flag with this reason; False when it does not.
+
+        True also when this call's own update was applied and its response lost: the SDK's retry then
+        finds the row already cleared, by this call."""
 
 
 class PutOutcome(StrEnum):
@@ -166,21 +175,32 @@ class DynamoStatusTable:
         )
 
     def clear_retryable(self, store_request_id: str, reason: Reason) -> bool:
+        # A token of this call's own: a row at reason 0 does not say who cleared it (a stored row the
+        # flag step skipped never had a flag), the token does.
+        token = uuid.uuid4().hex
         try:
             self.client.update_item(
                 TableName=self._table,
                 Key=to_attributes({KEY: store_request_id}),
-                UpdateExpression="SET #reason = :ok REMOVE #detail, #message",
+                UpdateExpression="SET #reason = :ok, #token = :token REMOVE #detail, #message",
                 ConditionExpression="#reason = :reason AND begins_with(#detail, :retryable)",
-                ExpressionAttributeNames={"#reason": STATUS_REASON, "#detail": STATUS_DETAIL, "#message": STATUS_MESSAGE},
+                ExpressionAttributeNames={
+                    "#reason": STATUS_REASON,
+                    "#detail": STATUS_DETAIL,
+                    "#message": STATUS_MESSAGE,
+                    "#token": CLEAR_TOKEN,
+                },
                 ExpressionAttributeValues=to_attributes(
-                    {":ok": int(Reason.OK), ":reason": int(reason), ":retryable": contract.DETAIL_RETRYABLE_PREFIX}
+                    {":ok": int(Reason.OK), ":reason": int(reason), ":retryable": contract.DETAIL_RETRYABLE_PREFIX, ":token": token}
                 ),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as err:
             if not is_conditional_check_failed(err):
                 raise
-            return False
+            found = item_when_condition_failed(err)
+            # Applied before its response was lost, and the SDK sent it again: the row holds our token.
+            return found is not None and found.get(CLEAR_TOKEN) == token
         return True
 
     # --- for the operator's redrive (ops/taxi_redrive.py); the phases never call these ----------
