@@ -140,8 +140,7 @@ class EnvConfig:
         self.event_log.validate()
         self.taxi_etl.validate()
         self.monitoring.validate()
-        if self.monitoring.runner_stats.iterator_age_ms >= self.runner_stats.max_record_age_seconds * 1000:
-            raise ConfigError("monitoring.runner_stats.iterator_age_ms must fire before records reach max_record_age_seconds")
+        self.monitoring.runner_stats.validate_against(self.runner_stats)
         self.monitoring.event_log.validate_against(self.event_log)
         return self
 
@@ -198,7 +197,9 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             execution_timeout_minutes=30,
         ),
         monitoring=MonitoringConfig(
-            runner_stats=RunnerStatsAlarms(iterator_age_ms=5 * 60 * 1000),
+            # Early: 5 min behind. Loud: 6 h, with 18 h left before the 24 h maximum age gives records
+            # up and 42 h before the 48 h retention drops them.
+            runner_stats=RunnerStatsAlarms(iterator_age_ms=5 * 60 * 1000, record_age_at_risk_ms=6 * 3600 * 1000),
             event_log=EventLogAlarms(oldest_pending_snapshot_seconds=3 * 3600),
         ),
     ),

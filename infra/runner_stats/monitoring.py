@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from onceflow.infra.common import ConfigError, expect_types
+from onceflow.infra.common import expect_types
 from onceflow.infra.monitoring import FIVE_MINUTES, ONE_MINUTE, PipelineMonitoring, count
 from onceflow.infra.runner_stats.construct import RunnerStatsPipeline
 from onceflow.infra.runner_stats.props import RunnerStatsAlarms
@@ -35,8 +35,7 @@ class RunnerStatsMonitoringProps:
             "RunnerStatsMonitoringProps", pipeline=(self.pipeline, RunnerStatsPipeline), thresholds=(self.thresholds, RunnerStatsAlarms)
         )
         self.thresholds.validate()
-        if self.thresholds.iterator_age_ms >= self.pipeline.settings.max_record_age_seconds * 1000:
-            raise ConfigError("monitoring.runner_stats.iterator_age_ms must fire before records reach max_record_age_seconds")
+        self.thresholds.validate_against(self.pipeline.settings)
 
 
 class RunnerStatsMonitoring(PipelineMonitoring):
@@ -54,6 +53,14 @@ class RunnerStatsMonitoring(PipelineMonitoring):
             "Records wait in the Kinesis stream: the consumer is behind, or retrying a failing batch.",
             function.metric("IteratorAge", statistic="Maximum", period=ONE_MINUTE),
             thresholds.iterator_age_ms,
+            periods=thresholds.iterator_age_minutes,
+        )
+        self._alarm(
+            "RecordAgeAtRisk",
+            "Records in the stream near the maximum record age, where the mapping gives them up to the on-failure queue;"
+            " the stream drops them at its retention.",
+            function.metric("IteratorAge", statistic="Maximum", period=ONE_MINUTE),
+            thresholds.record_age_at_risk_ms,
             periods=thresholds.iterator_age_minutes,
         )
         self._alarm(

@@ -131,7 +131,11 @@ class RunnerStatsAlarms:
     """When the runner-stats pipeline pages someone. Counts are per 5-minute period."""
 
     iterator_age_ms: int = 15 * 60 * 1000  # the stream keeps 24 h; alarm long before
-    iterator_age_minutes: int = 5  # consecutive 1-minute periods above the threshold
+    iterator_age_minutes: int = 5  # consecutive 1-minute periods above the threshold (both age alarms)
+    # The second, louder age alarm: records this old are within reach of max_record_age_seconds,
+    # where the mapping gives up on them (to the on-failure queue, replayable only while the stream
+    # keeps them). Must lie between iterator_age_ms and the maximum record age.
+    record_age_at_risk_ms: int = 2 * 3600 * 1000
     on_failure_messages: int = 1  # any record given up on is data to recover
     rejected_per_5min: int = 10
     stale_per_5min: int = 50  # a run's aggregate older than a redelivered message: normal in small numbers
@@ -143,7 +147,19 @@ class RunnerStatsAlarms:
     def validate(self) -> None:
         if self.iterator_age_ms < 60_000 or not 1 <= self.iterator_age_minutes <= 60:
             raise ConfigError("monitoring.runner_stats: iterator age at least one minute, over 1..60 periods")
-        require_positive("monitoring.runner_stats", self, exclude=("iterator_age_ms", "iterator_age_minutes"))
+        if self.record_age_at_risk_ms <= self.iterator_age_ms:
+            raise ConfigError("monitoring.runner_stats.record_age_at_risk_ms must be above iterator_age_ms (it is the later, louder alarm)")
+        require_positive("monitoring.runner_stats", self, exclude=("iterator_age_ms", "iterator_age_minutes", "record_age_at_risk_ms"))
+
+    def validate_against(self, settings: RunnerStatsConfig) -> None:
+        """Both age alarms fire, over their periods, before the mapping gives records up (max_record_age_seconds,
+        at most the stream's retention), so an operator has the time between to act."""
+        window_ms = self.iterator_age_minutes * 60_000
+        if self.record_age_at_risk_ms + window_ms >= settings.max_record_age_seconds * 1000:
+            raise ConfigError(
+                "monitoring.runner_stats.record_age_at_risk_ms plus its evaluation periods must be below "
+                "runner_stats.max_record_age_seconds (the alarm must fire before records are given up on)"
+            )
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,11 @@ batch (stop-at-first-failure per key); Lambda re-reads from there and the record
 applied are dropped as duplicates.
 
 Users are independent (no write of one user's touches another's items), so up to
-`io_concurrency` users are processed at once, each on its own thread with its own report; a
-user's keys, and the steps above, stay in order within that thread. The batch's reads of the run
+`io_concurrency` users are processed at once, each on its own thread with its own report; the
+steps above stay in order within that thread. A user's runs are independent items too, so when
+a batch holds fewer users than `io_concurrency` (one user's backlog of runs, say), step 3
+commits each user's keys on the threads the other users leave free: `io_concurrency // users`
+at once, one at a time in the usual batch of hundreds of users. The batch's reads of the run
 contexts go out concurrently too, and so do the rejects of poison records.
 """
 
@@ -61,6 +64,10 @@ class BatchReport:
 
     def batch_item_failures(self) -> list[dict[str, str]]:
         return [{"itemIdentifier": position.sequence_number} for position in self.failures]
+
+
+# What one key's commit came to (RunnerStatsService._commit_key).
+_COMMITTED, _CONFLICTED, _BROKEN = "committed", "conflicted", "broken"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +124,14 @@ class RunnerStatsService:
         for key in keys:
             by_user.setdefault(key.user_id, []).append(key)
 
+        # The threads users leave free commit a user's keys at once (at least one per user).
+        commit_concurrency = max(1, self._options.io_concurrency // len(by_user))
+
         def process_user(user_id: int) -> BatchReport:
             # The user's own contexts and report: threads share nothing they write.
             user_report = BatchReport()
             user_contexts = {key: contexts[key] for key in by_user[user_id]}
-            failed = self._process_user(user_id, by_user[user_id], user_contexts, by_key, user_report)
+            failed = self._process_user(user_id, by_user[user_id], user_contexts, by_key, user_report, commit_concurrency)
             user_report.failures.extend(by_key[key][0].position for key in failed)
             return user_report
 
@@ -151,8 +161,9 @@ class RunnerStatsService:
         contexts: dict[RunKey, RunContext],
         by_key: Mapping[RunKey, Sequence[PositionedMessage]],
         report: BatchReport,
+        commit_concurrency: int = 1,
     ) -> list[RunKey]:
-        """Apply a user's keys; returns the keys to report as failed."""
+        """Apply a user's keys (committing up to `commit_concurrency` at once); returns the keys to report as failed."""
         remaining = list(keys)
         failed: list[RunKey] = []
         for attempt in range(self._options.commit_attempts):
@@ -176,7 +187,7 @@ class RunnerStatsService:
             except Exception:
                 logger.exception("writes for a user failed; its keys will be redelivered", extra={"user_id": user_id})
                 return failed + remaining
-            remaining, broken, committed = self._commit_keys(results, contexts, report)
+            remaining, broken, committed = self._commit_keys(results, contexts, report, commit_concurrency)
             failed.extend(broken)
             owed = [key for key in committed if owes_tendency_push(contexts[key])]
             try:
@@ -245,33 +256,44 @@ class RunnerStatsService:
         raise VersionConflict(f"tendency of user {user_id} kept moving")
 
     def _commit_keys(
-        self, results: Mapping[RunKey, FoldResult], contexts: dict[RunKey, RunContext], report: BatchReport
+        self, results: Mapping[RunKey, FoldResult], contexts: dict[RunKey, RunContext], report: BatchReport, concurrency: int = 1
     ) -> tuple[list[RunKey], list[RunKey], list[RunKey]]:
-        """Commit each key; returns (keys that lost a race, keys whose writes failed, committed keys)."""
+        """Commit each key, up to `concurrency` at once; returns (keys that lost a race, keys whose
+        writes failed, committed keys). `contexts` and `report` are updated after every commit has
+        returned, in the keys' order, so the threads share nothing they write."""
+        keys = list(results)
+        outcomes = map_bounded(lambda key: self._commit_key(key, results[key], contexts[key]), keys, concurrency)
         conflicted: list[RunKey] = []
         broken: list[RunKey] = []
         committed: list[RunKey] = []
-        for key, result in results.items():
-            read = contexts[key]
-            # Labels of the read totals were pushed just before (owed ones) or earlier.
-            settled_label = tendency_label(read.total_meters) if read.message_count else None
-            try:
-                if result.changed or settled_label != read.tendency:
-                    new_context = replace(result.context, version=read.version + 1, tendency=settled_label)
-                    try:
-                        self._store.commit(new_context, result.chunk)
-                    except VersionConflict:
-                        conflicted.append(key)
-                        contexts[key] = self._store.load_context(key)
-                        continue
-                    contexts[key] = new_context
-            except Exception:
-                logger.exception("commit failed; the key will be redelivered", extra={"user_id": key.user_id, "run_id": key.run_id})
+        for key, (outcome, context) in zip(keys, outcomes, strict=True):
+            if context is not None:
+                contexts[key] = context
+            if outcome == _CONFLICTED:
+                conflicted.append(key)
+            elif outcome == _BROKEN:
                 broken.append(key)
-                continue
-            committed.append(key)
-            self._count(result, report)
+            else:
+                committed.append(key)
+                self._count(results[key], report)
         return conflicted, broken, committed
+
+    def _commit_key(self, key: RunKey, result: FoldResult, read: RunContext) -> tuple[str, RunContext | None]:
+        """One key's commit: (outcome, the context to keep for it, or None to keep the one read)."""
+        # Labels of the read totals were pushed just before (owed ones) or earlier.
+        settled_label = tendency_label(read.total_meters) if read.message_count else None
+        try:
+            if not (result.changed or settled_label != read.tendency):
+                return _COMMITTED, None
+            new_context = replace(result.context, version=read.version + 1, tendency=settled_label)
+            try:
+                self._store.commit(new_context, result.chunk)
+            except VersionConflict:
+                return _CONFLICTED, self._store.load_context(key)
+            return _COMMITTED, new_context
+        except Exception:
+            logger.exception("commit failed; the key will be redelivered", extra={"user_id": key.user_id, "run_id": key.run_id})
+            return _BROKEN, None
 
     @staticmethod
     def _count(result: FoldResult, report: BatchReport) -> None:

@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from runtime.shared.attributes import ItemAttributes, from_attributes, to_attributes
 from runtime.shared.aws import error_code
 
-if TYPE_CHECKING:
-    pass
-
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
-
-ItemAttributes = dict[str, Any]
-
-
-def to_attributes(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: _serializer.serialize(value) for name, value in item.items()}
-
-
-def from_attributes(attributes: Mapping[str, Any]) -> ItemAttributes:
-    return {name: _deserializer.deserialize(value) for name, value in attributes.items()}
+__all__ = [
+    "ItemAttributes",
+    "cancellation_codes",
+    "cancelled_item",
+    "from_attributes",
+    "is_conditional_check_failed",
+    "item_when_condition_failed",
+    "to_attributes",
+]
 
 
 def is_conditional_check_failed(err: ClientError) -> bool:

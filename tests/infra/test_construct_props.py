@@ -121,7 +121,7 @@ def test_monitoring_without_a_topic_makes_its_own_encrypted_alarm_topic(tmp_path
     (topic_id,) = resources_of_type(template, "AWS::SNS::Topic")
     assert "KmsMasterKeyId" in template["Resources"][topic_id]["Properties"]
     alarms = resources_of_type(template, "AWS::CloudWatch::Alarm").values()
-    assert len(alarms) == len(monitoring.alarms) == 8
+    assert len(alarms) == len(monitoring.alarms) == 9
     assert all(a["Properties"]["AlarmActions"] == [{"Ref": topic_id}] == a["Properties"]["OKActions"] for a in alarms)
 
 

@@ -50,8 +50,20 @@ PIPELINES = ("RunnerStats", "EventLog", "TaxiEtl")
 # What the brief fixes per environment (independent of infra/config.py on purpose).
 EXPECTED = {
     # stuck after: the snapshot queue's visibility timeout (6 worker timeouts) plus the lease
-    "dev": {"iterator_age_ms": 15 * 60 * 1000, "stuck_after_seconds": 6 * 300 + 600, "lease_seconds": 600, "schedule": "rate(5 minutes)"},
-    "prod": {"iterator_age_ms": 5 * 60 * 1000, "stuck_after_seconds": 6 * 900 + 1200, "lease_seconds": 1200, "schedule": "rate(5 minutes)"},
+    "dev": {
+        "iterator_age_ms": 15 * 60 * 1000,
+        "record_age_at_risk_ms": 2 * 3600 * 1000,
+        "stuck_after_seconds": 6 * 300 + 600,
+        "lease_seconds": 600,
+        "schedule": "rate(5 minutes)",
+    },
+    "prod": {
+        "iterator_age_ms": 5 * 60 * 1000,
+        "record_age_at_risk_ms": 6 * 3600 * 1000,
+        "stuck_after_seconds": 6 * 900 + 1200,
+        "lease_seconds": 1200,
+        "schedule": "rate(5 minutes)",
+    },
 }
 
 # Every alarm description ends with its runbook entry; the name there identifies the alarm.
@@ -59,6 +71,7 @@ RUNBOOK_SUFFIX = re.compile(r"\S Runbook: README\.md, 'Alarm runbook', (\w+)\.$"
 ALARM_NAMES = {
     "RunnerStats": {
         "IteratorAge",
+        "RecordAgeAtRisk",
         "OnFailureRecords",
         "RejectedRecords",
         "StaleMessages",
@@ -95,6 +108,7 @@ ALARM_CASES = [pytest.param(pipeline, name, id=f"{pipeline}-{name}") for pipelin
 # Alarm -> (section of config.monitoring, field) of its threshold.
 THRESHOLDS = {
     "IteratorAge": ("runner_stats", "iterator_age_ms"),
+    "RecordAgeAtRisk": ("runner_stats", "record_age_at_risk_ms"),
     "OnFailureRecords": ("runner_stats", "on_failure_messages"),
     "RejectedRecords": ("runner_stats", "rejected_per_5min"),
     "StaleMessages": ("runner_stats", "stale_per_5min"),
@@ -122,7 +136,7 @@ THRESHOLDS = {
     "StillRetryable": ("taxi_etl", "still_retryable_rows_per_5min"),
 }
 # Alarms evaluated over more than one period: alarm -> (section, field) of the count.
-EVALUATION_PERIODS = {"IteratorAge": ("runner_stats", "iterator_age_minutes")}
+EVALUATION_PERIODS = {"IteratorAge": ("runner_stats", "iterator_age_minutes"), "RecordAgeAtRisk": ("runner_stats", "iterator_age_minutes")}
 # Only the pending check's alarm fires on silence: the check reports every run, 0 when nothing is pending.
 BREACHING_ON_MISSING_DATA = {"OldestPendingSnapshot"}
 SECTIONS = {"runner_stats": RunnerStatsAlarms, "event_log": EventLogAlarms, "taxi_etl": TaxiEtlAlarms}
@@ -156,6 +170,7 @@ VARIANT_MONITORING = MonitoringConfig(
     runner_stats=RunnerStatsAlarms(
         iterator_age_ms=10 * 60 * 1000,
         iterator_age_minutes=7,
+        record_age_at_risk_ms=3 * 3600 * 1000,
         on_failure_messages=2,
         rejected_per_5min=11,
         stale_per_5min=51,
@@ -296,6 +311,7 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
         (failure_queue,) = resources_of_type(template_json, "AWS::SQS::Queue")
         return {
             "IteratorAge": lambda_metric(handler, "IteratorAge", "Maximum", period=60),
+            "RecordAgeAtRisk": lambda_metric(handler, "IteratorAge", "Maximum", period=60),
             "OnFailureRecords": queue_metric(failure_queue, "ApproximateNumberOfMessagesVisible"),
             "RejectedRecords": own_metric("RejectedRecords", service="runner-stats"),
             "StaleMessages": own_metric("StaleMessages", service="runner-stats"),
@@ -503,6 +519,24 @@ def test_shipped_thresholds_are_the_expected_ones(env_templates: dict[str, dict[
     # Then prod pages on a 5-minute iterator age and dev on 15 minutes
     assert runner_stats["IteratorAge"][1]["Threshold"] == EXPECTED[env_name]["iterator_age_ms"]
     assert runner_stats["IteratorAge"][1]["EvaluationPeriods"] == 5
+    # and the louder age alarm at its own threshold
+    assert runner_stats["RecordAgeAtRisk"][1]["Threshold"] == EXPECTED[env_name]["record_age_at_risk_ms"]
+    assert runner_stats["RecordAgeAtRisk"][1]["EvaluationPeriods"] == 5
+
+
+def test_both_age_alarms_fire_before_records_are_given_up_or_dropped(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -> None:
+    # Given the environment's runner-stats alarms, its mapping's maximum record age and its stream's retention
+    runner_stats = alarms_by_name(env_templates[config.stack_name("RunnerStats")])
+    max_age_ms = config.runner_stats.max_record_age_seconds * 1000
+    retention_ms = config.runner_stats.stream_retention_hours * 3600 * 1000
+    # When each age alarm has seen its threshold for all its 1-minute periods
+    fired_at = {
+        name: runner_stats[name][1]["Threshold"] + runner_stats[name][1]["EvaluationPeriods"] * 60_000
+        for name in ("IteratorAge", "RecordAgeAtRisk")
+    }
+    # Then both have fired before the mapping gives records up, the early one first, and at least an hour apart from the loss
+    assert fired_at["IteratorAge"] < fired_at["RecordAgeAtRisk"] < max_age_ms <= retention_ms
+    assert max_age_ms - fired_at["RecordAgeAtRisk"] >= 3600 * 1000
 
 
 def test_only_the_pending_check_alarm_treats_missing_data_as_breaching(env_templates: dict[str, dict[str, Any]], config: EnvConfig) -> None:
@@ -750,9 +784,15 @@ def test_an_iterator_age_beyond_the_max_record_age_is_refused(config: EnvConfig)
     router_max_ms = config.event_log.router_max_record_age_seconds * 1000
     # When an alarm would only fire once records are already given up on
     # Then it is refused; just below is accepted
+    window_ms = config.monitoring.runner_stats.iterator_age_minutes * 60_000
     with pytest.raises(ConfigError, match="max_record_age_seconds"):
-        with_thresholds(config, "runner_stats", iterator_age_ms=runner_max_ms).validate()
-    assert with_thresholds(config, "runner_stats", iterator_age_ms=runner_max_ms - 1).validate()
+        with_thresholds(config, "runner_stats", record_age_at_risk_ms=runner_max_ms - window_ms).validate()
+    assert with_thresholds(config, "runner_stats", record_age_at_risk_ms=runner_max_ms - window_ms - 1).validate()
+    # and the early alarm must come before the loud one
+    at_risk_ms = config.monitoring.runner_stats.record_age_at_risk_ms
+    with pytest.raises(ConfigError, match="record_age_at_risk_ms must be above iterator_age_ms"):
+        with_thresholds(config, "runner_stats", iterator_age_ms=at_risk_ms).validate()
+    assert with_thresholds(config, "runner_stats", iterator_age_ms=at_risk_ms - 1).validate()
     with pytest.raises(ConfigError, match="router_max_record_age_seconds"):
         with_thresholds(config, "event_log", router_iterator_age_ms=router_max_ms).validate()
     assert with_thresholds(config, "event_log", router_iterator_age_ms=router_max_ms - 1).validate()

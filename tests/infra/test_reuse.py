@@ -136,7 +136,7 @@ def test_every_alarm_notifies_the_teams_topic(team_template: dict[str, Any]) -> 
     # Given the team's stack
     alarms = resources(team_template, "AWS::CloudWatch::Alarm")
     # Then there are alarms for all three pipelines, and every one notifies the team's topic on ALARM and OK
-    assert len(alarms) == 8 + 9 + 9  # runner stats, event log, taxi saga (with StillRetryable)
+    assert len(alarms) == 9 + 9 + 9  # runner stats (with RecordAgeAtRisk), event log, taxi saga (with StillRetryable)
     for name, alarm in alarms.items():
         assert alarm["Properties"]["AlarmActions"] == [TOPIC_ARN], name
         assert alarm["Properties"]["OKActions"] == [TOPIC_ARN], name

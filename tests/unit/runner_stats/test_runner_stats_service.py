@@ -8,6 +8,8 @@ Races are staged by a 'rival' worker that writes between our read and our write.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -556,3 +558,53 @@ def test_a_missing_table_variable_is_a_settings_error(name: str, value: str | No
 def test_a_bad_number_is_a_settings_error(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         RunnerStatsSettings.from_env({**FULL_ENV, name: value})
+
+
+# --- a user's backlog of runs -----------------------------------------------------------------
+
+
+@dataclass
+class CountingCommits(FakeStore):
+    """Counts the commits in flight at once (each waits a moment, as a DynamoDB call would)."""
+
+    in_flight: int = 0
+    peak: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def commit(self, context: RunContext, chunk: ArchiveChunk | None) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            time.sleep(0.002)
+            with self.lock:
+                super().commit(context, chunk)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_one_users_backlog_of_runs_is_committed_on_the_threads_other_users_leave_free() -> None:
+    # Given one user's 40 runs in one batch (a device uploading its history), and the same batch for a store used one key at a time
+    records = batch(*(device(RunKey(7, run), seq, 10 * run + seq) for run in range(1, 41) for seq in (1, 2)))
+    concurrent, serial = CountingCommits(), CountingCommits()
+    # When the batch is processed with 8 I/O threads, and with 1
+    report = service(concurrent, io_concurrency=8).process(records)
+    service(serial, io_concurrency=1).process(records)
+    # Then the user's commits went out up to 8 at once, never more
+    assert 1 < concurrent.peak <= 8 and serial.peak == 1
+    # and the outcome is the serial one: every run, the counts, and the user's tendency
+    assert report.batch_item_failures() == []
+    assert concurrent.contexts == serial.contexts and concurrent.tendencies == serial.tendencies
+    assert report.counts["accepted"] == 80
+
+
+def test_a_batch_of_more_users_than_threads_commits_each_users_keys_one_at_a_time() -> None:
+    # Given 8 users with 5 runs each and 4 I/O threads
+    records = batch(*(device(RunKey(user, run), 1, 100) for user in range(1, 9) for run in range(1, 6)))
+    store = CountingCommits()
+    # When the batch is processed
+    service(store, io_concurrency=4).process(records)
+    # Then no more than the 4 threads' commits were ever in flight (one per user at a time)
+    assert 1 < store.peak <= 4
+    assert len(store.contexts) == 40
