@@ -15,6 +15,8 @@ threads) would hide the waits at small L, so the depth is taken between two larg
 
 from __future__ import annotations
 
+import gc
+import statistics
 import threading
 import time
 from collections import Counter
@@ -34,6 +36,7 @@ class Latency:
     calls: Counter[str] = field(default_factory=Counter)
     peak_in_flight: int = 0
     call_cpu_s: float = 0.0  # CPU spent inside the calls: botocore and the embedded cloud, not the code under test
+    emulator_cpu_s: float = 0.0  # CPU spent by the embedded cloud answering them (moto's request handler)
     _in_flight: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -70,11 +73,26 @@ class Latency:
                 with meter._lock:
                     meter._in_flight -= 1
 
+        from moto.core.botocore_stubber import BotocoreStubber
+
+        answer: Callable[..., Any] = BotocoreStubber.__call__
+
+        def emulated(stubber: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
+            cpu_started = time.thread_time()
+            try:
+                return answer(stubber, *args, **kwargs)
+            finally:
+                spent = time.thread_time() - cpu_started
+                with meter._lock:
+                    meter.emulator_cpu_s += spent
+
         setattr(BaseClient, "_make_api_call", delayed)  # noqa: B010
+        setattr(BotocoreStubber, "__call__", emulated)  # noqa: B010
         try:
             yield self
         finally:
             setattr(BaseClient, "_make_api_call", original)  # noqa: B010
+            setattr(BotocoreStubber, "__call__", answer)  # noqa: B010
 
 
 @dataclass(frozen=True)
@@ -89,6 +107,9 @@ class LatencyRun:
     wall_at_zero_s: float
     wall_at_delay_s: float
     cpu_s: float  # the process's CPU at delay 0, less what the calls themselves spent (SDK and moto)
+    # The process's CPU at delay 0 less the embedded cloud's: the handler's own work and botocore's
+    # client side (building, signing, sending and parsing each request), what Lambda bills.
+    client_cpu_s: float = 0.0
     # (delay ms, wall s) at two delays long enough that the waits, not moto's CPU, set the wall time.
     io_bound: tuple[tuple[float, float], tuple[float, float]] | None = None
 
@@ -121,14 +142,34 @@ class LatencyRun:
         return self.serial_depth * call_ms + self.cpu_s * 1000
 
 
-def _timed(run: Callable[[], Any], prepare: Callable[[], Any], delay_ms: float) -> tuple[float, float, Latency]:
+@dataclass(frozen=True)
+class Timed:
+    wall_s: float
+    cpu_s: float  # less the calls (SDK and moto)
+    client_cpu_s: float  # less the embedded cloud only
+    meter: Latency
+
+
+def _timed(run: Callable[[], Any], prepare: Callable[[], Any], delay_ms: float) -> Timed:
     prepare()
+    # The embedded cloud's objects (hundreds of thousands after a history is applied) live in this
+    # process, not in Lambda's; frozen, the garbage collections the run triggers do not walk them.
+    gc.collect()
+    gc.freeze()
     meter = Latency(delay_ms)
-    with meter.installed():
-        cpu_started, started = time.process_time(), time.perf_counter()
-        run()
-        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started - meter.call_cpu_s
-    return wall, max(0.0, cpu), meter
+    try:
+        with meter.installed():
+            cpu_started, started = time.process_time(), time.perf_counter()
+            run()
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    finally:
+        gc.unfreeze()
+    return Timed(wall, max(0.0, cpu - meter.call_cpu_s), max(0.0, cpu - meter.emulator_cpu_s), meter)
+
+
+def client_cpu(run: Callable[[], Any], prepare: Callable[[], Any], repeats: int) -> float:
+    """The median over `repeats` fresh runs of the process's CPU less the embedded cloud's (no delay)."""
+    return statistics.median(_timed(run, prepare, 0.0).client_cpu_s for _ in range(repeats))
 
 
 def measure(
@@ -142,21 +183,22 @@ def measure(
 
     At 0 (calls and CPU) and at `delay_ms`; when calls overlapped there, also at the two
     `io_bound_delays_ms`, from which the depth is taken (see LatencyRun.serial_depth)."""
-    zero_wall, zero_cpu, _ = _timed(run, prepare, 0.0)
-    delayed_wall, _, delayed = _timed(run, prepare, delay_ms)
+    zero = _timed(run, prepare, 0.0)
+    delayed = _timed(run, prepare, delay_ms)
     io_bound = None
-    if delayed.peak_in_flight > 1:
+    if delayed.meter.peak_in_flight > 1:
         low_ms, high_ms = io_bound_delays_ms
-        low_wall, _, _ = _timed(run, prepare, low_ms)
-        high_wall, _, _ = _timed(run, prepare, high_ms)
-        io_bound = ((low_ms, low_wall), (high_ms, high_wall))
+        low = _timed(run, prepare, low_ms)
+        high = _timed(run, prepare, high_ms)
+        io_bound = ((low_ms, low.wall_s), (high_ms, high.wall_s))
     return LatencyRun(
         delay_ms=delay_ms,
-        calls=delayed.total_calls,
-        calls_by_operation=dict(delayed.calls),
-        peak_in_flight=delayed.peak_in_flight,
-        wall_at_zero_s=zero_wall,
-        wall_at_delay_s=delayed_wall,
-        cpu_s=zero_cpu,
+        calls=delayed.meter.total_calls,
+        calls_by_operation=dict(delayed.meter.calls),
+        peak_in_flight=delayed.meter.peak_in_flight,
+        wall_at_zero_s=zero.wall_s,
+        wall_at_delay_s=delayed.wall_s,
+        cpu_s=zero.cpu_s,
+        client_cpu_s=zero.client_cpu_s,
         io_bound=io_bound,
     )

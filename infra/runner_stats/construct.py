@@ -120,7 +120,7 @@ class RunnerStatsPipeline(Construct):
         # Exactly the actions the handler uses, on exactly its tables (TransactWriteItems is
         # authorized per item as PutItem); devtools/aws/call_audit.py checks them against its calls.
         self.run_stats_table.grant(self.function, "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem")
-        self.tendency_table.grant(self.function, "dynamodb:GetItem", "dynamodb:PutItem")
+        self.tendency_table.grant(self.function, "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem")
         # Query: the archive read of a range forgotten beyond the closed gaps the context keeps.
         self.messages_table.grant(self.function, "dynamodb:PutItem", "dynamodb:Query")
         self.rejects_table.grant(self.function, "dynamodb:PutItem")

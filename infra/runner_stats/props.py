@@ -33,6 +33,10 @@ class RunnerStatsConfig:
         records still stay in order on one chain, and the user's runs and tendency record are
         written by one chain at a time. tests/faults/runner_stats/test_runner_stats_parallelization.py
         replays P = 2, 5 and 10 chains (with crashes and lost responses) against one clean pass.
+        Keys of user#run also end correct (the tendency write is version-guarded and its merge
+        order-free), at the price of tendency conflicts; what must hold is per-run order. A key
+        per message breaks it: one chain lagging behind another lets a run's gaps close, and the
+        lagging messages become `too_late` rejects (the same test file shows it).
     gap_max_lag, gap_max_open: how far behind, and how many, missing sequence numbers a run keeps
         open; a message for a gap closed beyond them is a `too_late` reject.
     archive_chunk_size, commit_attempts, max_message_bytes, reject_payload_max_bytes,

@@ -9,6 +9,10 @@ by redelivery):
 4. the user's tendency record, when a committed run's label changed.
 The tendency is only ever computed from committed totals, and the run item records the label
 whose push was confirmed (`tendency`); until then the push is owed and step 1 settles it.
+A push merges into the user's record as last read or written by this invocation: the users with
+a run new to the batch or a push still owed (known from the contexts read) have theirs read up
+front, 100 to a BatchGetItem, instead of one GetItem each; the write stays conditional on that
+version, and a lost race re-reads.
 A key that keeps losing races, or whose writes fail, is reported at its first record in the
 batch (stop-at-first-failure per key); Lambda re-reads from there and the records already
 applied are dropped as duplicates.
@@ -43,6 +47,7 @@ from runtime.runner_stats.models import (
     StreamPosition,
     TendencySlot,
     TimestampWindow,
+    UserTendency,
 )
 from runtime.runner_stats.parsing import parse_record
 from runtime.runner_stats.store import RunStatsStore
@@ -66,6 +71,13 @@ class BatchReport:
         return [{"itemIdentifier": position.sequence_number} for position in self.failures]
 
 
+@dataclass(slots=True)
+class _KnownTendency:
+    """A user's tendency record as this invocation last read or wrote it (None: read it first)."""
+
+    record: UserTendency | None
+
+
 # What one key's commit came to (RunnerStatsService._commit_key).
 _COMMITTED, _CONFLICTED, _BROKEN = "committed", "conflicted", "broken"
 
@@ -84,6 +96,12 @@ class ServiceOptions:
 def owes_tendency_push(context: RunContext) -> bool:
     """The run's committed label has not been confirmed in the user's tendency record yet."""
     return context.message_count > 0 and tendency_label(context.total_meters) != context.tendency
+
+
+def _will_push(read: RunContext) -> bool:
+    """A run whose user's tendency record this batch will push to, known before the fold: a new run
+    (its first applied message gives it a label) or one whose label is still owed."""
+    return read.version == 0 or owes_tendency_push(read)
 
 
 class RunnerStatsService:
@@ -123,6 +141,7 @@ class RunnerStatsService:
         by_user: dict[int, list[RunKey]] = {}
         for key in keys:
             by_user.setdefault(key.user_id, []).append(key)
+        known = self._known_tendencies(by_user, contexts)
 
         # The threads users leave free commit a user's keys at once (at least one per user).
         commit_concurrency = max(1, self._options.io_concurrency // len(by_user))
@@ -131,13 +150,28 @@ class RunnerStatsService:
             # The user's own contexts and report: threads share nothing they write.
             user_report = BatchReport()
             user_contexts = {key: contexts[key] for key in by_user[user_id]}
-            failed = self._process_user(user_id, by_user[user_id], user_contexts, by_key, user_report, commit_concurrency)
+            failed = self._process_user(
+                user_id, by_user[user_id], user_contexts, by_key, user_report, commit_concurrency, known.get(user_id)
+            )
             user_report.failures.extend(by_key[key][0].position for key in failed)
             return user_report
 
         for user_report in map_bounded(process_user, list(by_user), self._options.io_concurrency):
             report.merge(user_report)
         return report
+
+    def _known_tendencies(self, by_user: Mapping[int, Sequence[RunKey]], contexts: Mapping[RunKey, RunContext]) -> dict[int, UserTendency]:
+        """The tendency records of the users who will push, as far as the contexts read tell: a run new to the
+        batch, or a push still owed. Read up front; none if that read fails (each push then reads its own,
+        as for a run whose label changes in this batch)."""
+        pushing = [user_id for user_id, keys in by_user.items() if any(_will_push(contexts[key]) for key in keys)]
+        if not pushing:
+            return {}
+        try:
+            return self._store.load_tendencies(pushing)
+        except Exception:
+            logger.exception("could not read tendency records up front; each push reads its own")
+            return {}
 
     def _reject(self, rejection: Rejection) -> BatchReport:
         report = BatchReport()
@@ -162,8 +196,11 @@ class RunnerStatsService:
         by_key: Mapping[RunKey, Sequence[PositionedMessage]],
         report: BatchReport,
         commit_concurrency: int = 1,
+        tendency: UserTendency | None = None,
     ) -> list[RunKey]:
-        """Apply a user's keys (committing up to `commit_concurrency` at once); returns the keys to report as failed."""
+        """Apply a user's keys (committing up to `commit_concurrency` at once); returns the keys to report
+        as failed. `tendency` is the user's record as read up front, if it was."""
+        known = _KnownTendency(tendency)
         remaining = list(keys)
         failed: list[RunKey] = []
         for attempt in range(self._options.commit_attempts):
@@ -182,7 +219,7 @@ class RunnerStatsService:
             try:
                 # A crash between a commit and its tendency push leaves the push owed; settle
                 # it first, from the committed totals, so the commit below may record it.
-                self._push_tendency(user_id, [contexts[key] for key in remaining if owes_tendency_push(contexts[key])])
+                self._push_tendency(user_id, [contexts[key] for key in remaining if owes_tendency_push(contexts[key])], known)
                 self._store_too_late(results)
             except Exception:
                 logger.exception("writes for a user failed; its keys will be redelivered", extra={"user_id": user_id})
@@ -191,7 +228,7 @@ class RunnerStatsService:
             failed.extend(broken)
             owed = [key for key in committed if owes_tendency_push(contexts[key])]
             try:
-                self._push_tendency(user_id, [contexts[key] for key in owed])
+                self._push_tendency(user_id, [contexts[key] for key in owed], known)
             except Exception:
                 # The totals are committed; redelivery finds the push owed and settles it.
                 logger.exception("tendency push failed after commit", extra={"user_id": user_id})
@@ -238,21 +275,25 @@ class RunnerStatsService:
         if late or suspect:
             self._store.save_rejections(late + suspect)
 
-    def _push_tendency(self, user_id: int, committed: Sequence[RunContext]) -> None:
-        """Merge committed runs' labels into the user's record (conditional on its version)."""
+    def _push_tendency(self, user_id: int, committed: Sequence[RunContext], known: _KnownTendency) -> None:
+        """Merge committed runs' labels into the user's record (conditional on its version), starting from
+        the record as this invocation last knew it; a lost race forgets it and re-reads."""
         slots = [TendencySlot(c.key.run_id, c.first_ts or 0, tendency_label(c.total_meters)) for c in committed]
         if not slots:
             return
         for _ in range(self._options.commit_attempts):
-            current = self._store.load_tendency(user_id)
+            current = known.record if known.record is not None else self._store.load_tendency(user_id)
             merged = reduce(merge_tendency, slots, current)
             if merged == current:
+                known.record = current
                 return
             try:
                 self._store.save_tendency(merged)
-                return
             except VersionConflict:
+                known.record = None
                 continue
+            known.record = replace(merged, version=merged.version + 1)  # what the write stored
+            return
         raise VersionConflict(f"tendency of user {user_id} kept moving")
 
     def _commit_keys(

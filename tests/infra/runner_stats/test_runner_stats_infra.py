@@ -50,7 +50,7 @@ TABLE_KEYS = {
 # Exactly the DynamoDB actions the handler needs, per table (TransactWriteItems is authorized as PutItem).
 TABLE_ACTIONS = {
     ENV_RUN_STATS_TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"},
-    ENV_TENDENCY_TABLE: {"dynamodb:GetItem", "dynamodb:PutItem"},
+    ENV_TENDENCY_TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"},
     # Query: the archive read of a forgotten range (the embedded IAM denied it before this grant).
     ENV_MESSAGES_TABLE: {"dynamodb:PutItem", "dynamodb:Query"},
     ENV_REJECTS_TABLE: {"dynamodb:PutItem"},

@@ -61,6 +61,9 @@ class FakeStore:
     before_commit: Callable[[FakeStore, RunContext], None] | None = None
     before_save_tendency: Callable[[FakeStore, UserTendency], None] | None = None
     fail_load_contexts: bool = False
+    fail_load_tendencies: bool = False
+    tendency_reads: list[int] = field(default_factory=list)  # users read one at a time (GetItem)
+    tendency_batch_reads: list[list[int]] = field(default_factory=list)  # users read up front (BatchGetItem)
     fail_rejections: bool = False
     archive_reads: int = 0
 
@@ -75,14 +78,21 @@ class FakeStore:
         return self.contexts.get(key, RunContext(key))
 
     def load_tendency(self, user_id: int) -> UserTendency:
+        self.tendency_reads.append(user_id)
         return self.tendencies.get(user_id, UserTendency(user_id))
+
+    def load_tendencies(self, user_ids: Sequence[int]) -> dict[int, UserTendency]:
+        self.tendency_batch_reads.append(list(user_ids))
+        if self.fail_load_tendencies:
+            raise InjectedFailure("BatchGetItem of tendencies failed")
+        return {user_id: self.tendencies.get(user_id, UserTendency(user_id)) for user_id in user_ids}
 
     # --- conditional writes ----------------------------------------------------------------
 
     def save_tendency(self, record: UserTendency) -> None:
         if self.before_save_tendency is not None:
             self.before_save_tendency(self, record)
-        if self.load_tendency(record.user_id).version != record.version:
+        if self.tendencies.get(record.user_id, UserTendency(record.user_id)).version != record.version:
             raise VersionConflict(f"tendency of user {record.user_id} moved past version {record.version}")
         self.tendencies[record.user_id] = replace(record, version=record.version + 1)
 
@@ -558,6 +568,53 @@ def test_a_missing_table_variable_is_a_settings_error(name: str, value: str | No
 def test_a_bad_number_is_a_settings_error(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         RunnerStatsSettings.from_env({**FULL_ENV, name: value})
+
+
+# --- tendency records read up front ------------------------------------------------------------
+
+
+def test_users_who_will_push_have_their_tendency_read_up_front_and_pushed_without_another_read() -> None:
+    # Given user 8 with a stored run whose label is settled, and users 7 and 9 whose runs are new to the batch
+    store = FakeStore()
+    service(store).process(batch(device(RUN_C, 1, 300)))
+    store.tendency_reads.clear()
+    store.tendency_batch_reads.clear()
+    run_e = RunKey(9, 1)
+    # When a batch brings run A's and run E's first messages, and run C's next
+    report = service(store).process(batch(device(RUN_A, 1, 100), device(RUN_C, 2, 300), device(run_e, 1, 50)))
+    # Then the users with a new run (7, 9), and user 8 whose label the last commit had not confirmed yet,
+    # were read in one call, and no push read its record again
+    assert store.tendency_batch_reads == [[7, 8, 9]] and store.tendency_reads == []
+    assert report.batch_item_failures() == []
+    assert store.tendencies[7].current == TendencySlot(1, BASE_TS + 30_000, "fine")
+    assert store.tendencies[9].current == TendencySlot(1, BASE_TS + 30_000, "fine")
+
+
+def test_a_second_push_in_one_invocation_starts_from_the_record_the_first_wrote() -> None:
+    # Given run A stored with its tendency settled, and a batch that owes a push before and after its commit
+    store = FakeStore()
+    service(store).process(batch(device(RUN_A, 1, 100)))
+    store.contexts[RUN_A] = replace(store.contexts[RUN_A], tendency=None)  # a crash left its push owed
+    store.tendency_reads.clear()
+    # When run A's next message takes it past 200 m (a new label), with run B new to the batch
+    report = service(store).process(batch(device(RUN_A, 2, 150), device(RUN_B, 1, 10)))
+    # Then the record read up front served both pushes (the owed one found itself already there): no GetItem,
+    # one write, and the record holds run B as current and run A with its new label as previous
+    assert store.tendency_reads == [] and report.batch_item_failures() == []
+    assert store.tendencies[7].version == 2
+    assert store.tendencies[7].current == TendencySlot(2, BASE_TS + 30_000, "fine")
+    assert store.tendencies[7].previous == TendencySlot(1, BASE_TS + 30_000, "good job")
+
+
+def test_when_tendencies_cannot_be_read_up_front_each_push_reads_its_own() -> None:
+    # Given a store whose batch read of tendency records fails
+    store = FakeStore(fail_load_tendencies=True)
+    # When a batch brings two users' first messages
+    report = service(store).process(batch(device(RUN_A, 1, 100), device(RUN_C, 1, 300)))
+    # Then nothing is reported: each user's push read its own record, and both are written
+    assert report.batch_item_failures() == []
+    assert sorted(store.tendency_reads) == [7, 8]
+    assert store.tendencies[7].version == 1 and store.tendencies[8].version == 1
 
 
 # --- a user's backlog of runs -----------------------------------------------------------------
