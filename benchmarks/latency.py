@@ -24,7 +24,6 @@ from devtools.aws.esm import ShardRecord, lambda_event
 from devtools.aws.latency import LatencyRun, measure
 from devtools.workload import Workload, generate
 from devtools.workload import shard_records as workload_records
-from runtime.runner_stats import contract as runner_stats_contract
 
 DELAY_MS = 20.0
 CALL_MS = 5.0  # a DynamoDB call from Lambda in the same region
@@ -85,27 +84,9 @@ class MotoSession:
 def runner_stats_run(template: dict[str, Any], io_concurrency: int | None = None) -> LatencyRun:
     """onceflow's handler, through its entry point and on the client it builds, on the batch after
     the history (with the synthesized settings, or another IO_CONCURRENCY)."""
-    from devtools.runner_world import RunnerStatsWorld
-    from runtime.runner_stats import wiring
+    from benchmarks.runner_capacity import DEPLOYED, scenarios, session_for
 
-    history, batch = full_shard_records()
-
-    def setup() -> tuple[RunnerStatsWorld, Any]:
-        overrides = {} if io_concurrency is None else {runner_stats_contract.ENV_IO_CONCURRENCY: str(io_concurrency)}
-        world = RunnerStatsWorld.create(template, settings_overrides=overrides)
-        client = wiring.clients_for(world.settings).dynamodb
-        for earlier in history:
-            if world.invoke(lambda_event(earlier), client)["batchItemFailures"]:
-                raise RuntimeError("the history must apply without failures")
-        return world, client
-
-    session = MotoSession(setup)
-
-    def run() -> None:
-        world, client = session.state
-        if world.invoke(lambda_event(batch), client)["batchItemFailures"]:
-            raise RuntimeError("the measured batch must apply without failures")
-
+    session, run = session_for(template, scenarios()[0], DEPLOYED, io_concurrency=io_concurrency)
     try:
         return measure(run, session.prepare, DELAY_MS)
     finally:

@@ -33,6 +33,7 @@ from devtools.aws.esm import ShardRecord, lambda_event
 from devtools.aws.latency import LatencyRun, client_cpu, measure
 from devtools.workload import generate
 from devtools.workload import shard_records as workload_records
+from runtime.runner_stats import contract as runner_stats_contract
 
 FULL_VCPU_MB = 1769  # Lambda: one full vCPU at 1,769 MB, in proportion below
 POWER_MEMORY_MB = (256, 512, 1024, 1769, 2048, 3008)
@@ -89,6 +90,7 @@ class BatchProfile:
 @dataclass(frozen=True)
 class Scenario:
     name: str
+    label: str  # the name in one or two words
     history: list[list[ShardRecord]]
     batch: list[ShardRecord]
 
@@ -104,9 +106,9 @@ def scenarios() -> tuple[Scenario, ...]:
     # One user's backlog of 1,000 one-message runs: one thread, one tendency record.
     backlog = workload_records(list(clean(seed=37, users=1, runs_per_user=1000).deliveries))
     return (
-        Scenario("typical: 1,000 records of about 840 runs, after 5,000", history, typical),
-        Scenario("1,000 runners, one record each", [], first[:1000]),
-        Scenario("one user, 1,000 runs", [], backlog[:1000]),
+        Scenario("typical: 1,000 records of about 840 runs, after 5,000", "typical", history, typical),
+        Scenario("1,000 runners, one record each (new runs)", "1,000 runners", [], first[:1000]),
+        Scenario("one user, 1,000 runs", "one user", [], backlog[:1000]),
     )
 
 
@@ -129,22 +131,31 @@ class Variant:
     name: str
     validate_parameters: bool
     direct_attributes: bool
+    tendencies_up_front: bool = True
+    backlog_commits_at_once: bool = True
 
 
 BEFORE = Variant("botocore defaults: validation on, generic serializers (before)", True, False)
 VALIDATION_OFF = Variant("+ parameter validation off", False, False)
 DEPLOYED = Variant("+ attribute values built directly (deployed)", False, True)
 VARIANTS = (BEFORE, VALIDATION_OFF, DEPLOYED)
+TENDENCY_PER_PUSH = Variant("a GetItem per tendency push (before)", False, True, tendencies_up_front=False)
+BACKLOG_IN_ORDER = Variant("a user's runs committed one at a time (before)", False, True, backlog_commits_at_once=False)
 
 
-def session_for(template: dict[str, Any], scenario: Scenario, variant: Variant) -> tuple[MotoSession, Callable[[], None]]:
-    """A fresh embedded cloud with the scenario's history applied, and the measured run."""
+def session_for(
+    template: dict[str, Any], scenario: Scenario, variant: Variant, *, io_concurrency: int | None = None
+) -> tuple[MotoSession, Callable[[], None]]:
+    """A fresh embedded cloud with the scenario's history applied, and the measured run (with the
+    synthesized settings, or another IO_CONCURRENCY)."""
     from devtools.runner_world import RunnerStatsWorld
     from runtime.runner_stats import wiring
+    from runtime.runner_stats.service import RunnerStatsService
     from runtime.shared.aws import Clients
 
     def setup() -> tuple[RunnerStatsWorld, Any]:
-        world = RunnerStatsWorld.create(template)
+        overrides = {} if io_concurrency is None else {runner_stats_contract.ENV_IO_CONCURRENCY: str(io_concurrency)}
+        world = RunnerStatsWorld.create(template, settings_overrides=overrides)
         # The client the handler builds (wiring.clients_for), or one with botocore's validation on.
         clients = wiring.clients_for(world.settings) if not variant.validate_parameters else Clients(world.settings.options.io_concurrency)
         client = clients.dynamodb
@@ -160,10 +171,23 @@ def session_for(template: dict[str, Any], scenario: Scenario, variant: Variant) 
         with ExitStack() as stack:
             if not variant.direct_attributes:
                 stack.enter_context(generic_serializers())
+            if not variant.tendencies_up_front:
+                stack.enter_context(mock.patch.object(RunnerStatsService, "_known_tendencies", lambda *_: {}))
+            if not variant.backlog_commits_at_once:
+                stack.enter_context(mock.patch.object(RunnerStatsService, "_commit_keys", one_at_a_time(RunnerStatsService._commit_keys)))
             if world.invoke(lambda_event(scenario.batch), client)["batchItemFailures"]:
                 raise RuntimeError("the measured batch must apply without failures")
 
     return session, run
+
+
+def one_at_a_time(commit_keys: Callable[..., Any]) -> Callable[..., Any]:
+    """RunnerStatsService._commit_keys with a user's keys committed in order, as before the backlog change."""
+
+    def in_order(service: Any, results: Any, contexts: Any, report: Any, concurrency: int = 1) -> Any:
+        return commit_keys(service, results, contexts, report, 1)
+
+    return in_order
 
 
 def request_units(template: dict[str, Any], scenario: Scenario) -> tuple[float, float]:
@@ -181,12 +205,15 @@ def request_units(template: dict[str, Any], scenario: Scenario) -> tuple[float, 
         session.close()
 
 
-def profile(template: dict[str, Any], scenario: Scenario, measured: LatencyRun | None = None) -> BatchProfile:
-    """The scenario's batch as deployed: calls and depth (from `measured` when the section already
-    has them), CPU as the median of CPU_REPEATS runs (the measured one's included), request units."""
-    session, run = session_for(template, scenario, DEPLOYED)
+def profile(template: dict[str, Any], scenario: Scenario, measured: LatencyRun | None = None, variant: Variant = DEPLOYED) -> BatchProfile:
+    """The scenario's batch as deployed (or as `variant`): calls and depth (from `measured` when the section
+    already has them), CPU as the median of CPU_REPEATS runs (the measured one's included), request units."""
+    session, run = session_for(template, scenario, variant)
     try:
-        latency = measured or measure(run, session.prepare, DELAY_MS)
+        # A chain of about a thousand calls waits 20 s at DELAY_MS, beside which moto's CPU is noise; at the
+        # io-bound delays it would wait ten minutes.
+        long_chain = not variant.backlog_commits_at_once
+        latency = measured or measure(run, session.prepare, DELAY_MS, io_bound_delays_ms=None if long_chain else (200.0, 400.0))
         cpu = statistics.median([latency.client_cpu_s, *(client_cpu(run, session.prepare, 1) for _ in range(CPU_REPEATS - 1))])
     finally:
         session.close()
@@ -297,7 +324,11 @@ def main(
     for variant, cpu in by_variant.items():
         print(f"    {variant.name:<64} {cpu * 1000:>6.0f} ms  {cpu / by_variant[BEFORE]:.2f}x")
     print(f"\n  {'batch':<52} {'calls':>6} {'depth':>6} {'CPU ms':>7} {'us/record':>9} {'us/call':>8} {'WRU':>6} {'RRU':>6}")
-    for measured in profiles:
+    befores = [
+        replace(profile(template, scenario, variant=variant), name=f"{scenario.label}: {variant.name}")
+        for scenario, variant in ((scenarios()[1], TENDENCY_PER_PUSH), (scenarios()[2], BACKLOG_IN_ORDER))
+    ]
+    for measured in [*befores, *profiles]:
         print(
             f"  {measured.name:<52} {measured.calls:>6} {measured.depth:>6.0f} {measured.cpu_s * 1000:>7.0f} "
             f"{measured.cpu_s / measured.records * 1e6:>9.0f} {measured.cpu_s / measured.calls * 1e6:>8.0f} "
@@ -311,7 +342,9 @@ def main(
     for env, target in (("dev", KINESIS_SHARD_RECORDS_PER_SECOND), ("prod", RUNNER_TARGET_PER_SHARD)):
         settings = load_config(env).runner_stats
         memory, parallelization = settings.memory_mb, settings.parallelization_factor
-        figures = ", ".join(f"{m.name.split(':')[0]} {m.per_shard(memory, parallelization):,.0f}" for m in profiles)
+        figures = ", ".join(
+            f"{scenario.label} {m.per_shard(memory, parallelization):,.0f}" for scenario, m in zip(scenarios(), profiles, strict=True)
+        )
         sized = profiles[0].with_cpu_headroom().per_shard(memory, parallelization)
         ok = sized >= target
         met &= ok

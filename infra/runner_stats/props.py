@@ -41,10 +41,12 @@ class RunnerStatsConfig:
         open; a message for a gap closed beyond them is a `too_late` reject.
     archive_chunk_size, commit_attempts, max_message_bytes, reject_payload_max_bytes,
         timestamp_max_age_seconds, timestamp_max_ahead_seconds: the handler's limits.
-    memory_mb, timeout_seconds: the function.
+    memory_mb, timeout_seconds: the function. Lambda gives one vCPU at 1,769 MB and a share in
+        proportion below; the handler is CPU-bound at a full shard, so memory sets its throughput.
     io_concurrency: how many users one invocation processes at once (threads, each with its own
-        connection); a user's runs stay in order on one thread. 32 lets one shard's full batch of
-        1,000 runs wait for about 40 DynamoDB round trips instead of over 1,000.
+        connection); a batch of fewer users commits each user's runs on the threads left free. 32
+        lets one shard's full batch of 1,000 runs wait for about 30 DynamoDB round trips instead of
+        over 1,000.
     reserved_concurrency: None (the default) runs in the account's unreserved pool; a number
         reserves that many, and must cover the batches the mapping runs at once (shards x
         parallelization factor), or the stream falls behind for good.
@@ -69,7 +71,11 @@ class RunnerStatsConfig:
     # approximateArrivalTimestamp: a device buffers up to a day offline; clocks drift minutes.
     timestamp_max_age_seconds: int = 24 * 3600
     timestamp_max_ahead_seconds: int = 5 * 60
-    memory_mb: int = 256
+    # One full vCPU: the handler's CPU (botocore's client side, about 0.4 ms per call) and not its
+    # round trips sets what a shard sustains; 1,769 MB sustains a shard's 1,000 records/s at
+    # parallelization factor 1 with CPU 1.5x what the bench measures (`make bench --only latency`,
+    # the power-tuning table), for the same $ per million records, to the cent, as 256 MB.
+    memory_mb: int = 1769
     timeout_seconds: int = 60
     reserved_concurrency: int | None = None
     io_concurrency: int = 32

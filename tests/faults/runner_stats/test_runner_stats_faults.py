@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from devtools import reference
 from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard, ShardRecord
 from devtools.aws.faults import LostResponse, ThrottledWrites, WriteBoundaryCrasher
@@ -29,6 +28,7 @@ from runtime.runner_stats.models import ArchiveChunk, ArchivedMessage, RunContex
 from runtime.runner_stats.store import DynamoRunStatsStore
 from runtime.shared.consistency import VersionConflict
 from tests.conftest import templates_for
+from tests.faults.runner_stats.reference_checks import assert_matches_reference as matches_reference
 
 
 @dataclass(frozen=True)
@@ -155,18 +155,7 @@ def clean_view(name: str = "mixed") -> PipelineView:
 
 
 def assert_matches_reference(view: PipelineView) -> None:
-    unique = workload().unique
-    totals = reference.clean_pass(unique)
-    assert set(view.runs) == set(totals)
-    for key, expected in totals.items():
-        run = view.runs[key]
-        assert run.total_meters == Decimal(expected.total_meters)
-        assert run.total_seconds == Decimal(str(expected.total_seconds))
-        assert run.message_count == expected.message_count
-        assert run.gaps == ()
-        assert [m.sequence_id for m in run.archived] == sorted(m.sequence_id for m in unique if (m.user_id, m.run_id) == key)
-    tendencies = reference.clean_tendencies(totals)
-    assert view.tendencies == {user: (t.current_run_id, t.current, t.previous_run_id, t.previous) for user, t in tendencies.items()}
+    matches_reference(view, workload().unique)
 
 
 @functools.cache

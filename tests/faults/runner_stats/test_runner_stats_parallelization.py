@@ -27,7 +27,6 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -44,6 +43,7 @@ from devtools.workload import DeviceMessage, Workload, generate
 from devtools.workload import shard_records as workload_records
 from runtime.runner_stats.contract import ENV_ARCHIVE_CHUNK_SIZE, ENV_GAP_MAX_LAG, ENV_IO_CONCURRENCY, KEY_RUN_ID, KEY_USER_ID
 from tests.conftest import templates_for
+from tests.faults.runner_stats.reference_checks import assert_matches_reference as matches_reference
 
 FACTORS = (2, 5, 10)
 BATCH_SIZE = 10
@@ -211,18 +211,7 @@ def clean_view(name: str = "main") -> PipelineView:
 
 
 def assert_matches_reference(view: PipelineView, name: str = "main") -> None:
-    unique = unique_messages(name)
-    totals = reference.clean_pass(unique)
-    assert set(view.runs) == set(totals)
-    for key, expected in totals.items():
-        run = view.runs[key]
-        assert run.total_meters == Decimal(expected.total_meters)
-        assert run.total_seconds == Decimal(str(expected.total_seconds))
-        assert run.message_count == expected.message_count
-        assert run.gaps == ()
-        assert [m.sequence_id for m in run.archived] == sorted(m.sequence_id for m in unique if (m.user_id, m.run_id) == key)
-    tendencies = reference.clean_tendencies(totals)
-    assert view.tendencies == {user: (t.current_run_id, t.current, t.previous_run_id, t.previous) for user, t in tendencies.items()}
+    matches_reference(view, unique_messages(name))
 
 
 def busy_chains(shard: Sequence[ShardRecord], factor: int) -> list[int]:
