@@ -9,17 +9,34 @@ for its own stacks.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Final, Protocol
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 
+from onceflow.runtime.shared.tracing import TracingMode
+
+__all__ = ["ADOT_PYTHON_LAYER_ARNS", "POWERTOOLS_LAYER_VERSION", "CommonProps", "ConfigError", "TableOptions", "TracingMode"]
+
 # The AWS-managed Powertools for AWS Lambda (Python) layer the functions run with. The dev
 # environment installs the same release (tests/unit/test_setup.py compares them).
 POWERTOOLS_LAYER_VERSION: Final = "3.37.0"
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
+# The AWS-managed ADOT (OpenTelemetry) Python layer of the `otel` tracing mode, pinned per region: AWS
+# publishes it under a version number of each region's own. Architecture-independent, Python 3.10-3.14.
+# A region not listed needs its ARN in CommonProps.adot_layer_arns (`aws lambda list-layer-versions
+# --layer-name AWSOpenTelemetryDistroPython --region R` prints it).
+ADOT_PYTHON_LAYER_ARNS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "us-east-1": "arn:aws:lambda:us-east-1:615299751070:layer:AWSOpenTelemetryDistroPython:25",
+        "ap-northeast-1": "arn:aws:lambda:ap-northeast-1:615299751070:layer:AWSOpenTelemetryDistroPython:25",
+    }
+)
+_ADOT_LAYER_ARN = re.compile(r"arn:aws:lambda:(?P<region>[a-z]{2}(-[a-z]+)+-\d):\d{12}:layer:AWSOpenTelemetryDistroPython:\d+")
 _REMOVAL_POLICIES: Final = (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY)
 
 
@@ -40,12 +57,21 @@ class CommonProps:
     powertools_layer_version: the AWS-managed Powertools layer release the functions run with,
         resolved per region from its public SSM parameter at deploy time. The handlers are
         tested against POWERTOOLS_LAYER_VERSION; another v3 release is accepted at your risk.
+    tracing: what the functions and the state machine trace (runtime/shared/tracing.TracingMode).
+        ACTIVE (the default): Lambda's active tracing and Step Functions tracing, no tracing SDK in
+        the functions. SDK: also Powertools' Tracer on the X-Ray SDK (a subsegment per AWS call;
+        the SDK's end of support is 2027-02-25). OTEL: also the AWS-managed ADOT layer
+        (adot_layer_arns). OFF: none.
+    adot_layer_arns: the ADOT Python layer per region for the OTEL mode; pinned
+        (ADOT_PYTHON_LAYER_ARNS). A stack in a region not listed fails at deploy.
     """
 
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     log_level: str = "INFO"
     powertools_layer_version: str = POWERTOOLS_LAYER_VERSION
+    tracing: TracingMode = TracingMode.ACTIVE
+    adot_layer_arns: Mapping[str, str] = field(default_factory=lambda: ADOT_PYTHON_LAYER_ARNS)
 
     @property
     def retain_data(self) -> bool:
@@ -60,6 +86,16 @@ class CommonProps:
             raise ConfigError(f"log_level {self.log_level!r} is not a Powertools log level ({', '.join(LOG_LEVELS)})")
         if not re.fullmatch(r"3\.\d+\.\d+", self.powertools_layer_version):
             raise ConfigError("powertools_layer_version must be a Powertools v3 release such as 3.37.0")
+        if not isinstance(self.tracing, TracingMode):
+            choices = ", ".join(f"TracingMode.{mode.name}" for mode in TracingMode)
+            raise ConfigError(f"tracing must be a TracingMode ({choices}), not {self.tracing!r}")
+        for region, arn in self.adot_layer_arns.items():
+            match = _ADOT_LAYER_ARN.fullmatch(arn)
+            if match is None or match["region"] != region:
+                wanted = "that region's AWSOpenTelemetryDistroPython layer version ARN"
+                raise ConfigError(f"adot_layer_arns[{region!r}] must be {wanted}, not {arn!r}")
+        if self.tracing is TracingMode.OTEL and not self.adot_layer_arns:
+            raise ConfigError("tracing OTEL needs the ADOT layer of at least one region in adot_layer_arns")
 
 
 @dataclass(frozen=True)

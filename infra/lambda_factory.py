@@ -3,8 +3,9 @@
 Every function of every pipeline gets the same shape: the one code asset built from runtime/
 alone, the latest Python runtime CDK offers on arm64, Powertools from the AWS-managed layer
 (resolved at deploy time from its public SSM parameter for the stack's region), JSON logs into
-its own log group with the configured retention, X-Ray tracing, and a role that may write only
-to that log group until the caller grants it more.
+its own log group with the configured retention, tracing as CommonProps.tracing says (Lambda's
+active tracing by default, with no tracing SDK in the function), and a role that may write only to
+that log group until the caller grants it more.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aws_cdk import Duration, Stack
+from aws_cdk import CfnMapping, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -21,6 +22,7 @@ from constructs import Construct
 
 from onceflow.infra.common import CommonProps
 from onceflow.infra.compliance import acknowledge
+from onceflow.runtime.shared.tracing import TRACING_MODE_VARIABLE, TracingMode
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
@@ -30,6 +32,9 @@ METRICS_NAMESPACE = "onceflow"
 _ASSET_EXCLUDES = ["*", ".*", "!runtime", "!runtime/**", "**/__pycache__", "**/*.pyc"]
 _CODE_ATTRIBUTE = "_onceflow_runtime_code"
 _LAYER_ATTRIBUTE = "_onceflow_powertools_layer"
+_ADOT_LAYER_ATTRIBUTE = "_onceflow_adot_layer"
+# The ADOT layer's handler wrapper (AWS_LAMBDA_EXEC_WRAPPER): it starts OpenTelemetry, then the handler.
+ADOT_EXEC_WRAPPER = "/opt/otel-instrument"
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class FunctionSpec:
     def __post_init__(self) -> None:
         if not self.handler.startswith("runtime.") or self.handler.count(".") < 2:
             raise ValueError(f"handler {self.handler!r} must be a dotted path inside the runtime package")
-        reserved = {name for name in self.environment if name.startswith(("POWERTOOLS_", "AWS_"))}
+        reserved = {name for name in self.environment if name.startswith(("POWERTOOLS_", "AWS_", "OTEL_")) or name == TRACING_MODE_VARIABLE}
         if reserved:
             raise ValueError(f"environment names reserved for the factory: {sorted(reserved)}")
 
@@ -82,6 +87,32 @@ def powertools_layer(scope: Construct, common: CommonProps) -> lambda_.ILayerVer
     return layer
 
 
+def adot_layer(scope: Construct, common: CommonProps) -> lambda_.ILayerVersion:
+    """The pinned ADOT Python layer of the stack's region (a template mapping: the stack may be region-agnostic)."""
+    stack = Stack.of(scope)
+    layer = getattr(stack, _ADOT_LAYER_ATTRIBUTE, None)
+    if layer is None:
+        arns = {region: {"Arn": arn} for region, arn in sorted(common.adot_layer_arns.items())}
+        # lazy: a stack in a known region gets the ARN itself (and an unpinned region fails at synth, not deploy)
+        mapping = CfnMapping(stack, "AdotPythonLayer", mapping=arns, lazy=True)
+        arn = mapping.find_in_map(Stack.of(scope).region, "Arn")
+        layer = lambda_.LayerVersion.from_layer_version_arn(stack, "AdotLayer", arn)
+        setattr(stack, _ADOT_LAYER_ATTRIBUTE, layer)
+    return layer
+
+
+def tracing_configuration(scope: Construct, common: CommonProps) -> tuple[lambda_.Tracing, list[lambda_.ILayerVersion], dict[str, str]]:
+    """Lambda's tracing setting, the extra layers and the variables of the construct's tracing mode."""
+    mode = common.tracing
+    environment = {TRACING_MODE_VARIABLE: mode.value}
+    if mode is not TracingMode.OTEL:
+        return (lambda_.Tracing.ACTIVE if mode.lambda_active_tracing else lambda_.Tracing.DISABLED), [], environment
+    # Spans go to X-Ray through Lambda's daemon (active tracing); Application Signals stays off, since it
+    # needs its own managed policy and bills per span.
+    environment |= {"AWS_LAMBDA_EXEC_WRAPPER": ADOT_EXEC_WRAPPER, "OTEL_AWS_APPLICATION_SIGNALS_ENABLED": "false"}
+    return lambda_.Tracing.ACTIVE, [adot_layer(scope, common)], environment
+
+
 def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, common: CommonProps) -> CreatedFunction:
     log_group = logs.LogGroup(
         scope,
@@ -97,6 +128,7 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
     )
     # Its own log group only, instead of the account-wide AWSLambdaBasicExecutionRole.
     log_group.grant_write(role)
+    tracing, tracing_layers, tracing_environment = tracing_configuration(scope, common)
     function = lambda_.Function(
         scope,
         construct_id,
@@ -109,8 +141,8 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
         memory_size=spec.memory_mb,
         timeout=Duration.seconds(spec.timeout_seconds),
         reserved_concurrent_executions=spec.reserved_concurrency,
-        layers=[powertools_layer(scope, common)],
-        tracing=lambda_.Tracing.ACTIVE,
+        layers=[powertools_layer(scope, common), *tracing_layers],
+        tracing=tracing,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
         application_log_level_v2=lambda_.ApplicationLogLevel(common.log_level if common.log_level != "WARNING" else "WARN"),
@@ -119,15 +151,16 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
             "POWERTOOLS_SERVICE_NAME": spec.service,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": common.log_level,
+            **tracing_environment,
             **spec.environment,
         },
     )
-    # Active tracing adds the X-Ray statement at creation, so the default policy exists now.
+    # The log group's grant made the default policy, so it exists now.
+    tracing_actions = "xray:PutTraceSegments and xray:PutTelemetryRecords (tracing) and, " if tracing == lambda_.Tracing.ACTIVE else ""
     acknowledge(
         role.node.find_child("DefaultPolicy").node.default_child,  # type: ignore[arg-type]
         "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-        "Only actions that support no resource-level permissions use '*': xray:PutTraceSegments and "
-        "xray:PutTelemetryRecords (tracing) and, for a DynamoDB stream consumer, dynamodb:ListStreams; "
-        "every other statement of this role names its own resources.",
+        f"Only actions that support no resource-level permissions use '*': {tracing_actions}"
+        "for a DynamoDB stream consumer, dynamodb:ListStreams; every other statement of this role names its own resources.",
     )
     return CreatedFunction(function=function, role=role, log_group=log_group)

@@ -333,7 +333,7 @@ class TaxiEtlSaga(Construct):
             definition_body=sfn.DefinitionBody.from_chainable(next_state),
             state_machine_type=settings.workflow_type,
             timeout=Duration.minutes(settings.execution_timeout_minutes),
-            tracing_enabled=True,
+            tracing_enabled=common.tracing.lambda_active_tracing,
             logs=sfn.LogOptions(
                 destination=self.state_machine_logs, level=settings.execution_log_level, include_execution_data=settings.execution_log_data
             ),

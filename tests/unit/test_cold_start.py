@@ -1,8 +1,9 @@
 """Cold start: importing a handler module outside the HTTP APIs leaves Powertools' event handler
-out; the Tracer is created, and botocore patched, at import (in Lambda's init phase, which
-provisioned concurrency pays ahead of any request), and every invocation of an instrumented
-handler is traced through the same layers in the same order (logging context, tracing, metrics
-flushing innermost).
+out; in the default tracing mode (`active`: Lambda traces, no SDK in the function) no handler
+imports the X-Ray SDK; in the `sdk` mode the Tracer is created, and botocore patched, at import (in
+Lambda's init phase, which provisioned concurrency and SnapStart pay ahead of any request), and every
+invocation of an instrumented handler is traced through the same layers in the same order (logging
+context, tracing, metrics flushing innermost).
 
 Each check that depends on what is imported runs in a fresh interpreter, so sys.modules starts empty.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from runtime.shared.tracing import TRACING_MODE_VARIABLE, TracingMode
 from tests.unit.test_entry_points import handler_paths
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +33,7 @@ from runtime.shared import observability
 print(MARK + json.dumps({
     "xray": sorted(name for name in sys.modules if name.split(".")[0] == "aws_xray_sdk"),
     "tracer_created": type(observability.tracer).__name__ == "Tracer",
+    "mode": observability.TRACING_MODE.value,
     "event_handler": "aws_lambda_powertools.event_handler" in sys.modules,
     "builds_resolver": hasattr(module, "app"),
 }))
@@ -111,9 +114,48 @@ print(MARK + json.dumps({
 """
 
 
-def lambda_like_environment(*, tracing: bool) -> dict[str, str]:
-    """This process's environment as Lambda would have it; without POWERTOOLS_TRACE_DISABLED when tracing."""
-    env = {name: value for name, value in os.environ.items() if name not in ("POWERTOOLS_TRACE_DISABLED", "PYTHONPATH")}
+# The default mode's handler: logging context, then metrics, then the body; no tracing layer.
+ACTIVE_MODE_PROBE = """
+import json, os, sys
+from runtime.shared import observability
+from runtime.shared.observability import instrumented, logger
+
+import io, logging
+captured = io.StringIO()
+logger.addHandler(logging.StreamHandler(captured))
+for handler_ in logger.handlers:
+    handler_.setFormatter(logger.registered_formatter)
+
+def body(event, context):
+    logger.warning("probe-line")
+    line = json.loads([text for text in captured.getvalue().splitlines() if "probe-line" in text][-1])
+    return {"trace_id": line.get("xray_trace_id"), "request_id": line.get("function_request_id")}
+
+handler = instrumented(body)
+layers = [handler, handler.__wrapped__]
+
+class Context:
+    function_name = "probe"
+    memory_limit_in_mb = 256
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:probe"
+    aws_request_id = "request-1"
+
+print(MARK + json.dumps({
+    "mode": observability.TRACING_MODE.value,
+    "tracer": observability.tracer is not None,
+    "layer_files": [layer.__code__.co_filename.replace("\\\\", "/") for layer in layers],
+    "innermost_is_body": handler.__wrapped__.__wrapped__ is body,
+    "result": handler({}, Context()),
+    "xray": sorted(name for name in sys.modules if name.split(".")[0] == "aws_xray_sdk"),
+}))
+"""
+
+
+def lambda_like_environment(*, tracing: bool, mode: TracingMode | str | None = TracingMode.SDK) -> dict[str, str]:
+    """This process's environment as Lambda would have it; without POWERTOOLS_TRACE_DISABLED when tracing, and
+    with the factory's tracing-mode variable (none at all when `mode` is None)."""
+    dropped = ("POWERTOOLS_TRACE_DISABLED", "PYTHONPATH", TRACING_MODE_VARIABLE)
+    env = {name: value for name, value in os.environ.items() if name not in dropped}
     env.update(
         {
             "PYTHONPATH": str(PROJECT_ROOT),
@@ -132,15 +174,17 @@ def lambda_like_environment(*, tracing: bool) -> dict[str, str]:
     )
     if not tracing:
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
+    if mode is not None:
+        env[TRACING_MODE_VARIABLE] = str(mode.value if isinstance(mode, TracingMode) else mode)
     return env
 
 
-def run_probe(code: str, *argv: str, tracing: bool) -> dict[str, Any]:
+def run_probe(code: str, *argv: str, tracing: bool, mode: TracingMode | None = TracingMode.SDK) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", f"MARK = {MARK!r}\n{code}", *argv],
         capture_output=True,
         text=True,
-        env=lambda_like_environment(tracing=tracing),
+        env=lambda_like_environment(tracing=tracing, mode=mode),
         cwd=PROJECT_ROOT,
         timeout=120,
         check=False,
@@ -151,21 +195,72 @@ def run_probe(code: str, *argv: str, tracing: bool) -> dict[str, Any]:
     return json.loads(results[0])  # type: ignore[no-any-return]
 
 
+NO_SDK_MODES = [None, TracingMode.ACTIVE, TracingMode.OTEL, TracingMode.OFF]
+
+
+@pytest.mark.parametrize("mode", NO_SDK_MODES, ids=lambda mode: getattr(mode, "value", "unset"))
 @pytest.mark.parametrize("path", handler_paths())
-def test_importing_a_handler_module_creates_the_tracer_and_loads_the_event_handler_only_for_http(path: str) -> None:
-    # Given a fresh interpreter in a Lambda-like environment with tracing active (no POWERTOOLS_TRACE_DISABLED)
+def test_no_handler_imports_the_xray_sdk_outside_the_sdk_mode(path: str, mode: TracingMode | None) -> None:
+    # Given a fresh interpreter in a Lambda-like environment, tracing not disabled for Powertools, in the default
+    # mode as the factory sets it (or with no mode variable at all, as a function built elsewhere), or OTEL or OFF
     module = path.rpartition(".")[0]
     # When the handler module is imported, as Lambda's init phase does
-    imported = run_probe(IMPORT_PROBE, module, tracing=True)
-    # Then the Tracer exists, with the X-Ray SDK: tracing is ready before the first request
-    assert imported["tracer_created"] is True
-    assert "aws_xray_sdk.core" in imported["xray"]
+    imported = run_probe(IMPORT_PROBE, module, tracing=True, mode=mode)
+    # Then no module of the X-Ray SDK was imported, and no Tracer created
+    assert imported["xray"] == []
+    assert imported["tracer_created"] is False
+    assert imported["mode"] == (mode or TracingMode.ACTIVE).value
     # And Powertools' event handler is loaded only by the modules that build an HTTP resolver with it
     assert imported["event_handler"] is imported["builds_resolver"]
 
 
+@pytest.mark.parametrize("path", handler_paths())
+def test_in_the_sdk_mode_importing_a_handler_module_creates_the_tracer(path: str) -> None:
+    # Given a fresh interpreter in a Lambda-like environment in the SDK mode
+    module = path.rpartition(".")[0]
+    # When the handler module is imported
+    imported = run_probe(IMPORT_PROBE, module, tracing=True, mode=TracingMode.SDK)
+    # Then the Tracer exists, with the X-Ray SDK: tracing is ready before the first request
+    assert imported["tracer_created"] is True
+    assert "aws_xray_sdk.core" in imported["xray"]
+    assert imported["mode"] == "sdk"
+
+
+def test_in_the_default_mode_the_handler_is_wrapped_by_logging_and_metrics_and_logs_the_trace_id() -> None:
+    # Given an instrumented handler in a fresh interpreter in the default mode, with Lambda's trace header set
+    # When it is invoked
+    result = run_probe(ACTIVE_MODE_PROBE, tracing=True, mode=TracingMode.ACTIVE)
+    # Then there is no tracer and no tracing layer: Powertools' logging context, its metrics flush, the body
+    assert result["mode"] == "active"
+    assert result["tracer"] is False
+    logging_layer, metrics_layer = result["layer_files"]
+    assert logging_layer.endswith("aws_lambda_powertools/logging/logger.py")
+    assert metrics_layer.endswith("aws_lambda_powertools/metrics/provider/base.py")
+    assert result["innermost_is_body"] is True
+    # And the logs still carry Lambda's trace id, so a log line leads to its trace in X-Ray
+    assert result["result"] == {"trace_id": "1-5759e988-bd862e3fe1be46a994272793", "request_id": "request-1"}
+    # And nothing of the X-Ray SDK was imported, invocation included
+    assert result["xray"] == []
+
+
+def test_an_unknown_tracing_mode_stops_the_cold_start_with_a_clear_error() -> None:
+    # Given a function whose tracing-mode variable holds no mode
+    done = subprocess.run(
+        [sys.executable, "-c", "import runtime.shared.observability"],
+        capture_output=True,
+        text=True,
+        env=lambda_like_environment(tracing=True, mode="xray"),
+        cwd=PROJECT_ROOT,
+        timeout=120,
+        check=False,
+    )
+    # When the package's observability is imported, Then the import fails naming the variable and the choices
+    assert done.returncode != 0
+    assert f"environment variable {TRACING_MODE_VARIABLE} must be one of active, sdk, otel, off, got 'xray'" in done.stderr
+
+
 def test_every_invocation_is_traced_with_botocore_patched_at_import() -> None:
-    # Given an instrumented handler in a fresh interpreter with tracing active, whose body calls SQS once
+    # Given an instrumented handler in a fresh interpreter in the SDK mode with tracing on, whose body calls SQS once
     # When it is invoked twice
     result = run_probe(INVOCATION_PROBE, tracing=True)
     # Then before the first invocation the Tracer existed, enabled, on the X-Ray recorder, with botocore patched
@@ -189,7 +284,7 @@ def test_every_invocation_is_traced_with_botocore_patched_at_import() -> None:
 
 
 def test_the_layers_stay_in_the_agreed_order() -> None:
-    # Given an instrumented handler in a fresh interpreter (the test environment: tracing disabled)
+    # Given an instrumented handler in a fresh interpreter in the SDK mode, with POWERTOOLS_TRACE_DISABLED set
     # When it is invoked twice
     result = run_probe(INVOCATION_PROBE, tracing=False)
     # Then the wrappers are, outside in: Powertools' logging context, its tracer, its metrics flush, the body

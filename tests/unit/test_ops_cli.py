@@ -24,7 +24,7 @@ REACHES_AWS = {
     "ops.runner_stats_reprocess": ["--from", "2026-11-01", "--stack", "Onceflow-dev-RunnerStats"],
     "ops.taxi_redrive": ["--stack", "Onceflow-dev-TaxiEtl"],
 }
-# Imported at collection: the tracer's X-Ray emitter opens its UDP socket on import, before sockets are blocked.
+# Imported once, at collection, for every test of this module.
 MODULES = {tool: importlib.import_module(tool) for tool in TOOLS}
 KIND = StackKind("EventLog", {"LogTableName": "log_table", "PendingTableName": "pending_table"})
 
