@@ -19,7 +19,7 @@ anything is built; what it creates is exposed as typed attributes.
 
 from __future__ import annotations
 
-from onceflow.infra.common import ADOT_PYTHON_LAYER_ARNS, POWERTOOLS_LAYER_VERSION, CommonProps, ConfigError, TableOptions, TracingMode
+from onceflow.infra.common import POWERTOOLS_LAYER_VERSION, CommonProps, ConfigError, TableOptions, TracingMode
 from onceflow.infra.compliance import acknowledge, add_compliance_checks
 from onceflow.infra.event_log.compliance import acknowledge_event_log, acknowledge_imported_bucket
 from onceflow.infra.event_log.construct import EventLog
@@ -36,7 +36,6 @@ from onceflow.infra.taxi_etl.monitoring import TaxiEtlMonitoring, TaxiEtlMonitor
 from onceflow.infra.taxi_etl.props import TaxiEtlAlarms, TaxiEtlConfig, TaxiEtlSagaProps
 
 __all__ = [
-    "ADOT_PYTHON_LAYER_ARNS",
     "POWERTOOLS_LAYER_VERSION",
     "AlarmTopic",
     "AlarmTopicProps",
