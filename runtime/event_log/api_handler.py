@@ -13,7 +13,6 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, wiring
@@ -30,10 +29,18 @@ from runtime.event_log.parsing import (
 from runtime.event_log.settings import ApiSettings
 from runtime.event_log.wiring import ApiDeps
 from runtime.shared.aws import Clients
-from runtime.shared.http import JSON, InvalidRequest, Refusal, answer_refusals, body_text, header, json_response, require_media_type
+from runtime.shared.http import (
+    JSON,
+    HttpRequest,
+    HttpResponse,
+    HttpRouter,
+    InvalidRequest,
+    Refusal,
+    body_text,
+    json_response,
+    require_media_type,
+)
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-
-app = APIGatewayHttpResolver()
 
 
 @functools.cache
@@ -48,21 +55,13 @@ def deps() -> ApiDeps:
     return wiring.build(settings(), Clients())
 
 
-def current() -> ApiDeps:
-    """The dependencies of the request being resolved (handle() appends them to the resolver's context)."""
-    return app.context["deps"]  # type: ignore[no-any-return]
-
-
-def request_body() -> dict[str, Any]:
+def request_body(request: HttpRequest, settings: ApiSettings) -> dict[str, Any]:
     """The JSON object a POST sends: refused with 415 unless labelled application/json (UTF-8), with
     400 unless strict UTF-8 (no BOM) and a JSON object, before anything is read or written."""
-    event = app.current_event
-    require_media_type(header(event.headers, "content-type"), event.body, (JSON,))
-    max_bytes = current().settings.max_body_bytes
+    require_media_type(request.header("content-type"), request.body, (JSON,))
+    max_bytes = settings.max_body_bytes
     # Over the limit stays a 400 here, as the event log has always answered it (its README's "400 bad input").
-    text = body_text(
-        event.body, is_base64=bool(event.is_base64_encoded), max_bytes=max_bytes, too_large=InvalidRequest, hint="send a JSON object"
-    )
+    text = body_text(request.body, is_base64=request.is_base64, max_bytes=max_bytes, too_large=InvalidRequest, hint="send a JSON object")
     return parse_json_object(text, max_bytes=max_bytes)
 
 
@@ -79,30 +78,30 @@ def count_refusal(refusal: Refusal) -> None:
             metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
 
 
-answer_refusals(app, count_refusal)
+router: HttpRouter[ApiDeps] = HttpRouter(count_refusal)
 
 
-@app.post("/logs/<log_id>/entries")
-def append_entry(log_id: str) -> Response[str]:
-    request = parse_append(log_id, request_body(), max_value_bytes=current().settings.max_value_bytes)
-    result = current().service.append(request)
+@router.post("/logs/<log_id>/entries")
+def append_entry(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
+    append = parse_append(log_id, request_body(request, deps.settings), max_value_bytes=deps.settings.max_value_bytes)
+    result = deps.service.append(append)
     metrics.add_metric(
         name=contract.METRIC_DUPLICATE_APPENDS if result.duplicate else contract.METRIC_APPENDS, unit=MetricUnit.Count, value=1
     )
     return json_response(200 if result.duplicate else 201, asdict(result))
 
 
-@app.post("/logs/<log_id>/payloads")
-def create_payload(log_id: str) -> Response[str]:
-    body = request_body()
-    upload = current().service.create_upload(parse_log_id(log_id), parse_request_id(body.get("request_id")))
+@router.post("/logs/<log_id>/payloads")
+def create_payload(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
+    body = request_body(request, deps.settings)
+    upload = deps.service.create_upload(parse_log_id(log_id), parse_request_id(body.get("request_id")))
     return json_response(200, upload)
 
 
-@app.post("/logs/<log_id>/payloads/complete")
-def complete_payload(log_id: str) -> Response[str]:
-    body = request_body()
-    result = current().service.complete_upload(
+@router.post("/logs/<log_id>/payloads/complete")
+def complete_payload(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
+    body = request_body(request, deps.settings)
+    result = deps.service.complete_upload(
         parse_log_id(log_id), parse_request_id(body.get("request_id")), parse_position(body.get("position")), parse_cell(body.get("cell"))
     )
     metrics.add_metric(
@@ -111,10 +110,10 @@ def complete_payload(log_id: str) -> Response[str]:
     return json_response(200 if result.duplicate else 201, asdict(result))
 
 
-@app.get("/logs/<log_id>/snapshot")
-def latest_snapshot(log_id: str) -> Response[str]:
-    after = parse_after(app.current_event.get_query_string_value("after"))
-    page = current().service.read_latest(parse_log_id(log_id), current().objects, current().settings.read_page_limit, after)
+@router.get("/logs/<log_id>/snapshot")
+def latest_snapshot(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
+    after = parse_after(request.query.get("after"))
+    page = deps.service.read_latest(parse_log_id(log_id), deps.objects, deps.settings.read_page_limit, after)
     if page is None:
         return json_response(404, {"error": f"log {log_id} has no entries"})
     return json_response(200, page)
@@ -122,8 +121,7 @@ def latest_snapshot(log_id: str) -> Response[str]:
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: ApiDeps) -> dict[str, Any]:
     logger.debug("request", extra={"route": event.get("routeKey")})
-    app.append_context(deps=deps)  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
-    return app.resolve(event, context)
+    return router.resolve(event, deps)
 
 
 @instrumented

@@ -1,9 +1,15 @@
-"""What both HTTP APIs share: JSON responses, one mapping of expected refusals to HTTP status, and
-the one reading of a request body (its media type, base64, size and strict UTF-8).
+"""What both HTTP APIs share: routing of API Gateway HTTP API events, JSON responses, one mapping of
+expected refusals to HTTP status, and the one reading of a request body (its media type, base64,
+size and strict UTF-8).
 
 A refusal is an exception whose class carries its status; the mapping is by isinstance, so a
 pipeline's errors (runtime/<pipeline>/errors.py) subclass these and inherit the status of the
 nearest base unless they set their own.
+
+The router is the package's own, not Powertools' event handler: importing that package loads every
+resolver it has (AppSync's pulls in asyncio and ssl), about 0.3x of boto3's import at every cold
+start, for the three routes each API has. Routes match as Powertools' did: the method, and the
+whole raw path against the template, a `<name>` standing for one segment of RFC 3986 characters.
 """
 
 from __future__ import annotations
@@ -11,11 +17,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:  # Powertools' event handler (tens of ms of imports, asyncio among them) is loaded by the HTTP handlers alone
-    from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 
 class Refusal(Exception):
@@ -165,22 +170,93 @@ def _looks_like_utf16(raw: bytes) -> bool:
     return len(head) >= 4 and any(2 * half.count(0) >= len(half) for half in (head[0::2], head[1::2]))
 
 
-def json_response(status: int, body: dict[str, Any]) -> Response[str]:
-    from aws_lambda_powertools.event_handler import Response, content_types
+# --- routing ------------------------------------------------------------------------------------
 
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+# One path segment: RFC 3986's unreserved and sub-delimiter characters, and those API Gateway passes on unencoded.
+_SEGMENT = r"[-._~()'!*:@,;=+&$%<> \[\]{}|^\w]+"
+_PARAMETER = re.compile(r"<(\w+)>")
 
 
-def refusal_response(refusal: Refusal) -> Response[str]:
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    body: dict[str, Any]
+
+    def to_result(self) -> dict[str, Any]:
+        """The Lambda result API Gateway HTTP APIs (payload format 2.0) turn into the HTTP response."""
+        body = json.dumps(self.body)
+        return {"statusCode": self.status, "body": body, "isBase64Encoded": False, "headers": {"Content-Type": JSON}, "cookies": []}
+
+
+def json_response(status: int, body: dict[str, Any]) -> HttpResponse:
+    return HttpResponse(status, body)
+
+
+def refusal_response(refusal: Refusal) -> HttpResponse:
     return json_response(refusal.status, refusal.body())
 
 
-def answer_refusals(app: APIGatewayHttpResolver, counted: Callable[[Refusal], None]) -> None:
-    """Answer every Refusal a route raises with its status and body, after `counted` records it.
-    Powertools looks exception handlers up along the exception's MRO, so this one covers every subclass."""
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """What a route reads of an HTTP API event (payload format 2.0)."""
 
-    def answer(refusal: Refusal) -> Response[str]:
-        counted(refusal)
-        return refusal_response(refusal)
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+    body: str | None
+    is_base64: bool
 
-    app.exception_handler(Refusal)(answer)
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> HttpRequest:
+        http = (event.get("requestContext") or {}).get("http") or {}
+        return cls(
+            method=str(http.get("method", "")).upper(),
+            path=str(event.get("rawPath", "")),
+            headers=event.get("headers") or {},
+            query=event.get("queryStringParameters") or {},
+            body=event.get("body"),
+            is_base64=bool(event.get("isBase64Encoded")),
+        )
+
+    def header(self, name: str) -> str | None:
+        return header(self.headers, name)
+
+
+DepsT = TypeVar("DepsT")
+Route = Callable[..., HttpResponse]  # (request, deps, **path parameters)
+
+
+class HttpRouter(Generic[DepsT]):
+    """Routes by method and path template; a Refusal a route raises is answered with its status and
+    body, after `on_refusal` records it; any other exception propagates (API Gateway answers 500)."""
+
+    def __init__(self, on_refusal: Callable[[Refusal], None]) -> None:
+        self._on_refusal = on_refusal
+        self._routes: list[tuple[str, re.Pattern[str], Route]] = []
+
+    def get(self, template: str) -> Callable[[Route], Route]:
+        return self._add("GET", template)
+
+    def post(self, template: str) -> Callable[[Route], Route]:
+        return self._add("POST", template)
+
+    def _add(self, method: str, template: str) -> Callable[[Route], Route]:
+        pattern = re.compile(_PARAMETER.sub(lambda name: f"(?P<{name.group(1)}>{_SEGMENT})", template))
+
+        def register(route: Route) -> Route:
+            self._routes.append((method, pattern, route))
+            return route
+
+        return register
+
+    def resolve(self, event: Mapping[str, Any], deps: DepsT) -> dict[str, Any]:
+        request = HttpRequest.from_event(event)
+        for method, pattern, route in self._routes:
+            if method == request.method and (match := pattern.fullmatch(request.path)):
+                try:
+                    return route(request, deps, **match.groupdict()).to_result()
+                except Refusal as refusal:
+                    self._on_refusal(refusal)
+                    return refusal_response(refusal).to_result()
+        return json_response(404, {"statusCode": 404, "message": "Not found"}).to_result()

@@ -15,11 +15,10 @@ import functools
 import os
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.aws import Clients
-from runtime.shared.http import Refusal, answer_refusals, header, json_response
+from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, Refusal, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.requests import (
@@ -35,8 +34,6 @@ from runtime.taxi_etl.settings import ApiSettings
 from runtime.taxi_etl.wiring import ApiDeps
 from runtime.taxi_etl.workflow import StartOutcome
 
-app = APIGatewayHttpResolver()
-
 
 @functools.cache
 def settings() -> ApiSettings:
@@ -50,34 +47,28 @@ def deps() -> ApiDeps:
     return wiring.build(settings(), Clients())
 
 
-def current() -> ApiDeps:
-    """The dependencies of the request being resolved (handle() appends them to the resolver's context)."""
-    return app.context["deps"]  # type: ignore[no-any-return]
-
-
 def count_refusal(refusal: Refusal) -> None:
     """Every refusal (400 invalid, 413 too large, 422 a reused Idempotency-Key) counts as one."""
     metrics.add_metric(name=contract.METRIC_REQUESTS_REFUSED, unit=MetricUnit.Count, value=1)
 
 
-answer_refusals(app, count_refusal)
+router: HttpRouter[ApiDeps] = HttpRouter(count_refusal)
 
 
-def request_text(max_bytes: int) -> tuple[str, str | None]:
-    event = app.current_event
-    check_media_type(header(event.headers, "content-type"), event.body)
-    key = parse_idempotency_key(event.headers.get("idempotency-key"))
-    return decode_body(event.body, is_base64=bool(event.is_base64_encoded), max_bytes=max_bytes), key
+def request_text(request: HttpRequest, max_bytes: int) -> tuple[str, str | None]:
+    check_media_type(request.header("content-type"), request.body)
+    key = parse_idempotency_key(request.header("idempotency-key"))
+    return decode_body(request.body, is_base64=request.is_base64, max_bytes=max_bytes), key
 
 
-def already_done(store_request_id: str) -> State | None:
+def already_done(store_request_id: str, deps: ApiDeps) -> State | None:
     """The row's state when a transaction under its id has ended (stored or flagged): one read of its four items."""
-    state = row_state(store_request_id, *current().rows.read(store_request_id))
+    state = row_state(store_request_id, *deps.rows.read(store_request_id))
     return state.state if state is not None and state.state is not State.PENDING else None
 
 
-def start(submission: Submission) -> tuple[int, dict[str, Any]]:
-    started = current().workflow.start(submission.execution_name, submission.execution_input())
+def start(submission: Submission, deps: ApiDeps) -> tuple[int, dict[str, Any]]:
+    started = deps.workflow.start(submission.execution_name, submission.execution_input())
     duplicate = started.outcome == StartOutcome.DUPLICATE
     metrics.add_metric(
         name=contract.METRIC_DUPLICATE_REQUESTS if duplicate else contract.METRIC_EXECUTIONS_STARTED, unit=MetricUnit.Count, value=1
@@ -87,35 +78,34 @@ def start(submission: Submission) -> tuple[int, dict[str, Any]]:
     return (200 if duplicate else 202), {"execution": submission.execution_name, "duplicate": duplicate}
 
 
-@app.post("/trips")
-def submit_trip() -> Response[str]:
-    config = current().settings
-    text, key = request_text(config.max_line_bytes + 2)  # one line and its CRLF
+@router.post("/trips")
+def submit_trip(request: HttpRequest, deps: ApiDeps) -> HttpResponse:
+    config = deps.settings
+    text, key = request_text(request, config.max_line_bytes + 2)  # one line and its CRLF
     submission = parse_single(text, key, max_line_bytes=config.max_line_bytes)
     store_request_id = submission.store_request_ids[0]
     # A keyed request is its own execution (a reused key with other content must still meet the 422);
     # an unkeyed row may have been stored already by a batch, under the same content id.
-    if not key and (done := already_done(store_request_id)) is not None:
+    if not key and (done := already_done(store_request_id, deps)) is not None:
         metrics.add_metric(name=contract.METRIC_DUPLICATE_REQUESTS, unit=MetricUnit.Count, value=1)
         logger.info("already processed", extra={"StoreRequestId": store_request_id, "state": done.value})
         return json_response(200, {"StoreRequestId": store_request_id, "execution": None, "duplicate": True, "state": done.value})
-    status, body = start(submission)
+    status, body = start(submission, deps)
     return json_response(status, {"StoreRequestId": store_request_id, **body})
 
 
-@app.post("/trips/batch")
-def submit_batch() -> Response[str]:
-    config = current().settings
-    text, key = request_text(config.batch_max_bytes)
+@router.post("/trips/batch")
+def submit_batch(request: HttpRequest, deps: ApiDeps) -> HttpResponse:
+    config = deps.settings
+    text, key = request_text(request, config.batch_max_bytes)
     submission = parse_batch(text, key, max_lines=config.batch_max_lines, max_line_bytes=config.max_line_bytes)
-    status, body = start(submission)
+    status, body = start(submission, deps)
     ids = list(submission.store_request_ids)
     return json_response(status, {"StoreRequestIds": ids, "skippedHeader": submission.skipped_header, **body})
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: ApiDeps) -> dict[str, Any]:
-    app.append_context(deps=deps)  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
-    return app.resolve(event, context)
+    return router.resolve(event, deps)
 
 
 @instrumented

@@ -12,19 +12,16 @@ import functools
 import os
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.aws import Clients
-from runtime.shared.http import Refusal, answer_refusals, json_response
+from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, Refusal, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.row_state import parse_row_id, row_state
 from runtime.taxi_etl.settings import RowStateSettings
 from runtime.taxi_etl.store import RowReader
 from runtime.taxi_etl.wiring import RowStateDeps
-
-app = APIGatewayHttpResolver()
 
 
 @functools.cache
@@ -43,7 +40,7 @@ def count_refusal(refusal: Refusal) -> None:
     metrics.add_metric(name=contract.METRIC_REQUESTS_REFUSED, unit=MetricUnit.Count, value=1)
 
 
-answer_refusals(app, count_refusal)
+router: HttpRouter[RowStateDeps] = HttpRouter(count_refusal)
 
 
 def lookup(store_request_id: str | None, rows: RowReader) -> tuple[int, dict[str, Any]]:
@@ -60,14 +57,13 @@ def lookup(store_request_id: str | None, rows: RowReader) -> tuple[int, dict[str
     return 200, state.to_json()
 
 
-@app.get("/trips/<store_request_id>")
-def get_row_state(store_request_id: str) -> Response[str]:
-    return json_response(*lookup(store_request_id, app.context["deps"].reader))
+@router.get("/trips/<store_request_id>")
+def get_row_state(request: HttpRequest, deps: RowStateDeps, store_request_id: str) -> HttpResponse:
+    return json_response(*lookup(store_request_id, deps.reader))
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: RowStateDeps) -> dict[str, Any]:
-    app.append_context(deps=deps)  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
-    return app.resolve(event, context)
+    return router.resolve(event, deps)
 
 
 @instrumented

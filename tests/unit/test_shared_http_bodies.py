@@ -8,16 +8,17 @@ import base64
 import json
 
 import pytest
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from runtime.shared.http import (
     CSV,
     JSON,
+    HttpRequest,
+    HttpResponse,
+    HttpRouter,
     InvalidRequest,
     PayloadTooLarge,
     Refusal,
     UnsupportedMediaType,
-    answer_refusals,
     body_text,
     header,
     require_media_type,
@@ -130,16 +131,16 @@ def test_a_request_without_a_body_is_not_judged(content_type: str | None, body: 
 
 def test_a_415_is_answered_with_its_status_and_the_types_taken() -> None:
     # Given an API whose route checks its body's media type
-    app = APIGatewayHttpResolver()
     counted: list[Refusal] = []
-    answer_refusals(app, counted.append)
+    router: HttpRouter[None] = HttpRouter(counted.append)
 
-    @app.get("/thing")
-    def thing() -> None:
+    @router.get("/thing")
+    def thing(request: HttpRequest, deps: None) -> HttpResponse:
         require_media_type("text/plain", "x", (CSV,))
+        raise AssertionError("refused above")
 
     # When it is called
-    response = app.resolve(http_event("/thing"), {})
+    response = router.resolve(http_event("/thing"), None)
     # Then the answer is a JSON 415 that names the media types taken, counted as a refusal
     assert response["statusCode"] == 415
     assert response["headers"]["Content-Type"] == JSON
