@@ -26,14 +26,17 @@ from devtools.event_log_replay import replay
 from devtools.sheet_workload import Edit
 from ops.event_log_store import LogRepairStore
 from runtime.event_log import contract as event_log_contract
-from runtime.event_log import finalizer_handler, router_handler, wiring, worker_handler
+from runtime.event_log import finalizer_handler, finalizer_wiring, router_handler, router_wiring, worker_handler, worker_wiring
+from runtime.event_log.api_wiring import ApiSettings
+from runtime.event_log.finalizer_wiring import FinalizerSettings
 from runtime.event_log.logic import chain_digest, decode_chunk
 from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
 from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.router_wiring import RouterSettings
 from runtime.event_log.service import EventLogService
-from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
 from runtime.event_log.snapshots import SnapshotWorker, WorkerOptions
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore, entry_from_item, marker_from_item
+from runtime.event_log.worker_wiring import WorkerSettings
 from runtime.shared import aws
 from runtime.shared.observability import metrics
 
@@ -148,9 +151,9 @@ class EventLogWorld:
             rng=self.rng,
         )
 
-    def worker_deps(self, snapshot_worker: SnapshotWorker) -> wiring.WorkerDeps:
+    def worker_deps(self, snapshot_worker: SnapshotWorker) -> worker_wiring.WorkerDeps:
         """The worker function's deps as its handler builds them, with this world's worker in them."""
-        return replace(wiring.build(self.worker, self.clients), new_worker=lambda: snapshot_worker)
+        return replace(worker_wiring.build(self.worker, self.clients), new_worker=lambda: snapshot_worker)
 
     def invoke_worker(
         self, event: Mapping[str, Any], *, worker: SnapshotWorker | None = None, context: ClockedLambdaContext | None = None
@@ -167,14 +170,18 @@ class EventLogWorld:
     def invoke_finalizer(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """The finalizer's entry point, built through the wiring on this world's clients."""
         try:
-            return finalizer_handler.handle(dict(event), as_lambda_context(FakeLambdaContext()), wiring.build(self.finalizer, self.clients))
+            return finalizer_handler.handle(
+                dict(event), as_lambda_context(FakeLambdaContext()), finalizer_wiring.build(self.finalizer, self.clients)
+            )
         finally:
             metrics.clear_metrics()  # no Lambda runtime flushes them here
 
     def invoke_router(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """The router's entry point, built through the wiring on this world's clients."""
         try:
-            return router_handler.handle(dict(event), as_lambda_context(FakeLambdaContext()), wiring.build(self.router, self.clients))
+            return router_handler.handle(
+                dict(event), as_lambda_context(FakeLambdaContext()), router_wiring.build(self.router, self.clients)
+            )
         finally:
             metrics.clear_metrics()
 

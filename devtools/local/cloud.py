@@ -223,9 +223,17 @@ class LocalEventLog:
     @classmethod
     def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalEventLog:
         from onceflow.infra.event_log.construct import ROUTES
-        from runtime.event_log import api_handler, finalizer_handler, router_handler, wiring, worker_handler
+        from runtime.event_log import (
+            api_handler,
+            api_wiring,
+            finalizer_handler,
+            finalizer_wiring,
+            router_handler,
+            router_wiring,
+            worker_handler,
+            worker_wiring,
+        )
         from runtime.event_log import contract as log_contract
-        from runtime.event_log.settings import ApiSettings, FinalizerSettings, RouterSettings, WorkerSettings
 
         sdk = clients.clients("dynamodb", "s3", "sqs")
         cloud = EmbeddedCloud(template).create(dynamodb=sdk.dynamodb, sqs=sdk.sqs, s3=sdk.s3)
@@ -233,16 +241,18 @@ class LocalEventLog:
         def settings_env(handler: str) -> dict[str, str]:
             return environment(cloud, handler, overrides)
 
-        api = ApiSettings.from_env(settings_env(log_contract.HANDLER_API))
+        api = api_wiring.ApiSettings.from_env(settings_env(log_contract.HANDLER_API))
         api_function = Integration(
             "event-log API function",
-            entry_point(api_handler.handle, wiring.build(api, sdk), timeout_seconds=function_timeout(template, log_contract.HANDLER_API)),
+            entry_point(
+                api_handler.handle, api_wiring.build(api, sdk), timeout_seconds=function_timeout(template, log_contract.HANDLER_API)
+            ),
         )
         routes = [Route(str(method.value), path, api_function) for path, method in ROUTES]
 
         router = entry_point(
             router_handler.handle,
-            wiring.build(RouterSettings.from_env(settings_env(log_contract.HANDLER_ROUTER)), sdk),
+            router_wiring.build(router_wiring.RouterSettings.from_env(settings_env(log_contract.HANDLER_ROUTER)), sdk),
             timeout_seconds=function_timeout(template, log_contract.HANDLER_ROUTER),
         )
         mapping = cloud.event_source_mapping(log_contract.HANDLER_ROUTER)
@@ -256,8 +266,8 @@ class LocalEventLog:
             to_event=dynamodb_stream_event,
             on_failure=on_failure_destination(cloud, mapping, sdk.sqs, "DDBStreamBatchInfo", stream_arn),
         )
-        worker_settings = WorkerSettings.from_env(settings_env(log_contract.HANDLER_WORKER))
-        finalizer_settings = FinalizerSettings.from_env(settings_env(log_contract.HANDLER_FINALIZER))
+        worker_settings = worker_wiring.WorkerSettings.from_env(settings_env(log_contract.HANDLER_WORKER))
+        finalizer_settings = finalizer_wiring.FinalizerSettings.from_env(settings_env(log_contract.HANDLER_FINALIZER))
         sources = [
             sqs_source(
                 cloud,
@@ -267,7 +277,7 @@ class LocalEventLog:
                 log_contract.HANDLER_WORKER,
                 entry_point(
                     worker_handler.handle,
-                    wiring.build(worker_settings, sdk),
+                    worker_wiring.build(worker_settings, sdk),
                     timeout_seconds=function_timeout(template, log_contract.HANDLER_WORKER),
                 ),
             ),
@@ -279,7 +289,7 @@ class LocalEventLog:
                 log_contract.HANDLER_FINALIZER,
                 entry_point(
                     finalizer_handler.handle,
-                    wiring.build(finalizer_settings, sdk),
+                    finalizer_wiring.build(finalizer_settings, sdk),
                     timeout_seconds=function_timeout(template, log_contract.HANDLER_FINALIZER),
                 ),
             ),

@@ -15,7 +15,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract, wiring
+from runtime.event_log import api_wiring, contract
+from runtime.event_log.api_wiring import ApiDeps, ApiSettings
 from runtime.event_log.errors import AppendConflict
 from runtime.event_log.parsing import (
     parse_after,
@@ -26,8 +27,6 @@ from runtime.event_log.parsing import (
     parse_position,
     parse_request_id,
 )
-from runtime.event_log.settings import ApiSettings
-from runtime.event_log.wiring import ApiDeps
 from runtime.shared.aws import Clients
 from runtime.shared.http import (
     JSON,
@@ -52,7 +51,7 @@ def settings() -> ApiSettings:
 @functools.cache
 def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return api_wiring.build(settings(), Clients())
 
 
 def request_body(request: HttpRequest, settings: ApiSettings) -> dict[str, Any]:

@@ -18,7 +18,7 @@ SERVICE_WORKER: Final = "event-log-snapshots"
 SERVICE_FINALIZER: Final = "event-log-payloads"
 SERVICE_PENDING_CHECK: Final = "event-log-pending-check"
 
-# The functions' environment (runtime/event_log/settings.py reads them; the construct sets them).
+# The functions' environment (each function's runtime/event_log/<function>_wiring.py reads them; the construct sets them).
 ENV_LOG_TABLE: Final = "LOG_TABLE"
 ENV_PENDING_TABLE: Final = "PENDING_TABLE"
 ENV_BUCKET: Final = "BUCKET"
@@ -33,6 +33,8 @@ ENV_URL_EXPIRY_SECONDS: Final = "URL_EXPIRY_SECONDS"
 ENV_READ_PAGE_LIMIT: Final = "READ_PAGE_LIMIT"
 ENV_CHUNK_BYTES: Final = "CHUNK_BYTES"
 ENV_LEASE_SECONDS: Final = "LEASE_SECONDS"
+# A snapshot worker's claim lease when LEASE_SECONDS is unset; the stuck-pending check assumes the same.
+DEFAULT_LEASE_SECONDS: Final = 600
 ENV_HANDOFF_MARGIN_MS: Final = "HANDOFF_MARGIN_MS"
 ENV_BACKOFF_BASE_SECONDS: Final = "BACKOFF_BASE_SECONDS"
 ENV_BACKOFF_CAP_SECONDS: Final = "BACKOFF_CAP_SECONDS"

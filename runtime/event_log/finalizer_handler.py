@@ -9,13 +9,12 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract, wiring
+from runtime.event_log import contract, finalizer_wiring
+from runtime.event_log.finalizer_wiring import FinalizerDeps, FinalizerSettings
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import MessageQueue, PayloadObjects
-from runtime.event_log.settings import FinalizerSettings
 from runtime.event_log.side_effects import finalize_payload
 from runtime.event_log.sqs_batch import process_batch
-from runtime.event_log.wiring import FinalizerDeps
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, metrics
 
@@ -29,7 +28,7 @@ def settings() -> FinalizerSettings:
 @functools.cache
 def deps() -> FinalizerDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return finalizer_wiring.build(settings(), Clients())
 
 
 def handle_payload_event(event: Mapping[str, Any], payloads: PayloadObjects, messages: MessageQueue, queue_url: str) -> dict[str, Any]:

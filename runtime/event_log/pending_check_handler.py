@@ -15,12 +15,11 @@ from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract, wiring
+from runtime.event_log import contract, pending_check_wiring
 from runtime.event_log.models import PendingSnapshot, SideEffectMessage
 from runtime.event_log.objects import MessageQueue
 from runtime.event_log.pending_check import PendingReport, PendingStatus, check, format_duration, recovery_messages
-from runtime.event_log.settings import PendingCheckSettings
-from runtime.event_log.wiring import PendingCheckDeps
+from runtime.event_log.pending_check_wiring import PendingCheckDeps, PendingCheckSettings
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
@@ -40,7 +39,7 @@ def settings() -> PendingCheckSettings:
 @functools.cache
 def deps() -> PendingCheckDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return pending_check_wiring.build(settings(), Clients())
 
 
 def run_pending_check(pending: PendingScan, config: PendingCheckSettings, now: float, messages: MessageQueue | None) -> PendingReport:

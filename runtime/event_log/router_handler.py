@@ -8,9 +8,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract, wiring
-from runtime.event_log.settings import RouterSettings
-from runtime.event_log.wiring import RouterDeps
+from runtime.event_log import contract, router_wiring
+from runtime.event_log.router_wiring import RouterDeps, RouterSettings
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
@@ -24,7 +23,7 @@ def settings() -> RouterSettings:
 @functools.cache
 def deps() -> RouterDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return router_wiring.build(settings(), Clients())
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: RouterDeps) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar, cast
 
+from runtime.event_log.contract import DEFAULT_LEASE_SECONDS
 from runtime.event_log.errors import ObjectMissing, PoisonMessage
 from runtime.event_log.logic import (
     MergedCell,
@@ -102,7 +103,7 @@ class Outcome(StrEnum):
 class WorkerOptions:
     queue_url: str
     chunk_bytes: int = 256 * 1024
-    lease_seconds: float = 600
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     handoff_margin_ms: int = 30_000
     backoff_base_seconds: float = 2
     backoff_cap_seconds: float = 12 * 3600

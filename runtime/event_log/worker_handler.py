@@ -9,11 +9,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from runtime.event_log import contract, wiring
+from runtime.event_log import contract, worker_wiring
 from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.settings import WorkerSettings
 from runtime.event_log.sqs_batch import process_batch
-from runtime.event_log.wiring import WorkerDeps
+from runtime.event_log.worker_wiring import WorkerDeps, WorkerSettings
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 
@@ -27,7 +26,7 @@ def settings() -> WorkerSettings:
 @functools.cache
 def deps() -> WorkerDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return worker_wiring.build(settings(), Clients())
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: WorkerDeps) -> dict[str, Any]:

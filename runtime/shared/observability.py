@@ -5,7 +5,7 @@ the same order: logging context outermost (so even a tracer or metrics failure i
 the request id), then tracing when the SDK is on, then metrics flushing innermost (so metrics are
 flushed before the trace segment closes). Service name and metrics namespace come from the standard
 POWERTOOLS_* variables that the Lambda factory sets, the tracing mode from ONCEFLOW_TRACING
-(runtime/shared/tracing.py).
+(runtime/shared/contract.py).
 
 Only the `sdk` mode creates Powertools' Tracer, and with it imports the X-Ray SDK (end of support
 2027-02-25) and patches botocore. In the default `active` mode Lambda records the invocation's
@@ -23,7 +23,8 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from runtime.shared.tracing import TracingMode, tracing_mode
+from runtime.shared.contract import TracingMode
+from runtime.shared.settings import tracing_mode
 
 logger = Logger()
 metrics = Metrics()

@@ -29,7 +29,8 @@ from onceflow.infra.monitoring import AlarmTopic, AlarmTopicProps
 from onceflow.infra.runner_stats.stack import RunnerStatsStack
 from onceflow.infra.stacks import AlarmsStack
 from runtime.event_log.pending_check import StuckRules
-from runtime.event_log.settings import PendingCheckSettings
+from runtime.event_log.pending_check_wiring import PendingCheckSettings
+from runtime.shared.contract import TRACING_MODE_VARIABLE
 from tests.infra.template_queries import (
     Grants,
     RecordingEnvironment,
@@ -156,12 +157,12 @@ SNAPSHOT_DLQ = "EventLogSnapshotDeadLetterQueue755EF947"
 PAYLOAD_DLQ = "EventLogPayloadDeadLetterQueueA4620FE4"
 STREAM_FAILURE_QUEUE = "EventLogStreamFailureQueue2D32FEEA"
 
-# The pending check's own variables (runtime/event_log/settings.py, PendingCheckSettings); the
+# The pending check's own variables (runtime/event_log/pending_check_wiring.py, PendingCheckSettings); the
 # snapshot queue's URL only when config.event_log.resend_stuck_snapshots is on (the default).
 PENDING_CHECK_ENV_NAMES = {"PENDING_TABLE", "STUCK_AFTER_SECONDS", "LEASE_SECONDS", "RESEND_STUCK_SNAPSHOTS"}
 PENDING_CHECK_RESEND_ENV_NAMES = {"SNAPSHOT_QUEUE_URL", "MAX_CLAIMS_TO_RESEND"}
 SQS_SEND = {"sqs:SendMessage"}  # to the queue URL from its environment: no GetQueueUrl or GetQueueAttributes
-FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
+FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", TRACING_MODE_VARIABLE}
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 

@@ -29,7 +29,7 @@ from onceflow.constructs import (
 from onceflow.infra.common import ADOT_PYTHON_LAYER_ARNS
 from onceflow.infra.config import ENVIRONMENTS
 from onceflow.infra.lambda_factory import ADOT_EXEC_WRAPPER
-from runtime.shared.tracing import TRACING_MODE_VARIABLE
+from runtime.shared.contract import TRACING_MODE_VARIABLE
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runtime.shared.tracing import TRACING_MODE_VARIABLE, TracingMode
+from runtime.shared.contract import TRACING_MODE_VARIABLE, TracingMode
 from tests.unit.test_entry_points import handler_paths
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

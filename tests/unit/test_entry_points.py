@@ -1,9 +1,11 @@
 """Every Lambda entry point the contracts name has the injectable seam: `handle(event, context, deps)`
-beside the instrumented `handler(event, context)`, and its pipeline has `wiring.build(settings, clients)`."""
+beside the instrumented `handler(event, context)`, and its deps come from `build(settings, clients)` of its
+function's own wiring module (`<function>_wiring`) or of its pipeline's (`wiring`)."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 
 import pytest
@@ -36,9 +38,11 @@ def test_each_entry_point_has_an_injectable_handle(path: str) -> None:
     assert list(inspect.signature(module.handle).parameters) == ["event", "context", "deps"]
 
 
-@pytest.mark.parametrize("pipeline", PIPELINES)
-def test_each_pipeline_is_built_through_its_wiring(pipeline: str) -> None:
-    # Given the pipeline's wiring module
-    wiring = importlib.import_module(f"runtime.{pipeline}.wiring")
+@pytest.mark.parametrize("path", handler_paths())
+def test_each_function_is_built_through_its_wiring(path: str) -> None:
+    # Given the wiring module of the function a handler path names: its own, else its pipeline's
+    package, _, module = path.rpartition(".")[0].rpartition(".")
+    own = f"{package}.{module.removesuffix('_handler')}_wiring"
+    wiring = importlib.import_module(own if importlib.util.find_spec(own) else f"{package}.wiring")
     # Then it builds from settings and clients
     assert list(inspect.signature(wiring.build).parameters) == ["settings", "clients"]

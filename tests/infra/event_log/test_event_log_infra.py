@@ -21,7 +21,12 @@ from aws_cdk.assertions import Match, Template
 from devtools.aws.template_resources import resources_of_type
 from onceflow.infra.config import ConfigError, EnvConfig, load_config
 from onceflow.infra.event_log.construct import EventLog
-from runtime.event_log.settings import ApiSettings, FinalizerSettings, PendingCheckSettings, RouterSettings, WorkerSettings
+from runtime.event_log.api_wiring import ApiSettings
+from runtime.event_log.finalizer_wiring import FinalizerSettings
+from runtime.event_log.pending_check_wiring import PendingCheckSettings
+from runtime.event_log.router_wiring import RouterSettings
+from runtime.event_log.worker_wiring import WorkerSettings
+from runtime.shared.contract import TRACING_MODE_VARIABLE
 from tests.infra.template_queries import (
     Grants,
     RecordingEnvironment,
@@ -66,7 +71,7 @@ SETTINGS_CLASSES: dict[str, Any] = {
     PENDING_CHECK: PendingCheckSettings,
 }
 
-# Exactly the variables each handler's settings class reads (runtime/event_log/settings.py).
+# Exactly the variables each handler's settings class reads (runtime/event_log/<function>_wiring.py).
 ENVIRONMENT_NAMES = {
     API: {
         "LOG_TABLE",
@@ -102,7 +107,7 @@ ENVIRONMENT_NAMES = {
         "MAX_CLAIMS_TO_RESEND",
     },
 }
-FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
+FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", TRACING_MODE_VARIABLE}
 
 # Logical ids: stable on purpose (a changed logical id replaces the resource, i.e. loses the data).
 LOG_TABLE = "EventLogLogTable825C2E4F"
@@ -629,6 +634,7 @@ def test_environment_names_are_exactly_what_the_settings_class_reads(
     # Then the Powertools names are set, and the rest are exactly the names its settings class reads
     assert variables["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAMES[handler]
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow"
+    assert variables[TRACING_MODE_VARIABLE] == "active"
     assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
     assert set(variables) - FACTORY_ENV_NAMES == ENVIRONMENT_NAMES[handler]
 

@@ -25,6 +25,7 @@ from onceflow.infra.runner_stats.construct import RunnerStatsPipeline
 from runtime.runner_stats import contract
 from runtime.runner_stats.contract import ENV_MESSAGES_TABLE, ENV_REJECTS_TABLE, ENV_RUN_STATS_TABLE, ENV_TENDENCY_TABLE, HANDLER
 from runtime.runner_stats.settings import RunnerStatsSettings
+from runtime.shared.contract import TRACING_MODE_VARIABLE
 
 ENVS = ("dev", "prod")
 
@@ -38,7 +39,7 @@ EXPECTED = {
 # the drift guard between what infra sets and what the handler reads.
 RUNTIME_ENV_NAMES = {value for name, value in vars(contract).items() if name.startswith("ENV_")}
 RUNTIME_TABLE_ENV_NAMES = {value for name, value in vars(contract).items() if name.startswith("ENV_") and name.endswith("_TABLE")}
-FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
+FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", TRACING_MODE_VARIABLE}
 
 # Each table env var -> the key schema (HASH, RANGE) of the table it must point at.
 TABLE_KEYS = {
@@ -399,6 +400,7 @@ def test_environment_names_are_exactly_what_the_runtime_reads(template_json: dic
     # runtime/runner_stats/settings.py reads (nothing missing, nothing the runtime ignores)
     assert variables["POWERTOOLS_SERVICE_NAME"] == "runner-stats"
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow"
+    assert variables[TRACING_MODE_VARIABLE] == "active"
     assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
     assert pipeline_names == RUNTIME_ENV_NAMES
     assert table_names == RUNTIME_TABLE_ENV_NAMES == set(TABLE_KEYS)

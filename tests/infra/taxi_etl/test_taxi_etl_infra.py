@@ -30,6 +30,7 @@ from onceflow.infra.config import ConfigError, EnvConfig, TaxiEtlConfig, load_co
 from onceflow.infra.taxi_etl.construct import TaxiEtlSaga
 from onceflow.infra.taxi_etl.props import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES
 from onceflow.infra.taxi_etl.stack import TaxiEtlStack
+from runtime.shared.contract import TRACING_MODE_VARIABLE
 from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
 from tests.infra.template_queries import (
     Grants,
@@ -102,7 +103,7 @@ ENVIRONMENT_NAMES = {
     AUTHORIZER: {"API_KEY_SECRET_ID", "SECRET_CACHE_SECONDS", "SECRET_REFRESH_FLOOR_SECONDS"},
     ROW_STATE: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
 }
-FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"}
+FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", TRACING_MODE_VARIABLE}
 
 # Logical ids: stable on purpose (a changed logical id replaces the resource, i.e. loses the data).
 VALIDATION_TABLE = "TaxiEtlValidationStatusTableB61CF96D"
@@ -1088,6 +1089,7 @@ def test_environment_names_are_exactly_what_the_settings_class_reads(
     # Then the Powertools names are set, and the rest are exactly the names its settings class reads
     assert variables["POWERTOOLS_SERVICE_NAME"] == SERVICE_NAMES[handler]
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "onceflow"
+    assert variables[TRACING_MODE_VARIABLE] == "active"
     assert variables["POWERTOOLS_LOG_LEVEL"] == config.log_level
     assert set(variables) - FACTORY_ENV_NAMES == ENVIRONMENT_NAMES[handler]
 

@@ -27,7 +27,7 @@ from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_pending
 from ops.cli import UsageError, resources_from_stack
-from runtime.event_log import pending_check_handler, wiring, worker_handler
+from runtime.event_log import pending_check_handler, pending_check_wiring, worker_handler
 from runtime.event_log.contract import HANDLER_WORKER
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.objects import S3Objects, SqsQueue
@@ -82,7 +82,7 @@ def check(log_world: EventLogWorld, capsys: pytest.CaptureFixture[str], monkeypa
     monkeypatch.setattr(observability.metrics, "namespace", "onceflow")
     monkeypatch.setattr(observability.metrics, "service", SERVICE)
     # The deployed entry point, built as at a cold start, with the world's clock.
-    built = functools.cache(lambda: replace(wiring.build(pending_check_handler.settings(), Clients()), clock=log_world.clock))
+    built = functools.cache(lambda: replace(pending_check_wiring.build(pending_check_handler.settings(), Clients()), clock=log_world.clock))
     monkeypatch.setattr(pending_check_handler, "deps", built)
     logs = io.StringIO()
     handler = observability.logger.registered_handler

@@ -1,4 +1,4 @@
-"""The event-log handlers' settings (runtime/event_log/settings.py): read once from the environment, validated.
+"""The event-log handlers' settings (runtime/event_log/<function>_wiring.py): read once from the environment, validated.
 
 Every environment is a plain dict: nothing here reads os.environ.
 """
@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.event_log.api_wiring import ApiSettings
 from runtime.event_log.contract import SQS_MAX_VISIBILITY_SECONDS
+from runtime.event_log.finalizer_wiring import FinalizerSettings
 from runtime.event_log.pending_check import StuckRules
+from runtime.event_log.pending_check_wiring import PendingCheckSettings
+from runtime.event_log.router_wiring import RouterSettings
 from runtime.event_log.service import LogOptions
-from runtime.event_log.settings import (
-    ApiSettings,
-    FinalizerSettings,
-    PendingCheckSettings,
-    RouterSettings,
-    WorkerSettings,
-)
 from runtime.event_log.side_effects import RouterQueues
 from runtime.event_log.snapshots import WorkerOptions
+from runtime.event_log.worker_wiring import WorkerSettings
 from runtime.shared.settings import SettingsError
 
 SNAPSHOT_QUEUE = "https://sqs.us-east-1.amazonaws.com/123456789012/onceflow-dev-snapshots"

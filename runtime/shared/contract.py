@@ -1,17 +1,15 @@
-"""The tracing modes a function can be deployed with, and the one variable that tells the runtime which.
+"""What infra and every function agree on, whatever the pipeline: the tracing modes and the variable
+that tells a function its mode. Constants only: infra imports this module at synth.
 
 The Lambda factory sets TRACING_MODE_VARIABLE from CommonProps.tracing; the runtime reads it once, in
-runtime/shared/observability.py, to decide whether to create Powertools' Tracer (and with it import
-the X-Ray SDK). Nothing here imports Powertools or boto3: infra imports this module at synth.
+runtime/shared/observability.py (runtime/shared/settings.tracing_mode), to decide whether to create
+Powertools' Tracer, and with it import the X-Ray SDK.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
-
-from runtime.shared.settings import SettingsError
 
 TRACING_MODE_VARIABLE: Final = "ONCEFLOW_TRACING"
 
@@ -40,15 +38,3 @@ class TracingMode(StrEnum):
     def lambda_active_tracing(self) -> bool:
         """Whether Lambda (and Step Functions) record a trace: every mode but OFF."""
         return self is not TracingMode.OFF
-
-
-def tracing_mode(env: Mapping[str, str]) -> TracingMode:
-    """The mode the factory set; ACTIVE (no SDK) when the variable is absent, as in a function built elsewhere."""
-    raw = env.get(TRACING_MODE_VARIABLE, "").strip()
-    if not raw:
-        return TracingMode.ACTIVE
-    try:
-        return TracingMode(raw)
-    except ValueError as err:
-        choices = ", ".join(mode.value for mode in TracingMode)
-        raise SettingsError(f"environment variable {TRACING_MODE_VARIABLE} must be one of {choices}, got {raw!r}") from err
