@@ -18,7 +18,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 
-from onceflow.runtime.shared.tracing import TracingMode
+from onceflow.runtime.shared.contract import TracingMode
 
 __all__ = ["ADOT_PYTHON_LAYER_ARNS", "POWERTOOLS_LAYER_VERSION", "CommonProps", "ConfigError", "TableOptions", "TracingMode"]
 
@@ -57,7 +57,7 @@ class CommonProps:
     powertools_layer_version: the AWS-managed Powertools layer release the functions run with,
         resolved per region from its public SSM parameter at deploy time. The handlers are
         tested against POWERTOOLS_LAYER_VERSION; another v3 release is accepted at your risk.
-    tracing: what the functions and the state machine trace (runtime/shared/tracing.TracingMode).
+    tracing: what the functions and the state machine trace (runtime/shared/contract.TracingMode).
         ACTIVE (the default): Lambda's active tracing and Step Functions tracing, no tracing SDK in
         the functions. SDK: also Powertools' Tracer on the X-Ray SDK (a subsegment per AWS call;
         the SDK's end of support is 2027-02-25). OTEL: also the AWS-managed ADOT layer

@@ -22,7 +22,7 @@ from constructs import Construct
 
 from onceflow.infra.common import CommonProps
 from onceflow.infra.compliance import acknowledge
-from onceflow.runtime.shared.tracing import TRACING_MODE_VARIABLE, TracingMode
+from onceflow.runtime.shared.contract import TRACING_MODE_VARIABLE, TracingMode
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
