@@ -3,10 +3,11 @@
 Every AWS::Lambda::Function of the synthesized templates whose handler lives in `runtime` is
 measured in fresh interpreters, each with what that function gets in Lambda and nothing of this
 shell's environment:
-  - its own Environment.Variables from the template (references become placeholder names), and
+  - its own Environment.Variables from the template (references become placeholder names), the
+    tracing mode among them (ONCEFLOW_TRACING: `active`, the default, imports no tracing SDK), and
   - the variables Lambda sets (function name, memory, version, region, AWS_EXECUTION_ENV,
     LAMBDA_TASK_ROOT, _HANDLER, the trace header, the X-Ray daemon address, credentials); no
-    POWERTOOLS_TRACE_DISABLED, so the Tracer is active as deployed;
+    POWERTOOLS_TRACE_DISABLED, so in the `sdk` mode the Tracer is active as deployed;
   - the code from a copy of runtime/ in a temporary folder, run with PYTHONDONTWRITEBYTECODE=1
     (PYTHONPYCACHEPREFIX unset): the asset ships no bytecode and Lambda's file system is read-only,
     so the project's modules are compiled from source at every cold start, while the installed
@@ -19,8 +20,9 @@ same rounds (targets interleaved), pass/fail against TARGET_RATIO, and the first
 CPU time: the first call of the entry point minus a warm call, with `handle` stubbed out (no AWS
 call is made) and `deps()` real (settings, wiring, client construction), so whatever an import
 leaves to the first invocation is counted there; "import + 1st" is what a cold start pays in all.
-Then `python -X importtime` of the slowest handler module: the modules with the most self time
-(median of IMPORTTIME_RUNS interpreters) and the self time per package.
+The same is measured in the `sdk` tracing mode (Powertools' Tracer on the X-Ray SDK), in the same
+rounds, for what that mode costs beside the default. Then `python -X importtime` of the slowest
+handler module: the modules with the most self time (median of IMPORTTIME_RUNS interpreters) and the self time per package.
 
 Measured with this machine's interpreter (not Lambda's python3.14 on arm64): the ratio to boto3
 is the figure to compare, not the milliseconds.
@@ -41,6 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runtime.shared.contract import TRACING_MODE_VARIABLE, TracingMode
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_PACKAGE = "runtime"
@@ -159,8 +163,9 @@ def lambda_functions(templates: Mapping[str, Mapping[str, Any]]) -> list[LambdaF
     return sorted(found.values(), key=lambda function: function.module)
 
 
-def lambda_environment(function: LambdaFunction | None, task_root: Path) -> dict[str, str]:
-    """What the interpreter of this function gets in Lambda; the baseline gets the same without a function."""
+def lambda_environment(function: LambdaFunction | None, task_root: Path, mode: TracingMode | None = None) -> dict[str, str]:
+    """What the interpreter of this function gets in Lambda; the baseline gets the same without a function.
+    `mode` replaces the template's tracing mode."""
     name = f"{function.stack}-{function.logical_id}" if function else "Onceflow-dev-Baseline"
     variables = {
         "AWS_LAMBDA_FUNCTION_NAME": name,
@@ -187,7 +192,8 @@ def lambda_environment(function: LambdaFunction | None, task_root: Path) -> dict
         "PYTHONPATH": str(task_root),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    return {**(function.environment if function else {}), **variables}
+    own = {**(function.environment if function else {}), **({TRACING_MODE_VARIABLE: mode.value} if mode else {})}
+    return {**own, **variables}
 
 
 @contextmanager
@@ -220,17 +226,26 @@ def probe(module: str, entry_point: str | None, env: Mapping[str, str], task_roo
     return Figures(float(values["import_ms"]), float(values["import_wall_ms"]), float(first) if first is not None else None)
 
 
-def measure(functions: Sequence[LambdaFunction], task_root: Path, runs: int = RUNS) -> tuple[list[float], dict[str, list[Figures]]]:
-    """RUNS rounds, each a fresh interpreter for bare boto3 and for every handler module, in the same order."""
+COMPARED_MODE = TracingMode.SDK  # measured beside each function's own (the template's) mode
+
+
+def measure(
+    functions: Sequence[LambdaFunction], task_root: Path, runs: int = RUNS
+) -> tuple[list[float], dict[str, list[Figures]], dict[str, list[Figures]]]:
+    """RUNS rounds, each a fresh interpreter for bare boto3 and for every handler module in its template's
+    mode and in COMPARED_MODE, in the same order."""
     baseline: list[float] = []
     samples: dict[str, list[Figures]] = defaultdict(list)
+    compared: dict[str, list[Figures]] = defaultdict(list)
     for _ in range(runs):
         baseline.append(probe(BASELINE, None, lambda_environment(None, task_root), task_root).import_ms)
         for function in functions:
-            samples[function.module].append(
-                probe(function.module, function.entry_point, lambda_environment(function, task_root), task_root)
+            own_mode = lambda_environment(function, task_root)
+            samples[function.module].append(probe(function.module, function.entry_point, own_mode, task_root))
+            compared[function.module].append(
+                probe(function.module, function.entry_point, lambda_environment(function, task_root, COMPARED_MODE), task_root)
             )
-    return baseline, samples
+    return baseline, samples, compared
 
 
 def parse_importtime(stderr: str) -> list[ImportRow]:
@@ -296,14 +311,20 @@ def main(templates: dict[str, dict[str, Any]]) -> bool:
     if not functions:
         raise ValueError("the templates have no function whose handler is in the runtime package")
     with asset_copy() as task_root:
-        baseline, samples = measure(functions, task_root)
+        baseline, samples, compared = measure(functions, task_root)
         boto3_ms = statistics.median(baseline)
+        modes = sorted({function.environment.get(TRACING_MODE_VARIABLE, TracingMode.ACTIVE.value) for function in functions})
         print(
             f"cold start: each handler module's import, median of {RUNS} fresh interpreters in a Lambda-like environment "
-            f"(tracing active, the project's modules compiled from source), CPU ms; python {sys.version.split()[0]}"
+            f"(tracing mode {', '.join(modes)} as the template sets it, the project's modules compiled from source), CPU ms; "
+            f"python {sys.version.split()[0]}"
         )
         print(f"  bare `import boto3`: {boto3_ms:.1f} ms; target: each handler module at most {TARGET_RATIO}x")
-        header = f"{'import ms':>9} {'x boto3':>8} {'target':>7} {'wall ms':>8} {'1st call +ms':>13} {'import + 1st':>13}"
+        sdk = f"{COMPARED_MODE.value} mode"
+        header = (
+            f"{'import ms':>9} {'x boto3':>8} {'target':>7} {'wall ms':>8} {'1st call +ms':>13} {'import + 1st':>13} "
+            f"{sdk + ' x':>11} {sdk + ' 1st +ms':>16}"
+        )
         print(f"  {'handler module':<42} {header}")
         ok = True
         medians: dict[str, float] = {}
@@ -313,15 +334,18 @@ def main(templates: dict[str, dict[str, Any]]) -> bool:
             wall_ms = statistics.median(figure.import_wall_ms for figure in figures)
             first_extra = statistics.median(figure.first_extra_ms for figure in figures if figure.first_extra_ms is not None)
             ratio = import_ms / boto3_ms
+            compared_ratio = statistics.median(figure.import_ms for figure in compared[function.module]) / boto3_ms
+            compared_first = statistics.median(figure.first_extra_ms or 0.0 for figure in compared[function.module])
             passed = ratio <= TARGET_RATIO
             ok = ok and passed
             medians[function.module] = import_ms
             verdict = "pass" if passed else "FAIL"
             print(
                 f"  {function.module:<42} {import_ms:>9.1f} {ratio:>7.2f}x {verdict:>7} {wall_ms:>8.1f} {first_extra:>13.1f} "
-                f"{import_ms + first_extra:>13.1f}"
+                f"{import_ms + first_extra:>13.1f} {compared_ratio:>10.2f}x {compared_first:>16.1f}"
             )
         print("  (1st call +ms: the first call of the entry point minus a warm one, handle() stubbed, deps() built)")
+        print(f"  ({sdk}: the same function with Powertools' Tracer on the X-Ray SDK, measured in the same rounds; not the target)")
         slowest = max(functions, key=lambda function: medians[function.module])
         print_breakdown(slowest, import_breakdown(slowest, task_root))
     summary = "every handler module within" if ok else "NOT every handler module within"

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import cold_start
 from devtools.aws.template_resources import Template
+from runtime.shared.contract import TRACING_MODE_VARIABLE, TracingMode
 from tests.unit.test_entry_points import handler_paths
 
 IMPORTTIME_STDERR = f"""import time: self [us] | cumulative | imported package
@@ -54,6 +55,9 @@ def test_the_measured_environment_is_lambdas_with_tracing_active(
     assert env["AWS_EXECUTION_ENV"] == "AWS_Lambda_python3.14"
     assert env["AWS_XRAY_DAEMON_ADDRESS"] == "169.254.79.129:2000"
     assert env["_X_AMZN_TRACE_ID"].endswith("Sampled=1")
+    # And the tracing mode is the template's (the default: no SDK), unless the SDK mode is measured beside it
+    assert env[TRACING_MODE_VARIABLE] == "active"
+    assert cold_start.lambda_environment(function, Path("/var/task"), TracingMode.SDK)[TRACING_MODE_VARIABLE] == "sdk"
 
 
 def test_the_asset_copy_has_no_bytecode_and_refuses_any_written_during_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
