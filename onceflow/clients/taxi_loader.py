@@ -375,12 +375,14 @@ class Checkpoint:
             raise UsageError(f"cannot read the checkpoint {path} ({err}); move it away to start over") from err
         if text is None or not text.strip():
             try:
-                stream = path.open(
-                    "w", encoding="utf-8"
-                )  # now, so a place where it cannot be written stops the run before anything is sent
-                stream.write(
-                    json.dumps({"format": CHECKPOINT_FORMAT, "loader": PROG, "records": "execution names of acknowledged batches"}) + "\n"
-                )
+                # now, so a place where it cannot be written stops the run before anything is sent; appending, so two loaders
+                # of one file that start together never write over each other (a second head line reads as a record cut short)
+                stream = path.open("a" if not text else "w", encoding="utf-8")
+                if stream.tell() == 0:
+                    stream.write(
+                        json.dumps({"format": CHECKPOINT_FORMAT, "loader": PROG, "records": "execution names of acknowledged batches"})
+                        + "\n"
+                    )
                 stream.flush()
             except OSError as err:
                 raise UsageError(f"cannot write the checkpoint {path} ({err.strerror or err}); pass --checkpoint PATH") from err
@@ -437,6 +439,7 @@ class Checkpoint:
 class Answer:
     status: int
     document: dict[str, Any]
+    pushed_back: int = 0  # answers before this one that were retried (429, 5xx, no answer): the loader sends fewer at once
 
     @property
     def error(self) -> str:
@@ -485,8 +488,6 @@ class HttpTaxiApi:
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
-        self.pushback = 0  # answers retried (429, 5xx, no answer): the loader sends fewer batches at once after one
-        self._pushback_lock = threading.Lock()
 
     def post_batch(self, body: bytes) -> Answer:
         headers = {"content-type": "text/csv; charset=utf-8"}
@@ -514,17 +515,11 @@ class HttpTaxiApi:
                 answer = Answer(err.code, _json(err.read()))
             except (OSError, http.client.HTTPException, ValueError) as err:  # URLError, timeouts, resets, a truncated answer
                 why = f"{type(err).__name__}: {err}"
-                self._pushed_back()
                 continue
             if answer.status not in RETRIED_STATUSES:
-                return answer
+                return Answer(answer.status, answer.document, pushed_back=attempt)
             why = f"HTTP {answer.status}: {answer.error}"
-            self._pushed_back()
         raise ApiUnavailable(f"{method} {path}: no answer after {attempts} attempts ({why})")
-
-    def _pushed_back(self) -> None:
-        with self._pushback_lock:
-            self.pushback += 1
 
 
 def _json(data: bytes) -> dict[str, Any]:
@@ -838,11 +833,6 @@ class _Gate:
             self._condition.notify_all()
 
 
-def _pushback(api: TaxiApi) -> int:
-    """The answers the API's client retried (429, 5xx, no answer): HttpTaxiApi counts them; 0 for an API that does not."""
-    return int(getattr(api, "pushback", 0))
-
-
 class _Sender:
     """Sends a file's batches, each once: skipped when the checkpoint holds its content's execution name,
     split in two on a 413. With `in_flight` N > 1, N threads send batches while the file is read (at
@@ -860,7 +850,6 @@ class _Sender:
         self.stopped = ""  # why the run stopped sending (set by the sender that saw it)
         self._lock = threading.Lock()
         self._gate = _Gate(self.in_flight)
-        self._pushback_seen = 0
         self._aborted = False  # the run is ending (an exception, Ctrl-C): senders send nothing more
 
     def send(self, open_file: Callable[[], IO[bytes]], batch_lines: int, batch_bytes: int) -> None:
@@ -954,10 +943,14 @@ class _Sender:
             delivered.sent.append(SentBatch.of((number for number, _ in rows), ids))
             return _Outcome.ACKNOWLEDGED
         self._gate.enter()
-        pushed_back = True
+        if self.stopped or self._aborted:  # the run stopped while this batch waited for its turn to go
+            self._gate.leave(False)
+            delivered.rows_not_sent += len(rows)
+            return _Outcome.UNREACHABLE
+        pushed_back = True  # no answer (every attempt failed), or an exception
         try:
             answer = api.post_batch(batch_body(header, rows))
-            pushed_back = False
+            pushed_back = answer.pushed_back > 0
         except ApiUnavailable as err:
             with self._lock:
                 self.unanswered += 1
@@ -966,7 +959,7 @@ class _Sender:
                 self._stop(f"the API did not answer {unanswered} batches in a row")
             return self._not_sent(delivered, rows, f"{lines}: {err}", _Outcome.UNREACHABLE)
         finally:
-            self._leave_gate(pushed_back)
+            self._gate.leave(pushed_back)
         with self._lock:
             self.unanswered = 0
         given = answer.document.get("StoreRequestIds")
@@ -1003,14 +996,6 @@ class _Sender:
         delivered.printed.append(f"REFUSED {lines} {why}")
         delivered.refusals.append(f"{lines} {why}")
         return _Outcome.REFUSED
-
-    def _leave_gate(self, pushed_back: bool) -> None:
-        seen = _pushback(self.api)
-        with self._lock:
-            if seen > self._pushback_seen:  # the HTTP client retried a 429 or 5xx since the last call: fewer at once
-                self._pushback_seen = seen
-                pushed_back = True
-        self._gate.leave(pushed_back)
 
     def _stop(self, why: str) -> None:
         with self._lock:
