@@ -258,8 +258,11 @@ def _physical_lines(stream: IO[bytes], max_line_bytes: int, on_bytes: Callable[[
 def content_id(line: str) -> str:
     """The StoreRequestId the API gives an unkeyed row (runtime.taxi_etl.requests.content_id of the line it
     submits, its canonical spelling): the same for every spelling of the trip, from any file or route."""
-    submitted = canonical_line(line) or line
-    return f"c-{deterministic_id('taxi-row', canonical_line(submitted) or submitted, length=CONTENT_ID_HEX_CHARS)}"
+    canonical = canonical_line(line)
+    # The API hashes canonical_line(submitted) or submitted: when the line is canonical as it is (an Open Data line) or does
+    # not validate, that is `canonical or line` without spelling it out again (the parse is most of the loader's CPU).
+    hashed = canonical or line if canonical is None or canonical == line else canonical_line(canonical) or canonical
+    return f"c-{deterministic_id('taxi-row', hashed, length=CONTENT_ID_HEX_CHARS)}"
 
 
 def batch_name(ids: Sequence[str]) -> str:
