@@ -6,6 +6,7 @@ onceflow.clients.taxi_loader`)::
     onceflow-taxi-load trips.csv --env dev
     onceflow-taxi-load trips.csv --url "$API_URL"          # the key from ONCEFLOW_API_KEY
     python -m onceflow.clients.taxi_loader trips.csv --url "$API_URL" --api-key "$KEY" --batch-lines 200 --no-progress
+    onceflow-taxi-load trips.csv --env dev --in-flight 1       # one batch after another (default: 8 in flight)
 
     from onceflow.clients.taxi_loader import HttpTaxiApi, LoadOptions, load_file
     report = load_file(Path("trips.csv"), HttpTaxiApi(api_url, api_key), LoadOptions(wait_seconds=60))
@@ -46,6 +47,29 @@ Why a rerun never stores a row twice
 4. **A 413** (a batch whose states could pass Step Functions' payload limit, or over the API's line
    or byte limit) is split in two and each half sent (recursively; a single row refused so is
    reported refused): the halves' rows keep their ids.
+
+Batches in flight
+-----------------
+Up to --in-flight N batches (LoadOptions.in_flight; default 8, 1..32) are sent at once, by N
+threads, while the file is read on (at most 2N batches read and not yet committed, so memory stays
+bounded). Each sender keeps the HTTP client's retries and backoff; the POSTs at once are halved when
+an answer came only after a retry (429, 5xx, no answer: `Answer.pushed_back`) and grow back by one
+after as many answers without one. A 413 is split by the batch's own sender. N = 1 is the serial
+loader, on the calling thread: each batch sent and committed before the next is read.
+
+**The checkpoint is written in file order.** Answers come back in any order; each batch's outcome
+(its records, counts and printed lines) is held until every batch before it has answered, then
+added to the report and the checkpoint (`InOrderCommits`): a batch answered after a later one is
+written first, and one answered while an earlier one is still in flight waits in memory. "Answered"
+means final for this run: acknowledged (written), or refused, unanswered after every retry, or not
+sent after a stop (never written). A batch after a failed one is still written in its turn: the
+checkpoint names content (execution names), not line ranges or a high-water mark, so a rerun sends
+exactly the batches it does not name, and no record ever stands for a batch whose answer has not come
+back. A crash or Ctrl-C loses only the held answers (the rerun sends those batches again and the
+API answers them as duplicates); what is written is always the acknowledged batches among the
+first k of the file, in file order. The report, the summary and the refusals are the serial
+loader's, line for line; only "the API did not answer 3 batches in a row" counts in the order the
+answers came, and batches already in flight when the run stops are still answered and counted.
 
 At the end the loader reads every row back with `GET /trips/{StoreRequestId}`, up to 16 at a time
 (fewer while the API fails or throttles: halved on a failure, one more after as many successes),
