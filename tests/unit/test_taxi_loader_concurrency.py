@@ -302,6 +302,59 @@ def test_ctrl_c_with_several_batches_in_flight_exits_130_and_a_rerun_stores_ever
     assert records(tmp_path / "trips.csv.onceflow-progress")[len(written) :] == names_in_file_order(rows, 100)[len(written) :]
 
 
+class InterruptedAt:
+    """The file's second opening (the send pass), where Ctrl-C lands on the reading thread at line `line`, once `ready` is true."""
+
+    def __init__(self, data: bytes, line: int, ready: Callable[[], bool]) -> None:
+        self._stream = io.BytesIO(data)
+        self._line = line
+        self._ready = ready
+        self._read = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        self._read += 1
+        if self._read == self._line:
+            assert self._ready()
+            raise KeyboardInterrupt
+        return self._stream.readline(size)
+
+    def __enter__(self) -> InterruptedAt:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_ctrl_c_on_the_reading_thread_with_batches_in_flight_leaves_a_file_order_prefix(tmp_path: Path) -> None:
+    # Given 1,000 rows, an API holding its answer to the second batch, and a Ctrl-C that lands while the loader reads line 650
+    rows = ROWS[:1000]
+    path = write(tmp_path / "trips.csv", [HEADER, *rows])
+    api = HeldApi()
+    api.hold(rows[150])
+    openings: list[Any] = []
+
+    def opener() -> Any:
+        data = path.read_bytes()
+        openings.append(io.BytesIO(data) if not openings else InterruptedAt(data, 650, lambda: api.waiting[rows[150]].wait(WAIT)))
+        return openings[-1]
+
+    console = Console(io.StringIO(), io.StringIO(), False)
+    # When the loader runs four at a time
+    with pytest.raises(KeyboardInterrupt):
+        load_file(path, api, LoadOptions(in_flight=4), console=console, opener=opener)
+    api.release(rows[150])
+    # Then its checkpoint holds at most the first batch: the second never answered, and nothing after it was written
+    written, in_order = records(tmp_path / "trips.csv.onceflow-progress"), names_in_file_order(rows, 100)
+    assert written in ([], in_order[:1])
+    # When it runs again: every row is stored once, and the report is a clean run's
+    api.after_start = None
+    report, out = run(path, api, in_flight=4)
+    clean, clean_out = run(write(tmp_path / "clean.csv", [HEADER, *rows]), FakeApi(), in_flight=1)
+    assert len(api.executions) == len(in_order) and set(api.rows) == {content_id(row) for row in rows}
+    assert summary(out)[3:] == summary(clean_out)[3:] and report.exit_status == clean.exit_status == 0
+    assert report.skipped == len(written)
+
+
 def test_two_loaders_of_one_file_at_once_store_every_row_once(tmp_path: Path) -> None:
     # Given 1,000 rows, and two loaders of that file (one checkpoint) started together against one API, eight at a time each
     rows = ROWS[:1000]
