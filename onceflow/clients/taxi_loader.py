@@ -6,6 +6,7 @@ onceflow.clients.taxi_loader`)::
     onceflow-taxi-load trips.csv --env dev
     onceflow-taxi-load trips.csv --url "$API_URL"          # the key from ONCEFLOW_API_KEY
     python -m onceflow.clients.taxi_loader trips.csv --url "$API_URL" --api-key "$KEY" --batch-lines 200 --no-progress
+    onceflow-taxi-load trips.csv --env dev --in-flight 1       # one batch after another (default: 8 in flight)
 
     from onceflow.clients.taxi_loader import HttpTaxiApi, LoadOptions, load_file
     report = load_file(Path("trips.csv"), HttpTaxiApi(api_url, api_key), LoadOptions(wait_seconds=60))
@@ -46,6 +47,29 @@ Why a rerun never stores a row twice
 4. **A 413** (a batch whose states could pass Step Functions' payload limit, or over the API's line
    or byte limit) is split in two and each half sent (recursively; a single row refused so is
    reported refused): the halves' rows keep their ids.
+
+Batches in flight
+-----------------
+Up to --in-flight N batches (LoadOptions.in_flight; default 8, 1..32) are sent at once, by N
+threads, while the file is read on (at most 2N batches read and not yet committed, so memory stays
+bounded). Each sender keeps the HTTP client's retries and backoff; the POSTs at once are halved when
+an answer came only after a retry (429, 5xx, no answer: `Answer.pushed_back`) and grow back by one
+after as many answers without one. A 413 is split by the batch's own sender. N = 1 is the serial
+loader, on the calling thread: each batch sent and committed before the next is read.
+
+**The checkpoint is written in file order.** Answers come back in any order; each batch's outcome
+(its records, counts and printed lines) is held until every batch before it has answered, then
+added to the report and the checkpoint (`InOrderCommits`): a batch answered after a later one is
+written first, and one answered while an earlier one is still in flight waits in memory. "Answered"
+means final for this run: acknowledged (written), or refused, unanswered after every retry, or not
+sent after a stop (never written). A batch after a failed one is still written in its turn: the
+checkpoint names content (execution names), not line ranges or a high-water mark, so a rerun sends
+exactly the batches it does not name, and no record ever stands for a batch whose answer has not come
+back. A crash or Ctrl-C loses only the held answers (the rerun sends those batches again and the
+API answers them as duplicates); what is written is always the acknowledged batches among the
+first k of the file, in file order. The report, the summary and the refusals are the serial
+loader's, line for line; only "the API did not answer 3 batches in a row" counts in the order the
+answers came, and batches already in flight when the run stops are still answered and counted.
 
 At the end the loader reads every row back with `GET /trips/{StoreRequestId}`, up to 16 at a time
 (fewer while the API fails or throttles: halved on a failure, one more after as many successes),
@@ -112,6 +136,11 @@ OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes
 API_KEY_VARIABLE = "ONCEFLOW_API_KEY"
 LOCAL_ENDPOINT_OUTPUT = "LocalEndpointUrl"  # `make serve` adds it to every stack of cdk-outputs-local.json (ops.smoke reads it too)
 UNREACHABLE_BATCHES_TO_STOP = 3  # consecutive POSTs the API did not answer: the run stops sending
+# Batches in flight at once (--in-flight): a batch is a round trip of tens of ms (more with Step Functions' StartExecution
+# behind it), so one at a time leaves the API idle; 8 keeps a 100-line batch's POSTs well under an API's default
+# throttle and lets the read-back's 16 readers follow. 1 is the serial loader; more than 32 buys nothing but 429s.
+DEFAULT_IN_FLIGHT = 8
+MAX_IN_FLIGHT = 32
 # C0 controls other than tab, CR and LF: what the API refuses as binary data (runtime.taxi_etl.requests._BINARY).
 BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # What the API refuses in front of a body (runtime.shared.http.UTF8_BOM): the loader drops it from a line.
@@ -253,8 +282,11 @@ def _physical_lines(stream: IO[bytes], max_line_bytes: int, on_bytes: Callable[[
 def content_id(line: str) -> str:
     """The StoreRequestId the API gives an unkeyed row (runtime.taxi_etl.requests.content_id of the line it
     submits, its canonical spelling): the same for every spelling of the trip, from any file or route."""
-    submitted = canonical_line(line) or line
-    return f"c-{deterministic_id('taxi-row', canonical_line(submitted) or submitted, length=CONTENT_ID_HEX_CHARS)}"
+    canonical = canonical_line(line)
+    # The API hashes canonical_line(submitted) or submitted: when the line is canonical as it is (an Open Data line) or does
+    # not validate, that is `canonical or line` without spelling it out again (the parse is most of the loader's CPU).
+    hashed = canonical or line if canonical is None or canonical == line else canonical_line(canonical) or canonical
+    return f"c-{deterministic_id('taxi-row', hashed, length=CONTENT_ID_HEX_CHARS)}"
 
 
 def batch_name(ids: Sequence[str]) -> str:
@@ -370,12 +402,14 @@ class Checkpoint:
             raise UsageError(f"cannot read the checkpoint {path} ({err}); move it away to start over") from err
         if text is None or not text.strip():
             try:
-                stream = path.open(
-                    "w", encoding="utf-8"
-                )  # now, so a place where it cannot be written stops the run before anything is sent
-                stream.write(
-                    json.dumps({"format": CHECKPOINT_FORMAT, "loader": PROG, "records": "execution names of acknowledged batches"}) + "\n"
-                )
+                # now, so a place where it cannot be written stops the run before anything is sent; appending, so two loaders
+                # of one file that start together never write over each other (a second head line reads as a record cut short)
+                stream = path.open("a" if not text else "w", encoding="utf-8")
+                if stream.tell() == 0:
+                    stream.write(
+                        json.dumps({"format": CHECKPOINT_FORMAT, "loader": PROG, "records": "execution names of acknowledged batches"})
+                        + "\n"
+                    )
                 stream.flush()
             except OSError as err:
                 raise UsageError(f"cannot write the checkpoint {path} ({err.strerror or err}); pass --checkpoint PATH") from err
@@ -432,6 +466,7 @@ class Checkpoint:
 class Answer:
     status: int
     document: dict[str, Any]
+    pushed_back: int = 0  # answers before this one that were retried (429, 5xx, no answer): the loader sends fewer at once
 
     @property
     def error(self) -> str:
@@ -509,7 +544,7 @@ class HttpTaxiApi:
                 why = f"{type(err).__name__}: {err}"
                 continue
             if answer.status not in RETRIED_STATUSES:
-                return answer
+                return Answer(answer.status, answer.document, pushed_back=attempt)
             why = f"HTTP {answer.status}: {answer.error}"
         raise ApiUnavailable(f"{method} {path}: no answer after {attempts} attempts ({why})")
 
@@ -677,6 +712,7 @@ class LoadOptions:
     read_back: bool = True
     readers: int = READERS
     checkpoint: Path | None = None  # None: <file>.onceflow-progress
+    in_flight: int = DEFAULT_IN_FLIGHT  # batches sent at once, 1..MAX_IN_FLIGHT; 1: one after another
 
 
 def load_file(
@@ -692,6 +728,8 @@ def load_file(
     """Send the file's batches the checkpoint does not hold, then read every row back. `opener`
     opens the file (twice: once to hash and count it, once to send it)."""
     options = options or LoadOptions()
+    if not 1 <= options.in_flight <= MAX_IN_FLIGHT:
+        raise UsageError(f"in_flight must be 1..{MAX_IN_FLIGHT} batches (got {options.in_flight})")
     console = console or Console(sys.stdout, sys.stderr, None)
     open_file = opener or (lambda: path.open("rb"))
     report = LoadReport(path, read_back=options.read_back)
@@ -707,7 +745,7 @@ def load_file(
         f"to {api.url}{contract.ROUTE_TRIP_BATCH} (checkpoint {checkpoint.path.name})"
     )
     try:
-        _Sender(api, checkpoint, report, console).send(open_file, batch_lines, options.batch_bytes)
+        _Sender(api, checkpoint, report, console, options.in_flight).send(open_file, batch_lines, options.batch_bytes)
     finally:
         checkpoint.close()
     if options.read_back and report.sent:
@@ -735,104 +773,318 @@ class _Outcome(Enum):
     UNEXPECTED = "unexpected"  # an answer the loader cannot use
 
 
+@dataclass
+class Delivered:
+    """What one batch of the file came to, kept until its turn (file order) to be added to the report and
+    the checkpoint. `records` are the checkpoint's (execution name, rows), in the order the serial
+    loader writes them (a 413's halves, then the whole); `printed` the console's lines, `refusals`
+    the problems for `LoadReport.refusals`."""
+
+    position: int  # the batch's place in the file, from 0
+    lines: int = 0  # the file's lines the batch covers (the progress bar)
+    records: list[tuple[str, int]] = field(default_factory=list)
+    sent: list[SentBatch] = field(default_factory=list)
+    printed: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    accepted: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    split: int = 0
+    rows_sent: int = 0
+    rows_refused: int = 0
+    rows_not_sent: int = 0
+    foreign_ids: int = 0
+    empty: int = 0
+
+
+class InOrderCommits:
+    """Batches answered in any order, added to the report and the checkpoint in the file's order: a batch
+    answered after a later one is written first, and one answered while an earlier one is still in
+    flight is held (in memory) until every earlier one has answered. "Answered" is final for this run:
+    acknowledged (its records are written), or refused, unreachable after every retry, not sent
+    (never written: a rerun sends it again). A batch after an unacknowledged one is still written
+    when its turn comes: the checkpoint names content (execution names), not line ranges or a
+    high-water mark, so a rerun skips exactly the batches named and sends the failed one; no record
+    ever stands for a row whose answer has not come back. What is written is thus always the
+    acknowledged batches among the first `next` of the file, in file order; a crash or Ctrl-C loses
+    only the held ones (a rerun sends them, answered as duplicates)."""
+
+    def __init__(self, commit: Callable[[Delivered], None]) -> None:
+        self._commit = commit
+        self.next = 0  # the position of the first batch not yet committed
+        self.held: dict[int, Delivered] = {}
+
+    def answered(self, delivered: Delivered) -> list[int]:
+        """Record this batch's answer; commit it and every held one after it that is now in turn. The positions committed."""
+        if delivered.position < self.next or delivered.position in self.held:
+            raise ValueError(f"batch {delivered.position} was answered twice")
+        self.held[delivered.position] = delivered
+        committed: list[int] = []
+        while self.next in self.held:
+            self._commit(self.held.pop(self.next))
+            committed.append(self.next)
+            self.next += 1
+        return committed
+
+
+class _Gate:
+    """At most `limit` POSTs at once: the limit starts at the number of senders, halves when the API pushed
+    back (a 429 or 5xx answer, retried inside the HTTP client, or no answer at all) and grows by one after
+    as many calls without push-back as it allows, as the read-back's readers do."""
+
+    def __init__(self, most: int) -> None:
+        self._most = max(1, most)
+        self.limit = self._most
+        self._active = 0
+        self._successes = 0
+        self._condition = threading.Condition()
+
+    def enter(self) -> None:
+        with self._condition:
+            while self._active >= self.limit:
+                self._condition.wait()
+            self._active += 1
+
+    def leave(self, pushed_back: bool) -> None:
+        with self._condition:
+            self._active -= 1
+            if pushed_back:
+                self.limit = max(1, self.limit // 2)
+                self._successes = 0
+            else:
+                self._successes += 1
+                if self._successes >= self.limit:
+                    self.limit = min(self._most, self.limit + 1)
+                    self._successes = 0
+            self._condition.notify_all()
+
+
 class _Sender:
     """Sends a file's batches, each once: skipped when the checkpoint holds its content's execution name,
-    split in two on a 413."""
+    split in two on a 413. With `in_flight` N > 1, N threads send batches while the file is read (at
+    most 2N batches read and not yet committed), and `InOrderCommits` adds their outcomes to the
+    report and the checkpoint in file order; with N = 1 each batch is sent, and committed, before the
+    next is read, on the calling thread."""
 
-    def __init__(self, api: TaxiApi, checkpoint: Checkpoint, report: LoadReport, console: Console) -> None:
+    def __init__(self, api: TaxiApi, checkpoint: Checkpoint, report: LoadReport, console: Console, in_flight: int = 1) -> None:
         self.api = api
         self.checkpoint = checkpoint
         self.report = report
         self.console = console
-        self.unanswered = 0  # POSTs in a row the API did not answer
+        self.in_flight = max(1, in_flight)
+        self.unanswered = 0  # POSTs in a row the API did not answer (in the order the answers came)
+        self.stopped = ""  # why the run stopped sending (set by the sender that saw it)
+        self._lock = threading.Lock()
+        self._gate = _Gate(self.in_flight)
+        self._aborted = False  # the run is ending (an exception, Ctrl-C): senders send nothing more
 
     def send(self, open_file: Callable[[], IO[bytes]], batch_lines: int, batch_bytes: int) -> None:
         report = self.report
         digest = hashlib.sha256()
         bar = self.console.bar(report.lines, "loading", "line")
-        with open_file() as stream:
-            for batch in iter_batches(read_lines(stream, on_bytes=digest.update), batch_lines=batch_lines, batch_bytes=batch_bytes):
-                report.batches += 1
-                report.rows += len(batch.rows)
-                report.refused += len(batch.refused)
-                report.skipped_lines += batch.last - batch.first + 1 - len(batch.rows) - len(batch.refused)
-                for line in batch.refused:
-                    self._refusal(f"REFUSED {line.problem}", line.problem)
-                if not batch.rows:
-                    report.empty += 1
-                elif report.stopped:  # the rest of the file is still read, so every line is counted
-                    report.rows_not_sent += len(batch.rows)
-                else:
-                    self._deliver(batch.header, batch.rows)
-                bar.update(batch.last - batch.first + 1)
+
+        def commit(delivered: Delivered) -> None:
+            self._commit(delivered)
+            bar.update(delivered.lines)
+
+        commits = InOrderCommits(commit)
+        pool = _SenderPool(self._deliver_batch, self.in_flight) if self.in_flight > 1 else None
+        try:
+            with open_file() as stream:
+                batches = iter_batches(read_lines(stream, on_bytes=digest.update), batch_lines=batch_lines, batch_bytes=batch_bytes)
+                for position, batch in enumerate(batches):
+                    report.batches += 1
+                    report.rows += len(batch.rows)
+                    report.refused += len(batch.refused)
+                    report.skipped_lines += batch.last - batch.first + 1 - len(batch.rows) - len(batch.refused)
+                    if pool is None:
+                        commits.answered(self._deliver_batch(position, batch))
+                        continue
+                    while position - commits.next >= 2 * self.in_flight:  # read ahead at most 2N batches
+                        commits.answered(pool.answer())
+                    if not batch.rows or self.stopped:  # nothing to send: no thread needed
+                        commits.answered(self._deliver_batch(position, batch))
+                    else:
+                        pool.submit(position, batch)
+                    while (ready := pool.ready()) is not None:
+                        commits.answered(ready)
+                while pool is not None and pool.outstanding:
+                    commits.answered(pool.answer())
+        finally:
+            self._aborted = True  # after an exception or Ctrl-C: what is queued is not sent, nothing more is committed
+            if pool is not None:
+                pool.close()
         bar.close()
+        report.stopped = self.stopped
         if digest.hexdigest() != report.sha256:
             report.changed = True
 
-    def _refusal(self, printed: str, problem: str) -> None:
-        self.console.print(printed)
-        if len(self.report.refusals) < 1000:
-            self.report.refusals.append(problem)
+    def _commit(self, delivered: Delivered) -> None:
+        """Add a batch's outcome to the report and its records to the checkpoint (in file order)."""
+        report = self.report
+        for name, rows in delivered.records:
+            self.checkpoint.acknowledge(self.api.url, name, rows)
+        for line in delivered.printed:
+            self.console.print(line)
+        room = max(0, 1000 - len(report.refusals))
+        report.refusals.extend(delivered.refusals[:room])
+        report.sent.extend(delivered.sent)
+        report.failed.extend(delivered.failed)
+        report.accepted += delivered.accepted
+        report.duplicates += delivered.duplicates
+        report.skipped += delivered.skipped
+        report.split += delivered.split
+        report.rows_sent += delivered.rows_sent
+        report.rows_refused += delivered.rows_refused
+        report.rows_not_sent += delivered.rows_not_sent
+        report.foreign_ids += delivered.foreign_ids
+        report.empty += delivered.empty
+        if self.stopped and not report.stopped:
+            report.stopped = self.stopped
 
-    def _deliver(self, header: str | None, rows: list[tuple[int, str]]) -> _Outcome:
+    def _deliver_batch(self, position: int, batch: Batch) -> Delivered:
+        delivered = Delivered(position, lines=batch.last - batch.first + 1)
+        for line in batch.refused:
+            delivered.printed.append(f"REFUSED {line.problem}")
+            delivered.refusals.append(line.problem)
+        if not batch.rows:
+            delivered.empty += 1
+        elif self.stopped or self._aborted:  # the rest of the file is still read, so every line is counted
+            delivered.rows_not_sent += len(batch.rows)
+        else:
+            self._deliver(delivered, batch.header, batch.rows)
+        return delivered
+
+    def _deliver(self, delivered: Delivered, header: str | None, rows: list[tuple[int, str]]) -> _Outcome:
         """Send these rows (a batch, or half of one); skipped when the checkpoint has them, halved on a 413."""
-        report, api = self.report, self.api
+        api = self.api
         lines = _line_range(rows)
-        if report.stopped:
-            report.rows_not_sent += len(rows)
+        if self.stopped or self._aborted:
+            delivered.rows_not_sent += len(rows)
             return _Outcome.UNREACHABLE
         ids = [content_id(text) for _, text in rows]
         name = batch_name(ids)
         if self.checkpoint.done(api.url, name):
-            report.skipped += 1
-            report.sent.append(SentBatch.of((number for number, _ in rows), ids))
+            delivered.skipped += 1
+            delivered.sent.append(SentBatch.of((number for number, _ in rows), ids))
             return _Outcome.ACKNOWLEDGED
+        self._gate.enter()
+        if self.stopped or self._aborted:  # the run stopped while this batch waited for its turn to go
+            self._gate.leave(False)
+            delivered.rows_not_sent += len(rows)
+            return _Outcome.UNREACHABLE
+        pushed_back = True  # no answer (every attempt failed), or an exception
         try:
             answer = api.post_batch(batch_body(header, rows))
+            pushed_back = answer.pushed_back > 0
         except ApiUnavailable as err:
-            self.unanswered += 1
-            return self._not_sent(rows, f"{lines}: {err}", _Outcome.UNREACHABLE)
-        self.unanswered = 0
+            with self._lock:
+                self.unanswered += 1
+                unanswered = self.unanswered
+            if unanswered >= UNREACHABLE_BATCHES_TO_STOP:
+                self._stop(f"the API did not answer {unanswered} batches in a row")
+            return self._not_sent(delivered, rows, f"{lines}: {err}", _Outcome.UNREACHABLE)
+        finally:
+            self._gate.leave(pushed_back)
+        with self._lock:
+            self.unanswered = 0
         given = answer.document.get("StoreRequestIds")
         if answer.status in (200, 202) and isinstance(given, list) and len(given) == len(rows):
             if answer.document.get("duplicate"):
-                report.duplicates += 1
+                delivered.duplicates += 1
             else:
-                report.accepted += 1
+                delivered.accepted += 1
             answered = [str(store_request_id) for store_request_id in given]
-            report.sent.append(SentBatch.of((number for number, _ in rows), answered))
-            report.rows_sent += len(rows)
+            delivered.sent.append(SentBatch.of((number for number, _ in rows), answered))
+            delivered.rows_sent += len(rows)
             if answered == ids:
-                self.checkpoint.acknowledge(api.url, name, len(rows))
+                delivered.records.append((name, len(rows)))
             else:  # another API version's ids: read back by the API's, sent again by a rerun (a duplicate)
-                report.foreign_ids += 1
+                delivered.foreign_ids += 1
             return _Outcome.ACKNOWLEDGED
         if answer.status == 413 and len(rows) > 1:
-            report.split += 1
-            self.console.print(f"SPLIT {lines}: HTTP 413 ({answer.error}); sending them again in two halves")
+            delivered.split += 1
+            delivered.printed.append(f"SPLIT {lines}: HTTP 413 ({answer.error}); sending them again in two halves")
             half = len(rows) // 2
-            outcomes = {self._deliver(header, rows[:half]), self._deliver(header, rows[half:])}
+            outcomes = {self._deliver(delivered, header, rows[:half]), self._deliver(delivered, header, rows[half:])}
             if outcomes == {_Outcome.ACKNOWLEDGED}:
-                self.checkpoint.acknowledge(api.url, name, len(rows))  # a rerun skips the whole batch without the 413
+                delivered.records.append((name, len(rows)))  # a rerun skips the whole batch without the 413
             return _Outcome.ACKNOWLEDGED if outcomes == {_Outcome.ACKNOWLEDGED} else min(outcomes, key=_SEVERITY.index)
         if answer.status in (200, 202):
-            return self._not_sent(rows, f"{lines}: unexpected answer {answer.status}: {str(answer.document)[:300]}", _Outcome.UNEXPECTED)
+            why = f"{lines}: unexpected answer {answer.status}: {str(answer.document)[:300]}"
+            return self._not_sent(delivered, rows, why, _Outcome.UNEXPECTED)
         if answer.status in (401, 403):
-            report.stopped = "the API refused the key"
-            return self._not_sent(rows, f"{lines}: HTTP {answer.status}: the API refused the key ({answer.error})", _Outcome.UNAUTHORIZED)
+            self._stop("the API refused the key")
+            why = f"{lines}: HTTP {answer.status}: the API refused the key ({answer.error})"
+            return self._not_sent(delivered, rows, why, _Outcome.UNAUTHORIZED)
         why = f"refused by the API (HTTP {answer.status}): {_file_lines(answer.error, rows)}"
-        report.rows_refused += len(rows)
-        self._refusal(f"REFUSED {lines} {why}", f"{lines} {why}")
+        delivered.rows_refused += len(rows)
+        delivered.printed.append(f"REFUSED {lines} {why}")
+        delivered.refusals.append(f"{lines} {why}")
         return _Outcome.REFUSED
 
-    def _not_sent(self, rows: list[tuple[int, str]], why: str, outcome: _Outcome) -> _Outcome:
-        report = self.report
-        report.rows_not_sent += len(rows)
-        report.failed.append(why)
-        self.console.print(f"NOT SENT {why}")
-        if outcome is _Outcome.UNREACHABLE and self.unanswered >= UNREACHABLE_BATCHES_TO_STOP and not report.stopped:
-            report.stopped = f"the API did not answer {self.unanswered} batches in a row"
+    def _stop(self, why: str) -> None:
+        with self._lock:
+            if not self.stopped:
+                self.stopped = why
+
+    def _not_sent(self, delivered: Delivered, rows: list[tuple[int, str]], why: str, outcome: _Outcome) -> _Outcome:
+        delivered.rows_not_sent += len(rows)
+        delivered.failed.append(why)
+        delivered.printed.append(f"NOT SENT {why}")
         return outcome
+
+
+class _SenderPool:
+    """`count` daemon threads that deliver the batches submitted, answers as they come. Not a
+    ThreadPoolExecutor, for the reason `_Readers` gives: Ctrl-C must end the loader at once. An
+    exception in a sender (a bug, or a test's simulated crash) is raised on the calling thread by
+    `answer`, as a crash of the process would end it."""
+
+    def __init__(self, deliver: Callable[[int, Batch], Delivered], count: int) -> None:
+        self._deliver = deliver
+        self.outstanding: set[int] = set()  # submitted, not yet returned by `answer`/`ready`
+        self._tasks: queue.SimpleQueue[tuple[int, Batch] | None] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[Delivered | BaseException] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{PROG}-sender-{n}", daemon=True) for n in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, position: int, batch: Batch) -> None:
+        self.outstanding.add(position)
+        self._tasks.put((position, batch))
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            try:
+                self._answers.put(self._deliver(*task))
+            except BaseException as err:  # handed to the calling thread, which raises it
+                self._answers.put(err)
+
+    def _take(self, answer: Delivered | BaseException) -> Delivered:
+        if isinstance(answer, BaseException):
+            raise answer
+        self.outstanding.discard(answer.position)
+        return answer
+
+    def answer(self) -> Delivered:
+        """The next answer, waiting for it (in short waits, so Ctrl-C lands)."""
+        while True:
+            try:
+                return self._take(self._answers.get(timeout=0.2))
+            except queue.Empty:
+                continue
+
+    def ready(self) -> Delivered | None:
+        try:
+            return self._take(self._answers.get_nowait())
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
 
 
 _SEVERITY = [_Outcome.UNAUTHORIZED, _Outcome.UNREACHABLE, _Outcome.UNEXPECTED, _Outcome.REFUSED, _Outcome.ACKNOWLEDGED]
@@ -1202,6 +1454,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"lines per batch, 1-{MAX_BATCH_LINES}, at most the API's limit (default {DEFAULT_BATCH_LINES}); a 413 is split",
     )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=DEFAULT_IN_FLIGHT,
+        metavar="N",
+        help=f"batches sent at once, 1-{MAX_IN_FLIGHT} (default {DEFAULT_IN_FLIGHT}; fewer while the API throttles); the checkpoint "
+        "records them in file order; 1 sends one batch after another",
+    )
     parser.add_argument("--checkpoint", type=Path, metavar="PATH", help=f"where progress is kept (default FILE{CHECKPOINT_SUFFIX})")
     parser.add_argument(
         "--wait",
@@ -1226,6 +1486,8 @@ def main(argv: Sequence[str] | None = None, *, api: TaxiApi | None = None) -> in
     args = parser.parse_args(argv)
     if args.batch_lines is not None and not 1 <= args.batch_lines <= MAX_BATCH_LINES:
         parser.error(f"--batch-lines must be 1..{MAX_BATCH_LINES}")
+    if not 1 <= args.in_flight <= MAX_IN_FLIGHT:
+        parser.error(f"--in-flight must be 1..{MAX_IN_FLIGHT}")
     if args.wait < 0:
         parser.error("--wait must be 0 or more seconds")
     if args.outputs_file is not None and not args.env:
@@ -1233,7 +1495,9 @@ def main(argv: Sequence[str] | None = None, *, api: TaxiApi | None = None) -> in
     if not args.file.is_file():
         parser.error(f"{args.file} is not a file")
     console = Console(sys.stdout, sys.stderr, args.progress)
-    options = LoadOptions(batch_lines=args.batch_lines, wait_seconds=args.wait, read_back=args.read_back, checkpoint=args.checkpoint)
+    options = LoadOptions(
+        batch_lines=args.batch_lines, wait_seconds=args.wait, read_back=args.read_back, checkpoint=args.checkpoint, in_flight=args.in_flight
+    )
     try:
         if api is None:
             api = _api_from_args(args)

@@ -84,14 +84,16 @@ class FakeApi:
         self.failing_store: set[str] = set()
         self.before_start: Callable[[int], None] | None = None  # called with the POST's index before anything starts
         self.after_start: Callable[[int], None] | None = None  # ... after the execution started, before the answer
+        self.lock = threading.Lock()
 
     @property
     def posts(self) -> int:
         return len(self.bodies)
 
     def post_batch(self, body: bytes) -> Answer:
-        index = len(self.bodies)
-        self.bodies.append(body)
+        with self.lock:  # several batches in flight: each POST its own index
+            index = len(self.bodies)
+            self.bodies.append(body)
         if self.before_start:
             self.before_start(index)
         try:  # the body's bytes as API Gateway hands them over, through the API's own decoding (strict UTF-8, no BOM)
@@ -212,10 +214,13 @@ def test_batches_go_without_a_key_and_every_row_gets_the_content_id_the_api_give
     layouts = [row for row in layouts if classify(1, row.encode(), len(row)).kind is Kind.ROW]  # the mapped ones
     for row in [*ROWS, *layouts, DROPOFF_BEFORE_PICKUP, SPRING_FORWARD_GAP, ROWS[0].replace(",29.5,", ",29.50,")]:
         assert taxi_loader.content_id(row) == content_id(parse_batch(row, None, max_lines=1, max_line_bytes=4096).rows[0].tuple)
-    # and the checkpoint holds the three batches' execution names, which the API gave
+    # and the checkpoint holds the three batches' execution names, which the API gave, in the file's order
     assert report.exit_status == 0 and api.posts == 3
     records = [json.loads(line) for line in (tmp_path / "a.csv.onceflow-progress").read_text().splitlines()[1:]]
-    assert [record["execution"] for record in records] == list(api.executions)
+    in_file_order = [
+        taxi_loader.batch_name([content_id(row) for row in ROWS[start:end]]) for start, end in ((0, 99), (99, 199), (199, 250))
+    ]
+    assert [record["execution"] for record in records] == in_file_order and set(in_file_order) == set(api.executions)
 
 
 def test_the_same_rows_from_a_crlf_or_bom_copy_or_cut_another_way_store_nothing_twice(tmp_path: Path) -> None:
@@ -319,7 +324,7 @@ def test_a_rerun_after_a_crash_sends_only_the_missing_batches_and_reads_every_ro
     api = FakeApi()
     api.before_start = crash_at(3)
     with pytest.raises(SimulatedCrash):
-        run(path, api)
+        run(path, api, in_flight=1)  # the serial loader (several in flight: test_taxi_loader_concurrency.py)
     # Then the checkpoint holds the three batches the API acknowledged
     assert len((tmp_path / "trips.csv.onceflow-progress").read_text().splitlines()) == 1 + 3
     # When it runs again
@@ -343,11 +348,11 @@ def test_a_batch_sent_but_not_acknowledged_is_sent_again_and_answered_as_duplica
     api = FakeApi()
     api.after_start = crash_at(1)
     with pytest.raises(SimulatedCrash):
-        run(path, api)
+        run(path, api, in_flight=1)  # the serial loader
     assert len(api.executions) == 2
     # When it runs again
     api.after_start = None
-    report, _ = run(path, api)
+    report, _ = run(path, api, in_flight=1)
     # Then the second batch goes again, the same bytes, and the API answers it as a duplicate (its name is its ids')
     assert api.bodies[2] == api.bodies[1]
     assert api.statuses == [202, 200, 202, 202, 202]  # the first run's answer to its second batch was lost
@@ -427,8 +432,8 @@ def test_an_interrupt_keeps_the_checkpoint_and_a_rerun_goes_on(tmp_path: Path, c
             raise KeyboardInterrupt
 
     api.before_start = interrupt
-    # Then the loader says how to go on and exits 130, with the first two batches in the checkpoint
-    assert taxi_loader.main([str(path), "--url", api.url], api=api) == taxi_loader.INTERRUPTED_EXIT_STATUS
+    # Then the loader says how to go on and exits 130, with the first two batches in the checkpoint (the serial loader)
+    assert taxi_loader.main([str(path), "--url", api.url, "--in-flight", "1"], api=api) == taxi_loader.INTERRUPTED_EXIT_STATUS
     assert "interrupted; run it again" in capsys.readouterr().err
     assert len((tmp_path / "trips.csv.onceflow-progress").read_text().splitlines()) == 1 + 2
     # When it runs again: the rest goes, and every row is stored once
@@ -612,7 +617,7 @@ def test_a_batch_the_api_refuses_is_reported_by_the_files_lines_and_the_run_goes
 
     class RefusingFirst(FakeApi):
         def post_batch(self, body: bytes) -> Answer:
-            if self.bodies:
+            if ROWS[0].encode() not in body:
                 return super().post_batch(body)
             self.bodies.append(body)
             return self._answer(400, {"error": message})
@@ -681,7 +686,8 @@ def test_the_file_is_streamed_batch_by_batch(tmp_path: Path) -> None:
     assert 200 <= raw.produced < 300
 
 
-def test_a_load_reads_the_file_twice_as_a_stream_and_sends_as_it_reads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_flight", [1, taxi_loader.DEFAULT_IN_FLIGHT])
+def test_a_load_reads_the_file_twice_as_a_stream_and_sends_as_it_reads(tmp_path: Path, in_flight: int) -> None:
     # Given a 5,000-row file that the loader opens through a generator each time (once to hash, once to send)
     opened: list[GeneratedFile] = []
 
@@ -694,9 +700,10 @@ def test_a_load_reads_the_file_twice_as_a_stream_and_sends_as_it_reads(tmp_path:
     api.before_start = lambda index: made_at_first_post.append(opened[-1].produced) if index == 0 else None
     # When it is loaded
     console = quiet()
-    report = load_file(tmp_path / "generated.csv", api, LoadOptions(read_back=False), console=console, opener=opener)
-    # Then the first batch was sent when only about a batch of the second pass had been made
-    assert len(opened) == 2 and made_at_first_post[0] < 300
+    report = load_file(tmp_path / "generated.csv", api, LoadOptions(read_back=False, in_flight=in_flight), console=console, opener=opener)
+    # Then the first batch was sent when only about a batch of the second pass had been made (one at a time), or at most
+    # the 2N batches the concurrent loader reads ahead of its commits
+    assert len(opened) == 2 and made_at_first_post[0] < (2 * in_flight - 1) * 100 + 300
     # and the whole file went, in 51 batches (the sample's 2,000 rows repeat, and a batch of the same rows as one
     # acknowledged before is not sent again), its hash checked on the way
     assert (
@@ -1002,7 +1009,8 @@ def test_the_http_client_retries_the_same_bytes_without_a_key_and_reads_with_a_s
     # When a batch is posted
     answer = api.post_batch(b"row\n")
     # Then it was sent three times, the same bytes each time, with no Idempotency-Key, the key in Authorization, and accepted
-    assert answer == Answer(202, {"StoreRequestIds": ["c-" + "0" * 32], "duplicate": False})
+    # (the answer says two answers before it were retried: the loader sends fewer batches at once after one)
+    assert answer == Answer(202, {"StoreRequestIds": ["c-" + "0" * 32], "duplicate": False}, pushed_back=2)
     assert [(method, url, body) for method, url, body, _, _ in seen] == [
         ("POST", "https://api.test" + contract.ROUTE_TRIP_BATCH, b"row\n")
     ] * 3
@@ -1030,8 +1038,8 @@ def test_an_unreachable_api_stops_the_run_after_three_batches_and_a_rerun_resume
             raise ApiUnavailable("POST /trips/batch: no answer after 6 attempts (URLError: refused)")
 
     api.before_start = down
-    # When the file is loaded
-    report, out = run(path, api)
+    # When the file is loaded by the serial loader
+    report, out = run(path, api, in_flight=1)
     # Then the run stops sending after three unanswered batches, says so, counts the rest of the file as not sent, and exits 3
     assert api.posts == 4 and report.stopped and report.exit_status == taxi_loader.INCOMPLETE_EXIT_STATUS
     assert "STOPPED: the API did not answer 3 batches in a row" in out
@@ -1047,8 +1055,8 @@ def test_a_refused_key_stops_the_run_at_once(tmp_path: Path) -> None:
     # Given an API that refuses the key
     refusing = FakeApi()
     refusing.post_batch = lambda body: Answer(403, {"message": "Forbidden"})  # type: ignore[method-assign]
-    # When a file is loaded
-    report, out = run(write(tmp_path / "other.csv", [HEADER, *ROWS[:250]]), refusing)
+    # When a file is loaded by the serial loader
+    report, out = run(write(tmp_path / "other.csv", [HEADER, *ROWS[:250]]), refusing, in_flight=1)
     # Then the run stops after the first batch, reports it, and exits 3 (fix the key, run it again)
     assert report.stopped == "the API refused the key" and len(report.failed) == 1 and report.exit_status == 3
     assert "NOT SENT lines 2-100: HTTP 403: the API refused the key (Forbidden)" in out

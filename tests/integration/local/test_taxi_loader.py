@@ -9,7 +9,10 @@ answered as duplicates; a CRLF copy with a byte-order mark, or a re-saved copy, 
 adds nothing to the trips table, and rows loaded then posted alone to /trips have the loader's ids;
 a truncated last line under the header is refused by its line while a batch too large for the API
 is split; a file with binary junk and a 2009-layout header gets per-line errors while its rows go
-in; --env reads the URL and the key's secret from the outputs file.
+in; --env reads the URL and the key's secret from the outputs file. With several batches in flight
+(--in-flight), a loader killed while batches are in flight and run again stores every row once and
+reports what a clean one-at-a-time run reports, and two loaders of one file at once store every row
+once.
 
 Each test takes its own rows of the sample (content ids: a row another test stored is the same row)."""
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,11 +51,14 @@ class CrashAfter:
         self._posts = posts
         self.url = api.url
         self.executions: list[str] = []
+        self._lock = threading.Lock()  # several batches in flight
 
     def post_batch(self, body: bytes) -> Answer:
         answer = self._api.post_batch(body)
-        self.executions.append(str(answer.document["execution"]))
-        if len(self.executions) == self._posts:
+        with self._lock:
+            self.executions.append(str(answer.document["execution"]))
+            answered = len(self.executions)
+        if answered == self._posts:
             raise SimulatedCrash(f"the loader died after the answer to batch {answer.document['execution']}")
         return answer
 
@@ -174,12 +181,12 @@ def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_
     path = write(tmp_path / "crash.csv", [HEADER, *ROWS[300:550]])
     crashing = CrashAfter(api_of(local_stack), posts=2)
     with pytest.raises(SimulatedCrash):
-        load(path, crashing)
+        load(path, crashing, in_flight=1)  # the serial loader; several in flight: the test after this one
     # and whose batches' executions have ended since (while one runs, the API answers its resend 202 with the same
     # ids, as StartExecution does: still one execution; once it has ended, 200 and "duplicate": true)
     wait_until_quiet(local_stack)
     # When it runs again
-    report, out = load(path, api_of(local_stack))
+    report, out = load(path, api_of(local_stack), in_flight=1)
     # Then the first batch is skipped (acknowledged), the second is sent again and answered as a duplicate, the third is new,
     # and the read-back covers the rows of all three
     assert (report.skipped, report.duplicates, report.accepted) == (1, 1, 1)
@@ -198,6 +205,67 @@ def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_
         in out
     )
     assert_stored_once(local_stack, report, 250)
+
+
+def data_line_counts(out: list[str]) -> list[str]:
+    """The summary's counts of the data lines, from `data lines` to the verdict: what became of every row."""
+    start = next(number for number, line in enumerate(out) if line.startswith("  data lines"))
+    return out[start:]
+
+
+def test_a_crash_with_batches_in_flight_and_a_rerun_store_every_row_once_and_report_a_clean_run(local_stack: Any, tmp_path: Path) -> None:
+    # Given 250 other real rows and one the saga flags, in batches of 25, and a loader of four at a time that dies right after
+    # the API answered its third batch, with others in flight
+    flagged = DROPOFF_BEFORE_PICKUP.replace("16:30:00", "16:05:00")
+    path = write(tmp_path / "inflight.csv", [HEADER, *ROWS[850:975], flagged, *ROWS[975:1100]])
+    crashing = CrashAfter(api_of(local_stack), posts=3)
+    with pytest.raises(SimulatedCrash):
+        load(path, crashing, batch_lines=25, in_flight=4)
+    # Then the checkpoint holds acknowledged batches only, in the file's order: never a batch whose answer did not come back
+    checkpoint = tmp_path / "inflight.csv.onceflow-progress"
+    written = [json.loads(line)["execution"] for line in checkpoint.read_text().splitlines()[1:]]
+    assert set(written) <= set(crashing.executions) and len(written) <= 3
+    # When every execution has ended and the loader runs again, four at a time
+    wait_until_quiet(local_stack)
+    report, out = load(path, api_of(local_stack), batch_lines=25, in_flight=4)
+    # Then every batch was acknowledged once in this run or the last, and every valid row is stored once
+    assert report.skipped == len(written) and report.skipped + report.accepted + report.duplicates == report.batches == 11
+    assert report.failed == [] and report.states is not None and report.states.stored == 250
+    assert_stored_once(local_stack, report, 250)
+    # and its report is what a clean run, one batch at a time, reports of the same file (no checkpoint: every batch again)
+    wait_until_quiet(local_stack)
+    checkpoint.unlink()
+    clean, clean_out = load(path, api_of(local_stack), batch_lines=25, in_flight=1)
+    assert clean.duplicates == 11 and ids_of(clean) == ids_of(report)
+    assert data_line_counts(out) == data_line_counts(clean_out) and report.exit_status == clean.exit_status
+    assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS and "    flagged        1" in out
+
+
+def test_two_loaders_of_one_file_at_once_store_every_row_once(local_stack: Any, tmp_path: Path) -> None:
+    # Given 300 other real rows, and two loaders of that file (one checkpoint), four batches of 50 in flight each
+    rows = [*ROWS[1100:1250], *ROWS[100:250]]
+    path = write(tmp_path / "twice.csv", [HEADER, *rows])
+    barrier = threading.Barrier(2)
+    reports: list[LoadReport] = []
+
+    def loader() -> None:
+        barrier.wait(30)
+        report, _ = load(path, api_of(local_stack), batch_lines=50, in_flight=4)
+        reports.append(report)
+
+    # When both run at once against the local API
+    threads = [threading.Thread(target=loader) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_SECONDS * 2)
+    # Then both read every row back stored, by the same ids
+    assert len(reports) == 2
+    for report in reports:
+        assert report.failed == [] and report.exit_status == 0 and report.states is not None and report.states.stored == 300
+    assert ids_of(reports[0]) == ids_of(reports[1])
+    # and the trips table holds each row once: 300 trips, none under two ids
+    assert_stored_once(local_stack, reports[0], 300)
 
 
 def test_a_crlf_copy_with_a_byte_order_mark_or_a_resaved_copy_of_a_loaded_file_adds_no_trip(local_stack: Any, tmp_path: Path) -> None:
