@@ -29,6 +29,7 @@ from runtime.event_log.parsing import (
 )
 from runtime.event_log.settings import ApiSettings
 from runtime.event_log.wiring import ApiDeps
+from runtime.shared import snapstart
 from runtime.shared.aws import Clients
 from runtime.shared.http import JSON, InvalidRequest, Refusal, answer_refusals, body_text, header, json_response, require_media_type
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
@@ -46,6 +47,10 @@ def settings() -> ApiSettings:
 def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
     return wiring.build(settings(), Clients())
+
+
+# With SnapStart, after each restore: fresh random seeds, and the clients built again (runtime/shared/snapstart.py).
+after_restore = snapstart.after_restore(deps)
 
 
 def current() -> ApiDeps:
