@@ -164,7 +164,10 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
         # subsegment per AWS call when a phase needs that, at about 0.3x of boto3's import per cold start.
         tracing=TracingMode.ACTIVE,
         runner_stats=RunnerStatsConfig(),
-        taxi_etl=TaxiEtlConfig(execution_log_level=sfn.LogLevel.ALL, execution_log_data=True),
+        # SnapStart off (the default): dev's functions are invoked rarely, so nearly every request
+        # would be a restore, and each deploy's versions would be billed their cache for nothing.
+        event_log=EventLogConfig(snap_start=False),
+        taxi_etl=TaxiEtlConfig(execution_log_level=sfn.LogLevel.ALL, execution_log_data=True, snap_start=False),
     ),
     "prod": EnvConfig(
         name="prod",
@@ -199,6 +202,12 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             handoff_margin_seconds=60,
             api_rate_limit=500,
             api_burst_limit=1000,
+            # SnapStart off in prod too, until a measured cold start says otherwise: these functions
+            # import in about 200-250 ms (README, "Cold start"), and build their clients at the first
+            # request, so a snapshot would hold only the imports; while Python's SnapStart bills every
+            # version's cache for as long as it exists and every restore (README, "SnapStart"). Turn it
+            # on here, and for the taxi API below, when the API's cold-start p99 matters more than that bill.
+            snap_start=False,
         ),
         taxi_etl=TaxiEtlConfig(
             batch_max_lines=200,
@@ -209,6 +218,7 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             transient_retry_max_delay_seconds=120,
             auto_redrive_wait_seconds=300,
             execution_timeout_minutes=30,
+            snap_start=False,  # as the event log's (above)
         ),
         monitoring=MonitoringConfig(
             # Early: 5 min behind. Loud: 6 h, with 18 h left before the 24 h maximum age gives records

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aws_cdk import CfnMapping, Duration, Stack
+from aws_cdk import CfnMapping, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -35,6 +35,8 @@ _LAYER_ATTRIBUTE = "_onceflow_powertools_layer"
 _ADOT_LAYER_ATTRIBUTE = "_onceflow_adot_layer"
 # The ADOT layer's handler wrapper (AWS_LAMBDA_EXEC_WRAPPER): it starts OpenTelemetry, then the handler.
 ADOT_EXEC_WRAPPER = "/opt/otel-instrument"
+# The alias a SnapStart function is invoked through (FunctionSpec.snap_start).
+LIVE_ALIAS = "live"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class FunctionSpec:
     memory_mb: int = 256
     timeout_seconds: int = 30
     reserved_concurrency: int | None = None  # None: the account's unreserved pool
+    # SnapStart on published versions, and the LIVE_ALIAS alias on the current version (CreatedFunction.alias).
+    snap_start: bool = False
 
     def __post_init__(self) -> None:
         if not self.handler.startswith("runtime.") or self.handler.count(".") < 2:
@@ -62,6 +66,7 @@ class CreatedFunction:
     function: lambda_.Function
     role: iam.Role
     log_group: logs.LogGroup
+    alias: lambda_.Alias | None = None  # with FunctionSpec.snap_start: what callers invoke
 
 
 def runtime_code(scope: Construct) -> lambda_.Code:
@@ -136,6 +141,7 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
         architecture=ARCHITECTURE,
         code=runtime_code(scope),
         handler=spec.handler,
+        snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if spec.snap_start else None,
         description=spec.description,
         role=role,
         memory_size=spec.memory_mb,
@@ -163,4 +169,19 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
         f"Only actions that support no resource-level permissions use '*': {tracing_actions}"
         "for a DynamoDB stream consumer, dynamodb:ListStreams; every other statement of this role names its own resources.",
     )
-    return CreatedFunction(function=function, role=role, log_group=log_group)
+    alias = live_alias(scope, construct_id, function) if spec.snap_start else None
+    return CreatedFunction(function=function, role=role, log_group=log_group, alias=alias)
+
+
+def live_alias(scope: Construct, construct_id: str, function: lambda_.Function) -> lambda_.Alias:
+    """The LIVE_ALIAS alias on the function's current version: CDK publishes a new version whenever
+    the function's code or configuration changes (the version's logical id is a hash of them), and
+    the alias moves to it. SnapStart snapshots a version when it is published; callers (API
+    integrations, authorizers) invoke the alias, so every restore is of the latest snapshot.
+
+    The superseded version is deleted once the alias has moved (CloudFormation's cleanup phase):
+    SnapStart for Python bills each version's cached snapshot for as long as the version exists.
+    """
+    version = function.current_version
+    version.apply_removal_policy(RemovalPolicy.DESTROY)
+    return lambda_.Alias(scope, f"{construct_id}{LIVE_ALIAS.capitalize()}Alias", alias_name=LIVE_ALIAS, version=version)

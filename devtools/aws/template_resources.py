@@ -59,6 +59,56 @@ def find_function(template: Template, handler: str) -> str:
     return matches[0]
 
 
+def function_behind(template: Template, target: Any) -> str:
+    """The logical id of the Lambda function an integration's IntegrationUri or an authorizer's
+    AuthorizerUri invokes: the function's ARN (Fn::GetAtt [id, Arn]), or, with SnapStart, an alias's
+    ARN (its Ref), which names a version of the function; inside an authorizer's Fn::Join URI too."""
+    resources = template.get("Resources", {})
+    if isinstance(target, Mapping) and "Fn::Join" in target:
+        parts = [part for part in target["Fn::Join"][1] if isinstance(part, Mapping) and _named(part) in resources]
+        if len(parts) != 1:
+            raise LookupError(f"expected one resource in {target!r}, found {parts}")
+        return function_behind(template, parts[0])
+    name = _named(target) if isinstance(target, Mapping) else None
+    if name is None or name not in resources:
+        raise LookupError(f"not a function's, alias's or version's ARN: {target!r}")
+    resource = resources[name]
+    if resource["Type"] == "AWS::Lambda::Function":
+        return name
+    if resource["Type"] in ("AWS::Lambda::Alias", "AWS::Lambda::Version"):
+        return function_behind(template, resource["Properties"]["FunctionName"])
+    raise LookupError(f"{name} is a {resource['Type']}, not a Lambda function, alias or version")
+
+
+def _named(reference: Mapping[str, Any]) -> str | None:
+    """The logical id a Ref or Fn::GetAtt names."""
+    if "Ref" in reference:
+        return str(reference["Ref"])
+    if "Fn::GetAtt" in reference:
+        return str(reference["Fn::GetAtt"][0])
+    return None
+
+
+def route_functions(template: Template) -> dict[str, str]:
+    """Each HTTP API route key ("POST /trips") -> the logical id of the function its integration invokes."""
+    integrations = resources_of_type(template, "AWS::ApiGatewayV2::Integration")
+    routes: dict[str, str] = {}
+    for route in resources_of_type(template, "AWS::ApiGatewayV2::Route").values():
+        target = route["Properties"]["Target"]  # "integrations/<id>", as a Fn::Join with the integration's Ref
+        (integration,) = [part["Ref"] for part in target["Fn::Join"][1] if isinstance(part, Mapping) and part.get("Ref") in integrations]
+        routes[str(route["Properties"]["RouteKey"])] = function_behind(template, integrations[integration]["Properties"]["IntegrationUri"])
+    return routes
+
+
+def authorizer_functions(template: Template) -> dict[str, str]:
+    """Each Lambda authorizer's logical id -> the logical id of the function it invokes."""
+    return {
+        logical_id: function_behind(template, resource["Properties"]["AuthorizerUri"])
+        for logical_id, resource in resources_of_type(template, "AWS::ApiGatewayV2::Authorizer").items()
+        if "AuthorizerUri" in resource["Properties"]
+    }
+
+
 @dataclass
 class EmbeddedCloud:
     """What was created in moto from one template."""

@@ -61,6 +61,8 @@ class EventLog(Construct):
     payload_dead_letter_queue: sqs.Queue
     stream_failure_queue: sqs.Queue
     api_function: lambda_.Function
+    # The alias the API integration invokes when settings.snap_start is on; None when it is off.
+    api_alias: lambda_.Alias | None
     router_function: lambda_.Function
     worker_function: lambda_.Function
     finalizer_function: lambda_.Function
@@ -152,6 +154,7 @@ class EventLog(Construct):
                 service=contract.SERVICE_API,
                 description="Event log API: idempotent appends, large payloads, latest snapshot",
                 memory_mb=settings.api_memory_mb,
+                snap_start=settings.snap_start,
                 timeout_seconds=settings.api_timeout_seconds,
                 environment={
                     contract.ENV_LOG_TABLE: self.log_table.table_name,
@@ -168,6 +171,7 @@ class EventLog(Construct):
             common,
         )
         self.api_function = created.function
+        self.api_alias = created.alias
         # Appends are transactions of a Put and an Update (authorized per item); reads are Get
         # and Query. Presigned uploads run as this role: PutObject with its tag, under payloads/.
         self.api_function.add_to_role_policy(
@@ -202,7 +206,9 @@ class EventLog(Construct):
             rate_limit=settings.api_rate_limit,
             burst_limit=settings.api_burst_limit,
         )
-        integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
+        # With SnapStart, through the alias (its invoke permission is the alias's): the unpublished
+        # function ($LATEST) is never restored from a snapshot.
+        integration = HttpLambdaIntegration("ApiIntegration", self.api_alias or self.api_function)
         for path, method in ROUTES:
             self.http_api.add_routes(path=path, methods=[method], integration=integration)
 

@@ -34,6 +34,13 @@ class EventLogConfig:
         queue's concurrency (max(2, worker_max_concurrency)): SQS counts a throttled delivery as a
         receive, and receives lead to the DLQ. The finalizer's queue is read with at most its
         reservation at once, for the same reason.
+    snap_start: Lambda SnapStart for the API function, the only one behind an HTTP route (off by
+        default). On, the function gets SnapStart on published versions, CDK publishes a version
+        whenever its code or configuration changes, and the API integration invokes the alias
+        `live` on it (EventLog.api_alias); the after-restore hooks (runtime/shared/snapstart.py)
+        reseed the random sources and drop the cached clients. Python's SnapStart bills each
+        version's cached snapshot while it exists and every restore: see the README's SnapStart
+        section before turning it on. Not combinable with provisioned concurrency.
     """
 
     snapshot_every: int = 1000  # events between two Snapshot entries
@@ -71,6 +78,7 @@ class EventLogConfig:
     # The scheduled check re-sends the build message of every stuck row (same deterministic
     # request id; the worker drops repeats). Off only for an operator who recovers by hand.
     resend_stuck_snapshots: bool = True
+    snap_start: bool = False
 
     @property
     def snapshot_visibility_seconds(self) -> int:
@@ -149,6 +157,8 @@ class EventLogConfig:
             raise ConfigError("event_log.router_parallelization_factor must be 1..10")
         if not 1 <= self.pending_check_minutes <= 60:
             raise ConfigError("event_log.pending_check_minutes must be 1..60")
+        if not isinstance(self.snap_start, bool):
+            raise ConfigError("event_log.snap_start must be True or False")
         unknown = sorted(set(self.reserved_concurrency) - set(EVENT_LOG_FUNCTIONS))
         if unknown:
             raise ConfigError(f"event_log.reserved_concurrency names no function {unknown}; they are {', '.join(EVENT_LOG_FUNCTIONS)}")
@@ -199,7 +209,8 @@ class EventLogAlarms:
 class EventLogProps:
     """Inputs of EventLog; every one has a production-safe default.
 
-    settings: snapshot cadence, chunk size, leases, queues, limits and each function.
+    settings: snapshot cadence, chunk size, leases, queues, limits, each function, and SnapStart
+        for the API function (settings.snap_start, off by default).
     common: removal policy (data retained by default), log retention and level, Powertools layer.
     tables: billing mode (on-demand by default) and the tables' own removal policy.
     bucket: an existing bucket for large payloads (under payloads/) and snapshot chunks (under

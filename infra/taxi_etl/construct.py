@@ -78,6 +78,10 @@ class TaxiEtlSaga(Construct):
     api_function: lambda_.Function
     row_state_function: lambda_.Function
     authorizer_function: lambda_.Function
+    # The aliases the API integrations and the authorizer invoke when settings.snap_start is on; None when it is off.
+    api_alias: lambda_.Alias | None
+    row_state_alias: lambda_.Alias | None
+    authorizer_alias: lambda_.Alias | None
     state_machine: sfn.StateMachine
     state_machine_logs: logs.LogGroup
     execution_log_level: sfn.LogLevel
@@ -351,6 +355,7 @@ class TaxiEtlSaga(Construct):
             reserved_concurrency=settings.reserved_concurrency.get("api"),
             description="Taxi saga API: one execution per request, named by its StoreRequestId",
             timeout_seconds=settings.api_timeout_seconds,
+            snap_start=settings.snap_start,
             environment={
                 contract.ENV_STATE_MACHINE_ARN: self.state_machine.state_machine_arn,
                 contract.ENV_WORKFLOW_TYPE: settings.workflow_type.value,
@@ -360,7 +365,8 @@ class TaxiEtlSaga(Construct):
                 **self._row_tables_environment(),
             },
         )
-        self.api_function = create_function(self, "ApiFunction", api_spec, common).function
+        created_api = create_function(self, "ApiFunction", api_spec, common)
+        self.api_function, self.api_alias = created_api.function, created_api.alias
         # A single unkeyed row already stored or flagged (a batch's row re-sent alone) starts no execution.
         self._grant_row_reads(self.api_function)
         self.state_machine.grant_start_execution(self.api_function)
@@ -373,18 +379,21 @@ class TaxiEtlSaga(Construct):
             reserved_concurrency=settings.reserved_concurrency.get("authorizer"),
             description="Taxi saga API authorizer: constant-time compare with the key in Secrets Manager",
             timeout_seconds=AUTHORIZER_TIMEOUT_SECONDS,
+            snap_start=settings.snap_start,
             environment={
                 contract.ENV_API_KEY_SECRET_ID: self.api_key_secret.secret_arn,
                 contract.ENV_SECRET_CACHE_SECONDS: str(settings.secret_cache_seconds),
                 contract.ENV_SECRET_REFRESH_FLOOR_SECONDS: str(settings.secret_refresh_floor_seconds),
             },
         )
-        self.authorizer_function = create_function(self, "AuthorizerFunction", authorizer_spec, common).function
+        created_authorizer = create_function(self, "AuthorizerFunction", authorizer_spec, common)
+        self.authorizer_function, self.authorizer_alias = created_authorizer.function, created_authorizer.alias
         # CDK's grant also matches a secret imported by name (its ARN ends in a random suffix) and its KMS key.
         self.api_key_secret.grant_read(self.authorizer_function)
         self.authorizer = HttpLambdaAuthorizer(
             "ApiKeyAuthorizer",
-            self.authorizer_function,
+            # With SnapStart, the alias (its invoke permission is the alias's): $LATEST is never restored from a snapshot.
+            self.authorizer_alias or self.authorizer_function,
             response_types=[HttpLambdaResponseType.SIMPLE],
             identity_source=["$request.header.Authorization"],
             # API Gateway remembers an allow or deny per key this long, on every route.
@@ -400,7 +409,7 @@ class TaxiEtlSaga(Construct):
             burst_limit=settings.api_burst_limit,
             extra_log_fields={"authorizerError": "$context.authorizer.error"},
         )
-        integration = HttpLambdaIntegration("ApiIntegration", self.api_function)
+        integration = HttpLambdaIntegration("ApiIntegration", self.api_alias or self.api_function)
         for path in (contract.ROUTE_TRIP, contract.ROUTE_TRIP_BATCH):
             self.http_api.add_routes(path=path, methods=[apigw.HttpMethod.POST], integration=integration)
         self._add_row_state_route(common, settings)
@@ -431,12 +440,14 @@ class TaxiEtlSaga(Construct):
             reserved_concurrency=settings.reserved_concurrency.get("row_state"),
             description="Taxi saga API: what became of one row (pending, stored or flagged), read-only",
             timeout_seconds=settings.api_timeout_seconds,
+            snap_start=settings.snap_start,
             environment=self._row_tables_environment(),
         )
-        self.row_state_function = create_function(self, "RowStateFunction", spec, common).function
+        created = create_function(self, "RowStateFunction", spec, common)
+        self.row_state_function, self.row_state_alias = created.function, created.alias
         self._grant_row_reads(self.row_state_function)
         self.http_api.add_routes(
             path=contract.ROUTE_ROW_STATE,
             methods=[apigw.HttpMethod.GET],
-            integration=HttpLambdaIntegration("RowStateIntegration", self.row_state_function),
+            integration=HttpLambdaIntegration("RowStateIntegration", self.row_state_alias or self.row_state_function),
         )

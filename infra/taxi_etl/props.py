@@ -35,6 +35,14 @@ class TaxiEtlConfig:
         throttled phase is retried (transient_retry_attempts, with backoff), then its rows are
         flagged retryable and redriven once. The flag function takes none: it is the failure path, and a throttled flag step
         would leave rows neither stored nor flagged.
+    snap_start: Lambda SnapStart for the three functions behind the HTTP API: the API, row-state and
+        authorizer functions (off by default). On, each gets SnapStart on published versions, CDK
+        publishes a version whenever its code or configuration changes, and the API integrations
+        and the authorizer invoke the alias `live` on it (TaxiEtlSaga.api_alias, row_state_alias,
+        authorizer_alias); the after-restore hooks (runtime/shared/snapstart.py) reseed the random
+        sources, drop the cached clients and make the authorizer read the API key again. Python's
+        SnapStart bills each version's cached snapshot while it exists and every restore: see the
+        README's SnapStart section before turning it on. Not combinable with provisioned concurrency.
     """
 
     # STANDARD: execution names deduplicate starts (the API's idempotency rests on it) and the
@@ -72,8 +80,11 @@ class TaxiEtlConfig:
     execution_log_level: sfn.LogLevel = sfn.LogLevel.ERROR
     execution_log_data: bool = False
     reserved_concurrency: Mapping[str, int] = field(default_factory=dict)
+    snap_start: bool = False
 
     def validate(self) -> None:
+        if not isinstance(self.snap_start, bool):
+            raise ConfigError("taxi_etl.snap_start must be True or False")
         if self.workflow_type not in (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS):
             raise ConfigError("taxi_etl.workflow_type must be STANDARD or EXPRESS")
         if not 1 <= self.batch_max_lines <= 1000:
@@ -173,7 +184,8 @@ class TaxiEtlAlarms:
 class TaxiEtlSagaProps:
     """Inputs of TaxiEtlSaga; every one has a production-safe default.
 
-    settings: workflow type, batch limits, retries, authorizer caching, throttling, logging and each function.
+    settings: workflow type, batch limits, retries, authorizer caching, throttling, logging, each function,
+        and SnapStart for the HTTP-facing functions (settings.snap_start, off by default).
     common: removal policy (data retained by default), log retention and level, Powertools layer.
     tables: billing mode (on-demand by default) and the tables' own removal policy (the status
         tables, and the trips table when the construct creates it).

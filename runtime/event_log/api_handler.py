@@ -27,6 +27,7 @@ from runtime.event_log.parsing import (
     parse_position,
     parse_request_id,
 )
+from runtime.shared import snapstart
 from runtime.shared.aws import Clients
 from runtime.shared.http import (
     JSON,
@@ -52,6 +53,10 @@ def settings() -> ApiSettings:
 def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
     return api_wiring.build(settings(), Clients())
+
+
+# With SnapStart, after each restore: fresh random seeds, and the clients built again (runtime/shared/snapstart.py).
+after_restore = snapstart.after_restore(deps)
 
 
 def request_body(request: HttpRequest, settings: ApiSettings) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from runtime.event_log.objects import MessageQueue, ObjectStore
 from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.service import iso_utc
 from runtime.event_log.store import LogStore, PendingStore
+from runtime.shared import snapstart
 from runtime.shared.concurrency import ReadAhead, map_bounded
 from runtime.shared.consistency import full_jitter_backoff
 from runtime.shared.observability import logger
@@ -179,7 +180,7 @@ class SnapshotWorker:
         self._queue = queue
         self._options = options
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._rng = rng or snapstart.new_random()  # reseeded after a SnapStart restore
         self.progress = BuildProgress()
 
     def handle(self, message: SideEffectMessage, receipt_handle: str, remaining_ms: Callable[[], int], token: str) -> Outcome:

@@ -17,6 +17,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared import snapstart
 from runtime.shared.aws import Clients
 from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, Refusal, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
@@ -45,6 +46,10 @@ def settings() -> ApiSettings:
 def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
     return wiring.build(settings(), Clients())
+
+
+# With SnapStart, after each restore: fresh random seeds, and the clients built again (runtime/shared/snapstart.py).
+after_restore = snapstart.after_restore(deps)
 
 
 def count_refusal(refusal: Refusal) -> None:

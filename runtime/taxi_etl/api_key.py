@@ -35,6 +35,11 @@ class ApiKeyCheck:
         self._clock = clock
         self._last_forced: float | None = None
 
+    def forget(self) -> None:
+        """Lift the refresh floor: the next mismatch may re-read the secret at once (after a SnapStart
+        restore, whose monotonic clock need not continue the snapshot's)."""
+        self._last_forced = None
+
     def allows(self, presented: str | None) -> bool:
         if not presented:
             return False

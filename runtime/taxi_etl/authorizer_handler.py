@@ -12,6 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared import snapstart
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, wiring
@@ -30,6 +31,19 @@ def settings() -> AuthorizerSettings:
 def deps() -> AuthorizerDeps:
     """Built on the first invocation (cold start): the secret's cache lives as long as the execution environment."""
     return wiring.build(settings(), Clients())
+
+
+def forget_secret() -> None:
+    """The cached key and the time it was last re-read, forgotten: the next request reads the secret again."""
+    if deps.cache_info().currsize:
+        built = deps()
+        built.provider.clear_cache()  # type: ignore[no-untyped-call]  # Powertools leaves it untyped
+        built.check.forget()
+
+
+# With SnapStart, after each restore: fresh random seeds, the key forgotten (it may have been rotated since
+# the snapshot) and the clients built again (runtime/shared/snapstart.py).
+after_restore = snapstart.after_restore(deps, first=forget_secret)
 
 
 def authorize(event: Mapping[str, Any], check: ApiKeyCheck) -> dict[str, bool]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from devtools.aws import template_resources
 from devtools.aws.service_limits import HTTP_API_INTEGRATION_TIMEOUT_SECONDS
 
 INTEGRATION_TIMEOUT_MAX_MS = HTTP_API_INTEGRATION_TIMEOUT_SECONDS * 1000
@@ -17,13 +18,8 @@ AUTHORIZER_TIMEOUT_MAX_MS = 10_000
 
 
 def function_behind(template: dict[str, Any], uri: Any) -> dict[str, Any]:
-    """The Lambda function an integration or authorizer URI names (Fn::GetAtt [id, Arn], possibly inside a Fn::Join)."""
-    if isinstance(uri, dict) and "Fn::GetAtt" in uri:
-        return dict(template["Resources"][uri["Fn::GetAtt"][0]])
-    if isinstance(uri, dict) and "Fn::Join" in uri:
-        (found,) = [part for part in uri["Fn::Join"][1] if isinstance(part, dict) and "Fn::GetAtt" in part]
-        return function_behind(template, found)
-    raise AssertionError(f"not a function's ARN: {uri}")
+    """The Lambda function an integration or authorizer URI invokes (its ARN, or with SnapStart its alias's)."""
+    return dict(template["Resources"][template_resources.function_behind(template, uri)])
 
 
 def resources(templates: dict[str, dict[str, Any]], resource_type: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

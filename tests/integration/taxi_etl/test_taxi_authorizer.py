@@ -133,3 +133,17 @@ def test_a_stream_of_wrong_keys_reads_the_secret_at_most_once_per_refresh_floor(
     # Then all are denied, and Secrets Manager was read once, not 20 times
     assert results == [False] * 20
     assert reads.count == 1
+
+
+def test_after_a_snapstart_restore_the_secret_is_read_again_on_the_next_request(authorizer: TaxiWorld) -> None:
+    # Given a warm cache holding the current key, and the secret rotated since (as between a snapshot and its restore)
+    assert authorized(TEST_API_KEY)
+    new_key = "rotated-key-0123456789abcdef0123456789abcdef"
+    authorizer.secrets.put_secret_value(SecretId=authorizer.secret_arn, SecretString=new_key)
+    # (without a restore, the cached old key is still allowed until the cache's max age)
+    assert authorized(TEST_API_KEY) is True
+    # When the execution environment is restored (the authorizer's after-restore hook runs)
+    authorizer_handler.after_restore()
+    # Then the next request reads the secret again: the old key is refused, the rotated one allowed
+    assert authorized(TEST_API_KEY) is False
+    assert authorized(new_key) is True
