@@ -36,7 +36,7 @@ from pathlib import Path
 from devtools.taxi_rows import SAMPLE, sample_lines
 from onceflow.clients import taxi_loader
 from onceflow.clients.taxi_loader import Console, HttpTaxiApi, LoadOptions, load_file
-from runtime.shared.http import Refusal
+from runtime.shared.refusals import Refusal
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.requests import content_id, decode_body, parse_batch
 from runtime.taxi_etl.trips import MAX_LINE_BYTES

@@ -29,18 +29,9 @@ from runtime.event_log.parsing import (
 )
 from runtime.shared import snapstart
 from runtime.shared.aws import Clients
-from runtime.shared.http import (
-    JSON,
-    HttpRequest,
-    HttpResponse,
-    HttpRouter,
-    InvalidRequest,
-    Refusal,
-    body_text,
-    json_response,
-    require_media_type,
-)
+from runtime.shared.http import JSON, HttpRequest, HttpResponse, HttpRouter, body_text, json_response, require_media_type
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.shared.refusals import InvalidRequest, Refusal
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.shared.http import Conflict, Unprocessable
+from runtime.shared.refusals import Conflict, Unprocessable
 
 
 class AppendConflict(Conflict):

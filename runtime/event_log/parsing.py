@@ -23,7 +23,7 @@ from runtime.event_log.models import (
     SideEffectMessage,
 )
 from runtime.shared.consistency import deterministic_id
-from runtime.shared.http import InvalidRequest
+from runtime.shared.refusals import InvalidRequest
 
 LOG_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")

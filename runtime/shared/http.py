@@ -1,10 +1,6 @@
-"""What both HTTP APIs share: routing of API Gateway HTTP API events, JSON responses, one mapping of
-expected refusals to HTTP status, and the one reading of a request body (its media type, base64,
-size and strict UTF-8).
-
-A refusal is an exception whose class carries its status; the mapping is by isinstance, so a
-pipeline's errors (runtime/<pipeline>/errors.py) subclass these and inherit the status of the
-nearest base unless they set their own.
+"""What both HTTP APIs share: routing of API Gateway HTTP API events, JSON responses (a refusal's
+with its status, runtime/shared/refusals.py), and the one reading of a request body (its media
+type, base64, size and strict UTF-8). Only the HTTP handlers import it.
 
 The router is the package's own, not Powertools' event handler: importing that package loads every
 resolver it has (AppSync's pulls in asyncio and ssl), about 0.3x of boto3's import at every cold
@@ -20,61 +16,9 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-
-class Refusal(Exception):
-    """The request is refused as sent; the client must change it (or wait) before it can succeed."""
-
-    status: ClassVar[int] = 400
-
-    def body(self) -> dict[str, Any]:
-        return {"error": str(self)}
-
-
-class InvalidRequest(Refusal, ValueError):
-    """The request cannot be served as sent (HTTP 400)."""
-
-    status = 400
-
-
-class PayloadTooLarge(InvalidRequest):
-    """The request is over a size or count limit (HTTP 413)."""
-
-    status = 413
-
-
-class UnsupportedMediaType(InvalidRequest):
-    """The body is not in a media type the route takes (HTTP 415); the answer lists the ones it does,
-    so a client can fix its Content-Type without reading the docs."""
-
-    status = 415
-
-    def __init__(self, message: str, accepted: Sequence[str]) -> None:
-        super().__init__(message)
-        self.accepted = tuple(accepted)
-
-    def body(self) -> dict[str, Any]:
-        return {**super().body(), "accepted": list(self.accepted)}
-
-
-class NotFound(Refusal):
-    """What the request names does not exist (HTTP 404)."""
-
-    status = 404
-
-
-class Conflict(Refusal):
-    """The request conflicts with the current state; another request may succeed (HTTP 409)."""
-
-    status = 409
-
-
-class Unprocessable(Refusal):
-    """The request reuses an id for a different request (HTTP 422)."""
-
-    status = 422
-
+from runtime.shared.refusals import InvalidRequest, PayloadTooLarge, Refusal, UnsupportedMediaType
 
 # --- request bodies -----------------------------------------------------------------------------
 

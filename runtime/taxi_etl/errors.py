@@ -4,7 +4,7 @@ contract.ERROR_TRANSIENT); keep them."""
 
 from __future__ import annotations
 
-from runtime.shared.http import Unprocessable
+from runtime.shared.refusals import Unprocessable
 
 
 class RequestConflict(Unprocessable):

@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 
 from runtime.shared.consistency import deterministic_id
-from runtime.shared.http import CSV, InvalidRequest, PayloadTooLarge, body_text, require_media_type
+from runtime.shared.http import CSV, body_text, require_media_type
+from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.state_budget import check_state_budget
 from runtime.taxi_etl.trips import COLUMN_COUNTS, Schema, canonical_line, header_schema, is_header, line_columns, row_schema

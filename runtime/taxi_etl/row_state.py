@@ -28,7 +28,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from runtime.shared.http import InvalidRequest
+from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY

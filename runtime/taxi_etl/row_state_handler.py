@@ -16,8 +16,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared import snapstart
 from runtime.shared.aws import Clients
-from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, Refusal, json_response
+from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
+from runtime.shared.refusals import Refusal
 from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.row_state import parse_row_id, row_state
 from runtime.taxi_etl.settings import RowStateSettings

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from runtime.shared.http import PayloadTooLarge
+from runtime.shared.refusals import PayloadTooLarge
 from runtime.taxi_etl.models import MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, PhaseResult, Row, Verdict
 from runtime.taxi_etl.trips import Accepted, Reason, transform_tuple, validate_line
 

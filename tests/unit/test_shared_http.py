@@ -8,18 +8,8 @@ from typing import Any
 
 import pytest
 
-from runtime.shared.http import (
-    Conflict,
-    HttpRequest,
-    HttpResponse,
-    HttpRouter,
-    InvalidRequest,
-    NotFound,
-    PayloadTooLarge,
-    Refusal,
-    Unprocessable,
-    json_response,
-)
+from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, json_response
+from runtime.shared.refusals import Conflict, InvalidRequest, NotFound, PayloadTooLarge, Refusal, Unprocessable
 
 
 class PipelineConflict(Conflict):

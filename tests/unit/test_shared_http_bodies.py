@@ -9,21 +9,8 @@ import json
 
 import pytest
 
-from runtime.shared.http import (
-    CSV,
-    JSON,
-    HttpRequest,
-    HttpResponse,
-    HttpRouter,
-    InvalidRequest,
-    PayloadTooLarge,
-    Refusal,
-    UnsupportedMediaType,
-    body_text,
-    header,
-    require_media_type,
-    strict_utf8,
-)
+from runtime.shared.http import CSV, JSON, HttpRequest, HttpResponse, HttpRouter, body_text, header, require_media_type, strict_utf8
+from runtime.shared.refusals import InvalidRequest, PayloadTooLarge, Refusal, UnsupportedMediaType
 from tests.unit.test_shared_http import http_event
 
 DOCUMENT = '{"request_id": "client-0001", "position": 1}'

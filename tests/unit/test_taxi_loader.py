@@ -42,7 +42,7 @@ from onceflow.clients.taxi_loader import (
     load_file,
     read_lines,
 )
-from runtime.shared.http import Refusal
+from runtime.shared.refusals import Refusal
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id, decode_body, parse_batch, parse_single

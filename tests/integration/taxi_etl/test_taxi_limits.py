@@ -22,7 +22,7 @@ import pytest
 from devtools.aws import service_limits as limits
 from devtools.taxi_rows import bad_at_transformation, sample_lines, with_columns
 from devtools.taxi_world import STORE_HANDLER, TaxiWorld, http_api_event
-from runtime.shared.http import PayloadTooLarge
+from runtime.shared.refusals import PayloadTooLarge
 from runtime.taxi_etl.contract import ROUTE_TRIP, ROUTE_TRIP_BATCH
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import parse_batch

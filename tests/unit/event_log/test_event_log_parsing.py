@@ -17,7 +17,7 @@ import pytest
 from runtime.event_log.errors import PoisonMessage
 from runtime.event_log.models import MAX_POSITION, AppendRequest, CellEvent, EntryKind, SideEffect, SideEffectMessage
 from runtime.event_log.parsing import parse_append, parse_json_object, parse_message, side_effect_of_record, side_effect_request_id
-from runtime.shared.http import InvalidRequest
+from runtime.shared.refusals import InvalidRequest
 from tests.events.loader import load_event
 
 MAX_BODY = 16_384

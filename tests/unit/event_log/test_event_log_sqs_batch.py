@@ -1,4 +1,4 @@
-"""The SQS partial batch (runtime/event_log/sqs_batch.py) on Powertools' BatchProcessor: the item
+"""The SQS partial batch (runtime/event_log/sqs_batch.py): the item
 failures are exactly the messages that stay queued, and a batch that fails entirely is reported,
 not raised."""
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.shared.http import InvalidRequest
+from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl.requests import Submission, content_id, parse_batch, parse_single
 from runtime.taxi_etl.trips import AMOUNTS, COLUMNS, canonical_line, line_columns, validate_line
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.shared.http import InvalidRequest, PayloadTooLarge
+from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.requests import Submission, content_id, decode_body, parse_batch, parse_idempotency_key, parse_single
 

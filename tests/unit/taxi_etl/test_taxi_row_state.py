@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runtime.shared.dynamo import from_attributes, to_attributes
-from runtime.shared.http import InvalidRequest
+from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl import row_state_handler
 from runtime.taxi_etl.errors import StoreUnavailable
 from runtime.taxi_etl.models import Phase
