@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from runtime.shared.concurrency import map_bounded
 from runtime.taxi_etl import contract
@@ -69,8 +70,7 @@ class StoreReport:
     findings: tuple[tuple[Finding, int], ...] = ()  # rows this run stored with each finding
 
 
-@dataclass(frozen=True, slots=True)
-class _RowStored:
+class _RowStored(NamedTuple):  # not a dataclass: creating one costs each cold start ~0.25 ms more
     """What became of one row in the store phase: its verdict, or a conflict (no verdict)."""
 
     verdict: Verdict | None
