@@ -21,7 +21,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from runtime.shared.aws import Clients
 from runtime.shared.http import Refusal, answer_refusals, header, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import api_wiring, contract
+from runtime.taxi_etl.api_wiring import ApiDeps, ApiSettings
 from runtime.taxi_etl.requests import (
     Submission,
     check_media_type,
@@ -31,8 +32,6 @@ from runtime.taxi_etl.requests import (
     parse_single,
 )
 from runtime.taxi_etl.row_state import State, row_state
-from runtime.taxi_etl.settings import ApiSettings
-from runtime.taxi_etl.wiring import ApiDeps
 from runtime.taxi_etl.workflow import StartOutcome
 
 app = APIGatewayHttpResolver()
@@ -47,7 +46,7 @@ def settings() -> ApiSettings:
 @functools.cache
 def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return api_wiring.build(settings(), Clients())
 
 
 def current() -> ApiDeps:

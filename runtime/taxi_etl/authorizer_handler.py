@@ -14,10 +14,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import authorizer_wiring, contract
 from runtime.taxi_etl.api_key import ApiKeyCheck
-from runtime.taxi_etl.settings import AuthorizerSettings
-from runtime.taxi_etl.wiring import AuthorizerDeps
+from runtime.taxi_etl.authorizer_wiring import AuthorizerDeps, AuthorizerSettings
 
 
 @functools.cache
@@ -29,7 +28,7 @@ def settings() -> AuthorizerSettings:
 @functools.cache
 def deps() -> AuthorizerDeps:
     """Built on the first invocation (cold start): the secret's cache lives as long as the execution environment."""
-    return wiring.build(settings(), Clients())
+    return authorizer_wiring.build(settings(), Clients())
 
 
 def authorize(event: Mapping[str, Any], check: ApiKeyCheck) -> dict[str, bool]:

@@ -18,11 +18,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from runtime.shared.aws import Clients
 from runtime.shared.http import Refusal, answer_refusals, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import contract, row_state_wiring
 from runtime.taxi_etl.row_state import parse_row_id, row_state
-from runtime.taxi_etl.settings import RowStateSettings
+from runtime.taxi_etl.row_state_wiring import RowStateDeps, RowStateSettings
 from runtime.taxi_etl.store import RowReader
-from runtime.taxi_etl.wiring import RowStateDeps
 
 app = APIGatewayHttpResolver()
 
@@ -36,7 +35,7 @@ def settings() -> RowStateSettings:
 @functools.cache
 def deps() -> RowStateDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return row_state_wiring.build(settings(), Clients())
 
 
 def count_refusal(refusal: Refusal) -> None:
