@@ -39,7 +39,8 @@ from runtime.shared.dynamo import (
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.errors import StoreConflict, StoreUnavailable
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.trips import Reason, same_trip
+from runtime.taxi_etl.trip_items import same_trip
+from runtime.taxi_etl.trips import Reason
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -18,8 +18,8 @@ from runtime.shared.observability import MetricUnit, add_dimensioned_metric, ins
 from runtime.taxi_etl import contract, phase_wiring
 from runtime.taxi_etl.models import parse_rows
 from runtime.taxi_etl.phase_wiring import StoreDeps, StoreSettings
-from runtime.taxi_etl.phases import run_store
 from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.transient import transient_errors
 
 

@@ -21,10 +21,13 @@ import pytest
 
 from runtime.taxi_etl import contract, flag_handler, flag_wiring, phase_wiring, store_handler, transform_handler, validate_handler
 from runtime.taxi_etl.errors import StoreConflict
+from runtime.taxi_etl.flag_step import flag
 from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, Row, Verdict
-from runtime.taxi_etl.phases import StoreReport, flag, run_store, run_transformation, run_validation
+from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
-from runtime.taxi_etl.trips import Reason, final_item
+from runtime.taxi_etl.store_phase import StoreReport, run_store
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trips import Reason
 from tests.unit.taxi_etl.test_taxi_phases import Tables, given_to, sample_line, transformed
 
 LIMIT = 8

@@ -18,10 +18,14 @@ from typing import Any
 import pytest
 
 from runtime.taxi_etl.errors import StoreConflict
+from runtime.taxi_etl.flag_step import FlagOutcome, flag
 from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, PhaseResult, Row, Verdict, parse_flag_request
-from runtime.taxi_etl.phases import FlagOutcome, flag, run_store, run_transformation, run_validation
+from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
-from runtime.taxi_etl.trips import Accepted, Reason, Rule, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.store_phase import run_store
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import transform_tuple, validate_line
+from runtime.taxi_etl.trips import Accepted, Reason, Rule
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 
