@@ -1,20 +1,85 @@
 """The saga's flag step and the automatic redrive's clear, on the store ports (see
-runtime/taxi_etl/phases.py: up to `concurrency` updates at once)."""
+runtime/taxi_etl/phases.py: up to `concurrency` updates at once), and the request the state machine
+sends them."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from runtime.shared.concurrency import map_bounded
 from runtime.taxi_etl import contract
-from runtime.taxi_etl.models import FlagMode, FlagRequest, Phase, Row, Verdict
+from runtime.taxi_etl.errors import PhaseInputError
+from runtime.taxi_etl.models import Phase, Row, Verdict, parse_row, parse_rows
 from runtime.taxi_etl.store import FinalTable, StatusTable
 from runtime.taxi_etl.trip_items import final_item, same_trip
+from runtime.taxi_etl.trips import Reason
 
 ERROR_DETAIL_PREFIX = "error:"
 RETRYABLE_DETAIL_PREFIX = contract.DETAIL_RETRYABLE_PREFIX  # AWS failed the phase; no verdict on the row
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtError:
+    """What a Catch put at `$.error`: the error name and its cause (Lambda's JSON error, usually)."""
+
+    name: str
+    cause: str
+
+
+class FlagMode(StrEnum):
+    """What the state machine asks of a flag step (contract.FLAG_MODE_KEY in its input)."""
+
+    FINAL = "final"  # no mode given: flag the rows for good (a rule, a rejection, an error that is not AWS's)
+    RETRYABLE = contract.FLAG_MODE_RETRYABLE  # AWS failed the phase: flag the rows retryable; they are redriven once
+    REDRIVEN = contract.FLAG_MODE_REDRIVEN  # AWS failed the phase again after that redrive: flag retryable, for good
+    CLEAR = contract.FLAG_MODE_CLEAR  # before the redrive: clear the retryable flags this execution set
+
+
+@dataclass(frozen=True, slots=True)
+class FlagRequest:
+    phase: Phase
+    rejected: tuple[Verdict, ...]  # the phase's own rejections (no error), or
+    rows: tuple[Row, ...]  # the rows the phase was given, when it failed with `error`
+    error: CaughtError | None
+    mode: FlagMode = FlagMode.FINAL
+
+
+def parse_flag_request(event: Mapping[str, Any]) -> FlagRequest:
+    """`{"phase": ..., "state": <the state the flag step was given>}`: either a phase's output with
+    rejections, or the phase's input with the error its Catch put at `$.error`."""
+    try:
+        phase = Phase(str(event.get("phase")))
+    except ValueError as err:
+        raise PhaseInputError(f"unknown phase {event.get('phase')!r}") from err
+    try:
+        mode = FlagMode(str(event.get(contract.FLAG_MODE_KEY, FlagMode.FINAL)))
+    except ValueError as err:
+        raise PhaseInputError(f"unknown flag mode {event.get(contract.FLAG_MODE_KEY)!r}") from err
+    state = event.get("state")
+    if not isinstance(state, Mapping):
+        raise PhaseInputError("a flag request must carry the state it flags")
+    error = state.get("error")
+    if isinstance(error, Mapping):
+        caught = CaughtError(name=str(error.get("Error", "States.TaskFailed")), cause=str(error.get("Cause", "")))
+        return FlagRequest(phase, rejected=(), rows=tuple(parse_rows(state)), error=caught, mode=mode)
+    if mode is not FlagMode.FINAL:
+        raise PhaseInputError(f"a flag request in mode {mode.value!r} must carry the error its Catch caught")
+    rejected = state.get("rejected")
+    if not isinstance(rejected, list):
+        raise PhaseInputError("a flag request without an error must carry the phase's rejected rows")
+    return FlagRequest(phase, rejected=tuple(_rejected_verdict(document, phase) for document in rejected), rows=(), error=None)
+
+
+def _rejected_verdict(document: Any, phase: Phase) -> Verdict:
+    row = parse_row(document, 0)
+    reason = document.get("reason")
+    if not isinstance(reason, int) or reason not in {int(code) for code in Reason} or reason == Reason.OK:
+        reason = phase.reason  # a verdict always names a failure; an unknown one is this phase's
+    return Verdict(row.store_request_id, row.tuple, Reason(reason), str(document.get("detail", "")), str(document.get("message", "")))
 
 
 def is_retryable_detail(detail: str | None) -> bool:

@@ -21,8 +21,8 @@ import pytest
 
 from runtime.taxi_etl import contract, flag_handler, flag_wiring, phase_wiring, store_handler, transform_handler, validate_handler
 from runtime.taxi_etl.errors import StoreConflict
-from runtime.taxi_etl.flag_step import flag
-from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, Row, Verdict
+from runtime.taxi_etl.flag_step import CaughtError, FlagRequest, flag
+from runtime.taxi_etl.models import Phase, Row, Verdict
 from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
 from runtime.taxi_etl.store_phase import StoreReport, run_store

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from runtime.taxi_etl.errors import StoreConflict
-from runtime.taxi_etl.flag_step import FlagOutcome, flag
-from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, PhaseResult, Row, Verdict, parse_flag_request
+from runtime.taxi_etl.flag_step import CaughtError, FlagOutcome, FlagRequest, flag, parse_flag_request
+from runtime.taxi_etl.models import Phase, PhaseResult, Row, Verdict
 from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
 from runtime.taxi_etl.store_phase import run_store
