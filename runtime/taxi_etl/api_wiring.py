@@ -15,8 +15,8 @@ from runtime.taxi_etl.contract import (
     ENV_STATE_MACHINE_ARN,
     ENV_WORKFLOW_TYPE,
 )
+from runtime.taxi_etl.final_table import RowReader
 from runtime.taxi_etl.row_state_wiring import RowStateSettings, row_reader
-from runtime.taxi_etl.store import RowReader
 from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
 WORKFLOW_TYPES = ("STANDARD", "EXPRESS")

@@ -22,10 +22,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from runtime.shared.aws import Clients
 from runtime.shared.observability import add_dimensioned_metric, instrumented, logger
 from runtime.taxi_etl import contract, flag_wiring
+from runtime.taxi_etl.final_table import FinalTable
 from runtime.taxi_etl.flag_step import FlagMode, clear_retryable, flag, parse_flag_request
 from runtime.taxi_etl.flag_wiring import FlagDeps, FlagSettings
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.transient import transient_errors
 
 

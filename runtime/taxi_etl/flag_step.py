@@ -13,8 +13,9 @@ from typing import Any
 from runtime.shared.concurrency import map_bounded
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.errors import PhaseInputError
+from runtime.taxi_etl.final_table import FinalTable
 from runtime.taxi_etl.models import Phase, Row, Verdict, parse_row, parse_rows
-from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.trip_items import final_item, same_trip
 from runtime.taxi_etl.trips import Reason
 

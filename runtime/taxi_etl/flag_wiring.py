@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from runtime.shared.aws import Clients
 from runtime.shared.settings import require_str
 from runtime.taxi_etl.contract import ENV_FINAL_TABLE, ENV_STORE_STATUS_TABLE, ENV_TRANSFORMATION_STATUS_TABLE, ENV_VALIDATION_STATUS_TABLE
+from runtime.taxi_etl.final_table import DynamoFinalTable, FinalTable
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, FinalTable, StatusTable
+from runtime.taxi_etl.store import DynamoStatusTable, StatusTable
 
 # The flag step's updates at once. Its costliest input, a failed Store, is one read and then three
 # status tables per row, the validation ones first: 1 + ceil(100 / 50) + ceil(200 / 50) = 7 round

@@ -1,7 +1,7 @@
-"""Validate, Transform and Store: their settings (read once from the environment, validated, frozen)
-and their dependencies, built from the settings and the SDK clients.
+"""Validate and Transform: their settings (read once from the environment, validated, frozen) and
+their dependencies, built from the settings and the SDK clients.
 
-One module per kind of function (this one, flag_wiring, row_state_wiring, api_wiring,
+One module per kind of function (this one, store_wiring, flag_wiring, row_state_wiring, api_wiring,
 authorizer_wiring), so that a handler imports only what its own function is built from;
 runtime/taxi_etl/wiring.py builds any of them from its settings. The environment names are the
 contract's (runtime/taxi_etl/contract.py), which infra/taxi_etl/construct.py sets; an infra test
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import overload
 
 from runtime.shared.aws import Clients
 from runtime.shared.settings import require_str
-from runtime.taxi_etl.contract import ENV_FINAL_TABLE, ENV_STATUS_TABLE
-from runtime.taxi_etl.store import DynamoFinalTable, DynamoStatusTable, FinalTable, StatusTable
+from runtime.taxi_etl.contract import ENV_STATUS_TABLE
+from runtime.taxi_etl.store import DynamoStatusTable, StatusTable
 
-# Rows a phase writes at once (threads, and connections in its client's pool). A row's chain is at
+# Rows a phase (Validate, Transform, Store) writes at once (threads, and connections in its client's pool). A row's chain is at
 # most two calls (Store: its status row, then its item), so a 100-row batch waits for about
 # ceil(100 / 32) x 2 = 8 DynamoDB round trips instead of 200. More would save a round trip or two
 # per batch while making each batch's burst on the tables, and each cold start's connections, larger.
@@ -38,16 +37,6 @@ class PhaseSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class StoreSettings:
-    status_table: str
-    final_table: str
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> StoreSettings:
-        return cls(status_table=require_str(env, ENV_STATUS_TABLE), final_table=require_str(env, ENV_FINAL_TABLE))
-
-
-@dataclass(frozen=True, slots=True)
 class PhaseDeps:
     """Validate and Transform: their own status table."""
 
@@ -55,20 +44,5 @@ class PhaseDeps:
     concurrency: int = PHASE_ROW_CONCURRENCY
 
 
-@dataclass(frozen=True, slots=True)
-class StoreDeps:
-    status: StatusTable
-    final: FinalTable
-    concurrency: int = PHASE_ROW_CONCURRENCY
-
-
-@overload
-def build(settings: PhaseSettings, clients: Clients) -> PhaseDeps: ...
-@overload
-def build(settings: StoreSettings, clients: Clients) -> StoreDeps: ...
-def build(settings: PhaseSettings | StoreSettings, clients: Clients) -> PhaseDeps | StoreDeps:
-    """The dependencies of the phase whose settings these are."""
-    status = DynamoStatusTable(settings.status_table, client=clients.dynamodb)
-    if isinstance(settings, StoreSettings):
-        return StoreDeps(status, DynamoFinalTable(settings.final_table, client=clients.dynamodb), concurrency=PHASE_ROW_CONCURRENCY)
-    return PhaseDeps(status, concurrency=PHASE_ROW_CONCURRENCY)
+def build(settings: PhaseSettings, clients: Clients) -> PhaseDeps:
+    return PhaseDeps(DynamoStatusTable(settings.status_table, client=clients.dynamodb), concurrency=PHASE_ROW_CONCURRENCY)

@@ -19,9 +19,9 @@ from runtime.shared.aws import Clients
 from runtime.shared.http import Refusal, answer_refusals, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.taxi_etl import contract, row_state_wiring
+from runtime.taxi_etl.final_table import RowReader
 from runtime.taxi_etl.row_state import parse_row_id, row_state
 from runtime.taxi_etl.row_state_wiring import RowStateDeps, RowStateSettings
-from runtime.taxi_etl.store import RowReader
 
 app = APIGatewayHttpResolver()
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from runtime.shared.aws import Clients
 from runtime.shared.settings import require_str
 from runtime.taxi_etl.contract import ENV_FINAL_TABLE, ENV_STORE_STATUS_TABLE, ENV_TRANSFORMATION_STATUS_TABLE, ENV_VALIDATION_STATUS_TABLE
+from runtime.taxi_etl.final_table import DynamoRowReader, RowReader
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.store import DynamoRowReader, RowReader
 
 
 @dataclass(frozen=True, slots=True)

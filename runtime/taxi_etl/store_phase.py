@@ -10,8 +10,9 @@ from typing import NamedTuple
 
 from runtime.shared.concurrency import map_bounded
 from runtime.taxi_etl.errors import StoreConflict
+from runtime.taxi_etl.final_table import FinalTable, PutOutcome
 from runtime.taxi_etl.models import Phase, PhaseResult, Row, Verdict
-from runtime.taxi_etl.store import FinalTable, PutOutcome, StatusTable
+from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.trip_items import final_item
 from runtime.taxi_etl.trips import Finding, Rule
 

@@ -1,7 +1,7 @@
 """How the saga's functions are built: each from its settings and the SDK clients.
 
 Each kind of function has its settings and dependencies in a module of its own (phase_wiring:
-Validate, Transform and Store; flag_wiring; row_state_wiring; api_wiring; authorizer_wiring), and
+Validate and Transform; store_wiring; flag_wiring; row_state_wiring; api_wiring; authorizer_wiring), and
 each Lambda handler imports only its own, so that a cold start loads nothing another function is
 built from. Each handler builds its dependencies once per cold start (`Clients()` builds real
 clients lazily, the phases' and the flag step's with a connection pool as large as their
@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import overload
 
 from runtime.shared.aws import Clients
-from runtime.taxi_etl import api_wiring, authorizer_wiring, flag_wiring, phase_wiring, row_state_wiring
+from runtime.taxi_etl import api_wiring, authorizer_wiring, flag_wiring, phase_wiring, row_state_wiring, store_wiring
 from runtime.taxi_etl.api_wiring import ApiDeps, ApiSettings
 from runtime.taxi_etl.authorizer_wiring import AuthorizerDeps, AuthorizerSettings
 from runtime.taxi_etl.flag_wiring import FlagDeps, FlagSettings
-from runtime.taxi_etl.phase_wiring import PhaseDeps, PhaseSettings, StoreDeps, StoreSettings
+from runtime.taxi_etl.phase_wiring import PhaseDeps, PhaseSettings
 from runtime.taxi_etl.row_state_wiring import RowStateDeps, RowStateSettings
+from runtime.taxi_etl.store_wiring import StoreDeps, StoreSettings
 
 
 @overload
@@ -39,8 +40,10 @@ def build(
     settings: PhaseSettings | StoreSettings | FlagSettings | RowStateSettings | ApiSettings | AuthorizerSettings, clients: Clients
 ) -> PhaseDeps | StoreDeps | FlagDeps | RowStateDeps | ApiDeps | AuthorizerDeps:
     """The dependencies of the function whose settings these are."""
-    if isinstance(settings, PhaseSettings | StoreSettings):
+    if isinstance(settings, PhaseSettings):
         return phase_wiring.build(settings, clients)
+    if isinstance(settings, StoreSettings):
+        return store_wiring.build(settings, clients)
     if isinstance(settings, FlagSettings):
         return flag_wiring.build(settings, clients)
     if isinstance(settings, RowStateSettings):

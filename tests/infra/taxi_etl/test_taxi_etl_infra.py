@@ -33,8 +33,9 @@ from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 from runtime.taxi_etl.api_wiring import ApiSettings
 from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
 from runtime.taxi_etl.flag_wiring import FlagSettings
-from runtime.taxi_etl.phase_wiring import PhaseSettings, StoreSettings
+from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.row_state_wiring import RowStateSettings
+from runtime.taxi_etl.store_wiring import StoreSettings
 from tests.infra.template_queries import (
     Grants,
     RecordingEnvironment,

@@ -21,10 +21,11 @@ import pytest
 
 from runtime.taxi_etl import contract, flag_handler, flag_wiring, phase_wiring, store_handler, transform_handler, validate_handler
 from runtime.taxi_etl.errors import StoreConflict
+from runtime.taxi_etl.final_table import FinalTable, PutOutcome
 from runtime.taxi_etl.flag_step import CaughtError, FlagRequest, flag
 from runtime.taxi_etl.models import Phase, Row, Verdict
 from runtime.taxi_etl.phases import run_transformation, run_validation
-from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
+from runtime.taxi_etl.store import Flagged, StatusTable
 from runtime.taxi_etl.store_phase import StoreReport, run_store
 from runtime.taxi_etl.trip_items import final_item
 from runtime.taxi_etl.trips import Reason

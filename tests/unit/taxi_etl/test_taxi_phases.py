@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from runtime.taxi_etl.errors import StoreConflict
+from runtime.taxi_etl.final_table import FinalTable, PutOutcome
 from runtime.taxi_etl.flag_step import CaughtError, FlagOutcome, FlagRequest, flag, parse_flag_request
 from runtime.taxi_etl.models import Phase, PhaseResult, Row, Verdict
 from runtime.taxi_etl.phases import run_transformation, run_validation
-from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
+from runtime.taxi_etl.store import Flagged, StatusTable
 from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.trip_items import final_item
 from runtime.taxi_etl.trip_lines import transform_tuple, validate_line

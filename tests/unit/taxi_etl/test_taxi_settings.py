@@ -11,8 +11,9 @@ from runtime.shared.settings import SettingsError
 from runtime.taxi_etl.api_wiring import ApiSettings
 from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
 from runtime.taxi_etl.flag_wiring import FlagSettings
-from runtime.taxi_etl.phase_wiring import PhaseSettings, StoreSettings
+from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.row_state_wiring import RowStateSettings
+from runtime.taxi_etl.store_wiring import StoreSettings
 
 STATE_MACHINE_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:onceflow-dev-taxi"
 PHASE_ENV = {"STATUS_TABLE": "onceflow-dev-validation-status"}
