@@ -15,9 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import add_dimensioned_metric, instrumented, logger
@@ -28,6 +26,9 @@ from runtime.taxi_etl.flag_wiring import FlagDeps, FlagSettings
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.transient import transient_errors
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache

@@ -9,9 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, add_dimensioned_metric, instrumented, metrics
@@ -22,6 +20,9 @@ from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.store_wiring import StoreDeps, StoreSettings
 from runtime.taxi_etl.transient import transient_errors
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache

@@ -5,9 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, metrics
@@ -17,6 +15,9 @@ from runtime.taxi_etl.phase_wiring import PhaseDeps, PhaseSettings
 from runtime.taxi_etl.phases import run_transformation
 from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.transient import transient_errors
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache
