@@ -24,6 +24,8 @@ WORKFLOW_TYPES = ("STANDARD", "EXPRESS")
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
+    """The POST routes: the state machine they start and the limits of a request."""
+
     state_machine_arn: str
     workflow_type: str
     batch_max_lines: int
@@ -57,6 +59,8 @@ class ApiSettings:
 
 @dataclass(frozen=True, slots=True)
 class ApiDeps:
+    """The POST routes: their settings, the workflow they start, and the reader of a row's state."""
+
     settings: ApiSettings
     workflow: StepFunctionsWorkflow
     rows: RowReader

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class AuthorizerSettings:
+    """The authorizer: the secret holding the API key, and how long its value is cached."""
+
     secret_id: str
     cache_seconds: int
     refresh_floor_seconds: int
@@ -37,6 +39,8 @@ class AuthorizerSettings:
 
 @dataclass(frozen=True, slots=True)
 class AuthorizerDeps:
+    """The authorizer: the secret's provider and the key check on it."""
+
     provider: SecretsProvider  # its cache lives as long as the execution environment
     check: ApiKeyCheck
 

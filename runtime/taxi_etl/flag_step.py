@@ -42,6 +42,8 @@ class FlagMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class FlagRequest:
+    """What a flag step is asked to flag: a phase's rejections, or its rows and the error it failed with."""
+
     phase: Phase
     rejected: tuple[Verdict, ...]  # the phase's own rejections (no error), or
     rows: tuple[Row, ...]  # the rows the phase was given, when it failed with `error`
@@ -90,6 +92,8 @@ def is_retryable_detail(detail: str | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class FlagOutcome:
+    """What the flag step flagged; `to_json` is its output, whose error and cause the Fail state carries."""
+
     error: str  # the name the execution fails with, e.g. ValidationFailed
     cause: str
     flagged: int

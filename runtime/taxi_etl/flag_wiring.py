@@ -21,6 +21,8 @@ FLAG_UPDATE_CONCURRENCY = 50
 
 @dataclass(frozen=True, slots=True)
 class FlagSettings:
+    """The flag step: the three status tables and the trips table."""
+
     validation_table: str
     transformation_table: str
     store_table: str
@@ -38,6 +40,8 @@ class FlagSettings:
 
 @dataclass(frozen=True, slots=True)
 class FlagDeps:
+    """The flag step: each phase's status table, the trips table, and how many updates it makes at once."""
+
     status: dict[Phase, StatusTable]
     final: FinalTable
     concurrency: int = FLAG_UPDATE_CONCURRENCY

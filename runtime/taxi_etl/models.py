@@ -72,12 +72,16 @@ _REASONS = {Phase.VALIDATION: Reason.VALIDATION, Phase.TRANSFORMATION: Reason.TR
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One row of a phase input: its id and the tuple the phase is given."""
+
     store_request_id: str
     tuple: str
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """What a phase made of one row: passed (reason 0) with its output tuple, or rejected with the reason."""
+
     store_request_id: str
     tuple: str
     reason: Reason = Reason.OK
@@ -103,6 +107,8 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class PhaseResult:
+    """A phase's verdicts, in its rows' order; `to_json` is the phase's output."""
+
     verdicts: tuple[Verdict, ...]
 
     @property

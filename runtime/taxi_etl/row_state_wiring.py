@@ -35,6 +35,8 @@ class RowStateSettings:
 
 @dataclass(frozen=True, slots=True)
 class RowStateDeps:
+    """GET /trips/{id}: the reader of a row across the four tables."""
+
     reader: RowReader
 
 

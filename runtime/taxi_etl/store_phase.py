@@ -19,6 +19,8 @@ from runtime.taxi_etl.trips import Finding, Rule
 
 @dataclass(frozen=True, slots=True)
 class StoreReport:
+    """The Store phase's verdicts and what it counted: items written, items already there, findings."""
+
     result: PhaseResult
     stored: int
     already_stored: int

@@ -17,6 +17,8 @@ from runtime.taxi_etl.store import DynamoStatusTable, StatusTable
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
+    """Store: its own status table and the trips table."""
+
     status_table: str
     final_table: str
 
@@ -27,6 +29,8 @@ class StoreSettings:
 
 @dataclass(frozen=True, slots=True)
 class StoreDeps:
+    """Store: its status table, the trips table, and how many rows it writes at once."""
+
     status: StatusTable
     final: FinalTable
     concurrency: int = phase_wiring.PHASE_ROW_CONCURRENCY

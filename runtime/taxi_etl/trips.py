@@ -169,12 +169,16 @@ _Names = tuple[str, ...]  # an alias, because the field named `tuple` below shad
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
+    """A row a phase passed, as the next phase reads it."""
+
     tuple: str  # the output line of the phase
     blanked: _Names = ()  # names of unimportant columns blanked by validation
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
+    """A row a phase rejected: the rule it broke (the verdict's detail) and why."""
+
     rule: Rule
     message: str  # human-readable, names the column and the offending value (values truncated to 40 chars)
 
