@@ -26,8 +26,7 @@ from collections.abc import Callable, Sequence
 from runtime.shared.concurrency import map_bounded
 from runtime.taxi_etl.models import Phase, PhaseResult, Row, Verdict
 from runtime.taxi_etl.store import StatusTable
-from runtime.taxi_etl.trip_lines import transform_tuple, validate_line
-from runtime.taxi_etl.trips import Accepted, Rejected
+from runtime.taxi_etl.trip_lines import Accepted, Rejected, transform_tuple, validate_line
 
 
 def run_validation(rows: Sequence[Row], status: StatusTable, *, concurrency: int = 1) -> PhaseResult:

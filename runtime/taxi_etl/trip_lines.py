@@ -1,6 +1,6 @@
 """A raw CSV line of TLC yellow-taxi data: its validation, its transform into the tuple the store
-phase reads, and its one canonical spelling (the API's content id). Pure, like runtime/taxi_etl/trips.py,
-whose columns, code tables and verdicts it uses.
+phase reads, and its one canonical spelling (the API's content id); Accepted and Rejected are what a
+check returns. Pure, like runtime/taxi_etl/trips.py, whose columns, code tables and rules it uses.
 
 TLC records carry New York wall-clock times. The transform converts them to UTC by the US DST
 rule in force since 2007 rather than through zoneinfo: the Lambda asset ships no third-party
@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Callable, Container
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -35,8 +36,6 @@ from runtime.taxi_etl.trips import (
     STORE_AND_FWD_FLAGS,
     UNKNOWN_PAYMENT_BEFORE_2025,
     UTC_FORMAT,
-    Accepted,
-    Rejected,
     Rule,
     payment_types_in,
     show,
@@ -45,9 +44,27 @@ from runtime.taxi_etl.trips import (
 
 _INDEX: Final = {name: index for index, name in enumerate(COLUMNS)}
 _Value = TypeVar("_Value")
-_Names = tuple[str, ...]
 _HEADER_FIRST_CELLS: Final = frozenset({"vendorid", "vendor_id", "vendor_name"})
 _CENT: Final = Decimal("0.01")
+
+
+_Names = tuple[str, ...]  # an alias, because the field named `tuple` below shadows the builtin in the class body
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A row a phase passed, as the next phase reads it."""
+
+    tuple: str  # the output line of the phase
+    blanked: _Names = ()  # names of unimportant columns blanked by validation
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A row a phase rejected: the rule it broke (the verdict's detail) and why."""
+
+    rule: Rule
+    message: str  # human-readable, names the column and the offending value (values truncated to 40 chars)
 
 
 class Schema(StrEnum):

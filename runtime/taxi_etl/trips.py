@@ -1,4 +1,4 @@
-"""The taxi trip's record: the TLC columns and code tables, and the verdicts the row logic returns.
+"""The taxi trip's record: the TLC columns and code tables, and the rules and findings the row logic reports.
 
 The row logic is pure, a function of its arguments (no AWS, no I/O, no environment), in three
 modules, so that each function imports only its part: this one, what every part shares;
@@ -22,7 +22,6 @@ value is unusable, so one bad cell does not lose a trip.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import IntEnum, StrEnum
@@ -162,25 +161,6 @@ class Reason(IntEnum):
     VALIDATION = 1
     TRANSFORMATION = 2
     STORE = 3
-
-
-_Names = tuple[str, ...]  # an alias, because the field named `tuple` below shadows the builtin in the class body
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    """A row a phase passed, as the next phase reads it."""
-
-    tuple: str  # the output line of the phase
-    blanked: _Names = ()  # names of unimportant columns blanked by validation
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """A row a phase rejected: the rule it broke (the verdict's detail) and why."""
-
-    rule: Rule
-    message: str  # human-readable, names the column and the offending value (values truncated to 40 chars)
 
 
 def show(text: str) -> str:

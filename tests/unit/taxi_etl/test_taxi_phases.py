@@ -25,8 +25,8 @@ from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.store import Flagged, StatusTable
 from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.trip_items import final_item
-from runtime.taxi_etl.trip_lines import transform_tuple, validate_line
-from runtime.taxi_etl.trips import Accepted, Reason, Rule
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
+from runtime.taxi_etl.trips import Reason, Rule
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 

@@ -20,8 +20,7 @@ from runtime.taxi_etl.row_state import RowState, State, parse_row_id, row_state
 from runtime.taxi_etl.row_state_wiring import RowStateDeps
 from runtime.taxi_etl.store import StatusRow
 from runtime.taxi_etl.trip_items import final_item
-from runtime.taxi_etl.trip_lines import transform_tuple, validate_line
-from runtime.taxi_etl.trips import Accepted
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 from tests.events.loader import load_event
 
 ID = "k-load-2019-10-row-1"

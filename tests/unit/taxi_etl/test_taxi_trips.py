@@ -20,6 +20,8 @@ from boto3.dynamodb.types import TypeSerializer  # imported at collection: urlli
 
 from runtime.taxi_etl.trip_items import charges, final_item, same_trip
 from runtime.taxi_etl.trip_lines import (
+    Accepted,
+    Rejected,
     Schema,
     canonical_line,
     dst_bounds,
@@ -31,18 +33,7 @@ from runtime.taxi_etl.trip_lines import (
     transform_tuple,
     validate_line,
 )
-from runtime.taxi_etl.trips import (
-    AMOUNTS,
-    COLUMNS,
-    MAX_LINE_BYTES,
-    OUTPUT_SEPARATOR,
-    UNEXPLAINED,
-    Accepted,
-    Finding,
-    Reason,
-    Rejected,
-    Rule,
-)
+from runtime.taxi_etl.trips import AMOUNTS, COLUMNS, MAX_LINE_BYTES, OUTPUT_SEPARATOR, UNEXPLAINED, Finding, Reason, Rule
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 
