@@ -54,8 +54,10 @@ from runtime.shared.aws import Clients
 from runtime.shared.observability import metrics
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl import flag_handler, store_handler, transform_handler, validate_handler, wiring
+from runtime.taxi_etl.flag_wiring import FlagSettings
+from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.requests import content_id
-from runtime.taxi_etl.settings import FlagSettings, PhaseSettings, StoreSettings
+from runtime.taxi_etl.store_wiring import StoreSettings
 
 DELAY_MS = 20.0
 CALL_MS = 5.0  # what one DynamoDB call from Lambda costs, for the duration estimate

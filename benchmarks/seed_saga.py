@@ -38,7 +38,7 @@ from unittest import mock
 from devtools.aws.capacity import CapacityMeter
 from devtools.taxi_world import ACCOUNT, client, embedded_saga_cloud, function_arn, state_transitions
 from runtime.taxi_etl import contract as taxi_etl_contract
-from runtime.taxi_etl.trips import Accepted, transform_tuple, validate_line
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 
 VALIDATION_TABLE, TRANSFORMATION_TABLE, STORE_TABLE = "validationStatus", "transformationStatus", "storeStatus"
 FINAL_TABLE = "nycYellowTaxis"

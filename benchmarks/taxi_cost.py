@@ -50,7 +50,7 @@ from onceflow.infra.config import EnvConfig, load_config
 from runtime.shared.observability import logger, metrics
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.requests import content_id
-from runtime.taxi_etl.trips import Accepted, validate_line
+from runtime.taxi_etl.trip_lines import Accepted, validate_line
 
 SINGLE_ROWS = 1000  # moto runs a few executions a second: 1,050 per one-row design
 RETRY_SHARE = 0.05  # of the rows, re-sent by the client as whole requests

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.taxi_etl.trips import line_columns
+from runtime.taxi_etl.trip_lines import line_columns
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = PROJECT_ROOT / "tests" / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"

@@ -27,9 +27,11 @@ from runtime.shared.aws import Clients
 from runtime.shared.observability import metrics
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl import flag_handler, store_handler, transform_handler, validate_handler, wiring
+from runtime.taxi_etl.flag_wiring import FlagSettings
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.settings import FlagSettings, PhaseSettings, StoreSettings
+from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.store import DynamoStatusTable
+from runtime.taxi_etl.store_wiring import StoreSettings
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

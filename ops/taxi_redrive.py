@@ -82,11 +82,11 @@ from ops.progress import Bar, progress_bar
 from ops.taxi_store import StatusRepairTable
 from runtime.shared.aws import error_code
 from runtime.taxi_etl import contract as taxi_etl_contract
-from runtime.taxi_etl.errors import RequestConflict
+from runtime.taxi_etl.final_table import DynamoFinalTable
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import redrive_submission
-from runtime.taxi_etl.store import DynamoFinalTable, StatusRow
-from runtime.taxi_etl.workflow import StepFunctionsWorkflow
+from runtime.taxi_etl.store import StatusRow
+from runtime.taxi_etl.workflow import RequestConflict, StepFunctionsWorkflow
 
 TAXI_ETL = StackKind(
     "TaxiEtl",

@@ -332,7 +332,9 @@ class LocalTaxiSaga:
         from devtools import taxi_world
         from runtime.taxi_etl import api_handler, authorizer_handler, row_state_handler, wiring
         from runtime.taxi_etl import contract as taxi_contract
-        from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, RowStateSettings
+        from runtime.taxi_etl.api_wiring import ApiSettings
+        from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
+        from runtime.taxi_etl.row_state_wiring import RowStateSettings
 
         # The world's tables, secret and state machine, made through this server's clients.
         with mock.patch.object(taxi_world, "client", clients.client):

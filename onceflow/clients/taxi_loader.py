@@ -39,7 +39,7 @@ Why a rerun never stores a row twice
 3. **The checkpoint** `<file>.onceflow-progress` is an optimisation, not what makes a rerun safe: an
    append-only JSON-lines file of the execution names (content, not line ranges or the file's bytes)
    of the batches the API acknowledged, per API URL. A rerun computes each batch's ids as the API
-   does (runtime/taxi_etl/trips.canonical_line) and skips a batch whose name is there, reading its
+   does (runtime/taxi_etl/trip_lines.canonical_line) and skips a batch whose name is there, reading its
    rows back by those ids; any other batch is sent (a duplicate at worst). A batch is recorded only
    when the API's ids are the loader's. Deleting the checkpoint is always safe. A checkpoint of an
    older loader (format 1, keyed ids `kb-`) stops the run (exit 2): those rows are stored under
@@ -105,7 +105,8 @@ from urllib.parse import quote
 
 from onceflow.runtime.shared.consistency import deterministic_id
 from onceflow.runtime.taxi_etl import contract
-from onceflow.runtime.taxi_etl.trips import MAX_LINE_BYTES, Schema, canonical_line, header_schema, is_header, line_columns, row_schema
+from onceflow.runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
+from onceflow.runtime.taxi_etl.trips import MAX_LINE_BYTES
 
 PROG = "onceflow-taxi-load"  # the console script; also `python -m onceflow.clients.taxi_loader`
 ALL_STORED_EXIT_STATUS = 0  # every data line stored (with --no-read-back: taken by the API)

@@ -22,7 +22,8 @@ from runtime.shared.aws import Clients
 from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.shared.refusals import Refusal
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import api_wiring, contract
+from runtime.taxi_etl.api_wiring import ApiDeps, ApiSettings
 from runtime.taxi_etl.requests import (
     Submission,
     check_media_type,
@@ -32,8 +33,6 @@ from runtime.taxi_etl.requests import (
     parse_single,
 )
 from runtime.taxi_etl.row_state import State, row_state
-from runtime.taxi_etl.settings import ApiSettings
-from runtime.taxi_etl.wiring import ApiDeps
 from runtime.taxi_etl.workflow import StartOutcome
 
 
@@ -46,7 +45,7 @@ def settings() -> ApiSettings:
 @functools.cache
 def deps() -> ApiDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return api_wiring.build(settings(), Clients())
 
 
 # With SnapStart, after each restore: fresh random seeds, and the clients built again (runtime/shared/snapstart.py).

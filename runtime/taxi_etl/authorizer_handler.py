@@ -8,17 +8,17 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared import snapstart
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import authorizer_wiring, contract
 from runtime.taxi_etl.api_key import ApiKeyCheck
-from runtime.taxi_etl.settings import AuthorizerSettings
-from runtime.taxi_etl.wiring import AuthorizerDeps
+from runtime.taxi_etl.authorizer_wiring import AuthorizerDeps, AuthorizerSettings
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache
@@ -30,7 +30,7 @@ def settings() -> AuthorizerSettings:
 @functools.cache
 def deps() -> AuthorizerDeps:
     """Built on the first invocation (cold start): the secret's cache lives as long as the execution environment."""
-    return wiring.build(settings(), Clients())
+    return authorizer_wiring.build(settings(), Clients())
 
 
 def forget_secret() -> None:

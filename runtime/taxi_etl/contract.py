@@ -30,7 +30,7 @@ SERVICE_ROW_STATE: Final = "taxi-etl-row-state"
 SERVICE_AUTHORIZER: Final = "taxi-etl-authorizer"
 PHASE_SERVICES: Final = {PHASE_VALIDATION: SERVICE_VALIDATE, PHASE_TRANSFORMATION: SERVICE_TRANSFORM, PHASE_STORE: SERVICE_STORE}
 
-# The functions' environment (runtime/taxi_etl/settings.py reads them; the construct sets them).
+# The functions' environment (the settings classes of runtime/taxi_etl/*_wiring.py read them; the construct sets them).
 ENV_STATUS_TABLE: Final = "STATUS_TABLE"
 ENV_FINAL_TABLE: Final = "FINAL_TABLE"
 ENV_VALIDATION_STATUS_TABLE: Final = "VALIDATION_STATUS_TABLE"

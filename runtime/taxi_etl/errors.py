@@ -1,14 +1,9 @@
-"""The taxi saga's own exceptions, in one place. PhaseInputError's and TransientInfrastructureError's
-class names are the error names the state machine matches (contract.ERROR_PHASE_INPUT,
-contract.ERROR_TRANSIENT); keep them."""
+"""The taxi saga's own exceptions. PhaseInputError's and TransientInfrastructureError's class names
+are the error names the state machine matches (contract.ERROR_PHASE_INPUT, contract.ERROR_TRANSIENT);
+keep them. RequestConflict, the API's refusal of a reused id, is an HTTP refusal (runtime/shared/refusals.py)
+and lives where it is raised, in runtime/taxi_etl/workflow.py."""
 
 from __future__ import annotations
-
-from runtime.shared.refusals import Unprocessable
-
-
-class RequestConflict(Unprocessable):
-    """The id (from the Idempotency-Key) was already used for a different request (HTTP 422)."""
 
 
 class PhaseInputError(ValueError):

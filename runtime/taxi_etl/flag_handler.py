@@ -15,19 +15,20 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import add_dimensioned_metric, instrumented, logger
-from runtime.taxi_etl import contract, wiring
-from runtime.taxi_etl.models import FlagMode, Phase, parse_flag_request
-from runtime.taxi_etl.phases import clear_retryable, flag
-from runtime.taxi_etl.settings import FlagSettings
-from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl import contract, flag_wiring
+from runtime.taxi_etl.final_table import FinalTable
+from runtime.taxi_etl.flag_step import FlagMode, clear_retryable, flag, parse_flag_request
+from runtime.taxi_etl.flag_wiring import FlagDeps, FlagSettings
+from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.transient import transient_errors
-from runtime.taxi_etl.wiring import FlagDeps
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache
@@ -39,7 +40,7 @@ def settings() -> FlagSettings:
 @functools.cache
 def deps() -> FlagDeps:
     """Built on the first invocation (cold start), never at import time; one pooled connection per update made at once."""
-    return wiring.build(settings(), Clients(pool_connections=wiring.FLAG_UPDATE_CONCURRENCY))
+    return flag_wiring.build(settings(), Clients(pool_connections=flag_wiring.FLAG_UPDATE_CONCURRENCY))
 
 
 def handle_flag(event: Mapping[str, Any], status: Mapping[Phase, StatusTable], final: FinalTable, concurrency: int = 1) -> dict[str, Any]:

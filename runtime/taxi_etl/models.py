@@ -1,4 +1,5 @@
-"""What travels between the saga's states: a phase's input rows, its verdicts and the flag request.
+"""What travels between the saga's states: a phase's input rows and its verdicts (the flag step's
+request is runtime/taxi_etl/flag_step.py's, the one function that reads it).
 
 Every phase takes `{"rows": [{"StoreRequestId", "tuple"}, ...]}` (one row for the single-row
 route, up to the batch limit for the batch route) and returns its verdicts in the same shape, so
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from runtime.taxi_etl import contract
 from runtime.taxi_etl.errors import PhaseInputError
 from runtime.taxi_etl.trips import Reason
 
@@ -72,12 +72,16 @@ _REASONS = {Phase.VALIDATION: Reason.VALIDATION, Phase.TRANSFORMATION: Reason.TR
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One row of a phase input: its id and the tuple the phase is given."""
+
     store_request_id: str
     tuple: str
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """What a phase made of one row: passed (reason 0) with its output tuple, or rejected with the reason."""
+
     store_request_id: str
     tuple: str
     reason: Reason = Reason.OK
@@ -103,6 +107,8 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class PhaseResult:
+    """A phase's verdicts, in its rows' order; `to_json` is the phase's output."""
+
     verdicts: tuple[Verdict, ...]
 
     @property
@@ -123,32 +129,6 @@ class PhaseResult:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class CaughtError:
-    """What a Catch put at `$.error`: the error name and its cause (Lambda's JSON error, usually)."""
-
-    name: str
-    cause: str
-
-
-class FlagMode(StrEnum):
-    """What the state machine asks of a flag step (contract.FLAG_MODE_KEY in its input)."""
-
-    FINAL = "final"  # no mode given: flag the rows for good (a rule, a rejection, an error that is not AWS's)
-    RETRYABLE = contract.FLAG_MODE_RETRYABLE  # AWS failed the phase: flag the rows retryable; they are redriven once
-    REDRIVEN = contract.FLAG_MODE_REDRIVEN  # AWS failed the phase again after that redrive: flag retryable, for good
-    CLEAR = contract.FLAG_MODE_CLEAR  # before the redrive: clear the retryable flags this execution set
-
-
-@dataclass(frozen=True, slots=True)
-class FlagRequest:
-    phase: Phase
-    rejected: tuple[Verdict, ...]  # the phase's own rejections (no error), or
-    rows: tuple[Row, ...]  # the rows the phase was given, when it failed with `error`
-    error: CaughtError | None
-    mode: FlagMode = FlagMode.FINAL
-
-
 def parse_rows(event: Mapping[str, Any]) -> list[Row]:
     """The phase input; duplicate ids are kept once (the first), since one id is one transaction."""
     rows = event.get("rows") if isinstance(event, Mapping) else None
@@ -156,12 +136,13 @@ def parse_rows(event: Mapping[str, Any]) -> list[Row]:
         raise PhaseInputError("a phase input must be an object with a 'rows' list")
     unique: dict[str, Row] = {}
     for position, document in enumerate(rows):
-        row = _row(document, position)
+        row = parse_row(document, position)
         unique.setdefault(row.store_request_id, row)
     return list(unique.values())
 
 
-def _row(document: Any, position: int) -> Row:
+def parse_row(document: Any, position: int) -> Row:
+    """One row of a phase input (`position` names it in the error)."""
     if not isinstance(document, Mapping):
         raise PhaseInputError(f"row {position} is not an object")
     store_request_id, text = document.get("StoreRequestId"), document.get("tuple")
@@ -170,37 +151,3 @@ def _row(document: Any, position: int) -> Row:
     if not isinstance(text, str):
         raise PhaseInputError(f"row {position} has no tuple text")
     return Row(store_request_id, text)
-
-
-def parse_flag_request(event: Mapping[str, Any]) -> FlagRequest:
-    """`{"phase": ..., "state": <the state the flag step was given>}`: either a phase's output with
-    rejections, or the phase's input with the error its Catch put at `$.error`."""
-    try:
-        phase = Phase(str(event.get("phase")))
-    except ValueError as err:
-        raise PhaseInputError(f"unknown phase {event.get('phase')!r}") from err
-    try:
-        mode = FlagMode(str(event.get(contract.FLAG_MODE_KEY, FlagMode.FINAL)))
-    except ValueError as err:
-        raise PhaseInputError(f"unknown flag mode {event.get(contract.FLAG_MODE_KEY)!r}") from err
-    state = event.get("state")
-    if not isinstance(state, Mapping):
-        raise PhaseInputError("a flag request must carry the state it flags")
-    error = state.get("error")
-    if isinstance(error, Mapping):
-        caught = CaughtError(name=str(error.get("Error", "States.TaskFailed")), cause=str(error.get("Cause", "")))
-        return FlagRequest(phase, rejected=(), rows=tuple(parse_rows(state)), error=caught, mode=mode)
-    if mode is not FlagMode.FINAL:
-        raise PhaseInputError(f"a flag request in mode {mode.value!r} must carry the error its Catch caught")
-    rejected = state.get("rejected")
-    if not isinstance(rejected, list):
-        raise PhaseInputError("a flag request without an error must carry the phase's rejected rows")
-    return FlagRequest(phase, rejected=tuple(_rejected_verdict(document, phase) for document in rejected), rows=(), error=None)
-
-
-def _rejected_verdict(document: Any, phase: Phase) -> Verdict:
-    row = _row(document, 0)
-    reason = document.get("reason")
-    if not isinstance(reason, int) or reason not in {int(code) for code in Reason} or reason == Reason.OK:
-        reason = phase.reason  # a verdict always names a failure; an unknown one is this phase's
-    return Verdict(row.store_request_id, row.tuple, Reason(reason), str(document.get("detail", "")), str(document.get("message", "")))

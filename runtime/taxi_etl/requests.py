@@ -3,7 +3,7 @@
 StoreRequestId (also the execution name of a single-row request):
 - `k-<Idempotency-Key>` when the client sends that header (batch rows: `kb-<key>-<line number>`,
   a namespace no single request's id can enter);
-- otherwise `c-<hash of the line's canonical spelling>` (trips.canonical_line: the parsed values, with
+- otherwise `c-<hash of the line's canonical spelling>` (trip_lines.canonical_line: the parsed values, with
   amounts, distances, times and codes normalized; the raw line when it does not validate), the same
   on /trips, /trips/batch and the loader, so a trip re-sent in any spelling, from any file or
   route, finds its own transaction.
@@ -27,7 +27,8 @@ from runtime.shared.http import CSV, body_text, require_media_type
 from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.state_budget import check_state_budget
-from runtime.taxi_etl.trips import COLUMN_COUNTS, Schema, canonical_line, header_schema, is_header, line_columns, row_schema
+from runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
+from runtime.taxi_etl.trips import COLUMN_COUNTS
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CONTENT_ID_HEX_CHARS = 32  # c-<hash>: deterministic_id's default length

@@ -33,7 +33,7 @@ from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
 from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY
 from runtime.taxi_etl.store import StatusRow
-from runtime.taxi_etl.trips import final_item, same_trip
+from runtime.taxi_etl.trip_items import final_item, same_trip
 
 _PHASE_OF_REASON: dict[int, Phase] = {phase.reason: phase for phase in Phase}
 # The ids requests.py gives rows, exactly: k-<Idempotency-Key>, kb-<Idempotency-Key>-<line number

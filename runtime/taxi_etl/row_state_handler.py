@@ -19,11 +19,10 @@ from runtime.shared.aws import Clients
 from runtime.shared.http import HttpRequest, HttpResponse, HttpRouter, json_response
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
 from runtime.shared.refusals import Refusal
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import contract, row_state_wiring
+from runtime.taxi_etl.final_table import RowReader
 from runtime.taxi_etl.row_state import parse_row_id, row_state
-from runtime.taxi_etl.settings import RowStateSettings
-from runtime.taxi_etl.store import RowReader
-from runtime.taxi_etl.wiring import RowStateDeps
+from runtime.taxi_etl.row_state_wiring import RowStateDeps, RowStateSettings
 
 
 @functools.cache
@@ -35,7 +34,7 @@ def settings() -> RowStateSettings:
 @functools.cache
 def deps() -> RowStateDeps:
     """Built on the first invocation (cold start), never at import time."""
-    return wiring.build(settings(), Clients())
+    return row_state_wiring.build(settings(), Clients())
 
 
 # With SnapStart, after each restore: fresh random seeds, and the clients built again (runtime/shared/snapstart.py).

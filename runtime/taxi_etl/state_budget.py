@@ -31,7 +31,8 @@ from typing import Any, Final
 
 from runtime.shared.refusals import PayloadTooLarge
 from runtime.taxi_etl.models import MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, PhaseResult, Row, Verdict
-from runtime.taxi_etl.trips import Accepted, Reason, transform_tuple, validate_line
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
+from runtime.taxi_etl.trips import Reason
 
 # Step Functions quotas (limits.html, "Maximum input or output size for a task, state, or execution"): 262,144 bytes.
 STEP_FUNCTIONS_PAYLOAD_BYTES: Final = 262_144

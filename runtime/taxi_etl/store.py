@@ -5,7 +5,9 @@ StoreRequestId: RawTuple (what the phase was given), StatusReason (0 while the r
 phase or has passed it; a phase's code once flagged), and for flagged rows StatusDetail (a rule
 from runtime.taxi_etl.trips.Rule, or `error:<name>`) and StatusMessage.
 
-The final table holds the typed item of every row that passed all three phases, written once.
+The final table holds the typed item of every row that passed all three phases, written once: its
+port and adapter, and the reader of a row across all four tables, are in runtime/taxi_etl/final_table.py
+(Store, the flag step and GET /trips/{id} use them; Validate and Transform write their status rows only).
 
 A redrive (ops/taxi_redrive.py) keeps its bookkeeping on the validation status row, the one row
 every transaction of an id has and the one that holds the raw line: Generation (which transaction
@@ -24,7 +26,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -37,9 +38,8 @@ from runtime.shared.dynamo import (
     to_attributes,
 )
 from runtime.taxi_etl import contract
-from runtime.taxi_etl.errors import StoreConflict, StoreUnavailable
-from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.trips import Reason, same_trip
+from runtime.taxi_etl.errors import StoreUnavailable
+from runtime.taxi_etl.trips import Reason
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -111,17 +111,6 @@ class StatusTable(Protocol):
 
         True also when this call's own update was applied and its response lost: the SDK's retry then
         finds the row already cleared, by this call."""
-
-
-class PutOutcome(StrEnum):
-    STORED = "stored"
-    ALREADY_STORED = "already_stored"  # a retry: the same item is there
-
-
-class FinalTable(Protocol):
-    def put_once(self, item: Mapping[str, Any]) -> PutOutcome: ...
-
-    def stored_items(self, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]: ...
 
 
 class DynamoStatusTable:
@@ -215,65 +204,3 @@ def batch_get_by_id(client: DynamoDBClient, table: str, store_request_ids: Itera
         # The SDK already retried each throttled call; the task fails and the workflow retries it.
         raise StoreUnavailable(str(error)) from error
     return {str(item[KEY]): item for item in items}
-
-
-class DynamoFinalTable:
-    def __init__(self, table_name: str, client: DynamoDBClient) -> None:
-        self._table = table_name
-        self._client = client
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client
-
-    def put_once(self, item: Mapping[str, Any]) -> PutOutcome:
-        try:
-            self.client.put_item(
-                TableName=self._table,
-                Item=to_attributes(item),
-                ConditionExpression="attribute_not_exists(#key)",
-                ExpressionAttributeNames={"#key": KEY},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as err:
-            if not is_conditional_check_failed(err):
-                raise
-            existing = from_attributes(err.response.get("Item", {}))  # type: ignore[arg-type]
-            if not same_trip(existing, item):
-                raise StoreConflict(f"StoreRequestId {item[KEY]} is already stored with different content") from err
-            return PutOutcome.ALREADY_STORED
-        return PutOutcome.STORED
-
-    def stored_items(self, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        return batch_get_by_id(self.client, self._table, store_request_ids)
-
-
-class RowReader(Protocol):
-    def read(self, store_request_id: str) -> tuple[dict[Phase, StatusRow | None], dict[str, Any] | None]:
-        """The id's status row in each phase's table (None where there is none) and its trips item."""
-
-
-class DynamoRowReader:
-    """One consistent BatchGetItem over the three status tables and the trips table: one round trip,
-    4 RRU for items up to 4 KB (a missing item costs its read too). Consistent, so a GET right after
-    a phase wrote never shows the row's earlier state."""
-
-    def __init__(self, status_tables: Mapping[Phase, str], final_table: str, client: DynamoDBClient) -> None:
-        self._status_tables = dict(status_tables)
-        self._final_table = final_table
-        self._client = client
-
-    @property
-    def client(self) -> DynamoDBClient:
-        return self._client
-
-    def read(self, store_request_id: str) -> tuple[dict[Phase, StatusRow | None], dict[str, Any] | None]:
-        key = to_attributes({KEY: store_request_id})
-        tables = [*self._status_tables.values(), self._final_table]
-        try:
-            read = batch_get_all(self.client, {table: [key] for table in tables})
-        except KeysUnprocessed as error:
-            raise StoreUnavailable(str(error)) from error
-        found = {table: items[0] for table, items in read.items() if items}
-        status = {phase: StatusRow.from_item(found[table]) if table in found else None for phase, table in self._status_tables.items()}
-        return status, found.get(self._final_table)

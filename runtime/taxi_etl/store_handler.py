@@ -9,19 +9,20 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, add_dimensioned_metric, instrumented, metrics
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import contract, phase_wiring, store_wiring
+from runtime.taxi_etl.final_table import FinalTable
 from runtime.taxi_etl.models import parse_rows
-from runtime.taxi_etl.phases import run_store
-from runtime.taxi_etl.settings import StoreSettings
-from runtime.taxi_etl.store import FinalTable, StatusTable
+from runtime.taxi_etl.store import StatusTable
+from runtime.taxi_etl.store_phase import run_store
+from runtime.taxi_etl.store_wiring import StoreDeps, StoreSettings
 from runtime.taxi_etl.transient import transient_errors
-from runtime.taxi_etl.wiring import StoreDeps
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache
@@ -33,7 +34,7 @@ def settings() -> StoreSettings:
 @functools.cache
 def deps() -> StoreDeps:
     """Built on the first invocation (cold start), never at import time; one pooled connection per row written at once."""
-    return wiring.build(settings(), Clients(pool_connections=wiring.PHASE_ROW_CONCURRENCY))
+    return store_wiring.build(settings(), Clients(pool_connections=phase_wiring.PHASE_ROW_CONCURRENCY))
 
 
 def handle_store(event: Mapping[str, Any], status: StatusTable, final: FinalTable, concurrency: int = 1) -> dict[str, Any]:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, instrumented, metrics
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import contract, phase_wiring
 from runtime.taxi_etl.models import parse_rows
+from runtime.taxi_etl.phase_wiring import PhaseDeps, PhaseSettings
 from runtime.taxi_etl.phases import run_validation
-from runtime.taxi_etl.settings import PhaseSettings
 from runtime.taxi_etl.store import StatusTable
 from runtime.taxi_etl.transient import transient_errors
-from runtime.taxi_etl.wiring import PhaseDeps
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @functools.cache
@@ -29,7 +29,7 @@ def settings() -> PhaseSettings:
 @functools.cache
 def deps() -> PhaseDeps:
     """Built on the first invocation (cold start), never at import time; one pooled connection per row written at once."""
-    return wiring.build(settings(), Clients(pool_connections=wiring.PHASE_ROW_CONCURRENCY))
+    return phase_wiring.build(settings(), Clients(pool_connections=phase_wiring.PHASE_ROW_CONCURRENCY))
 
 
 def handle_validation(event: Mapping[str, Any], status: StatusTable, concurrency: int = 1) -> dict[str, Any]:

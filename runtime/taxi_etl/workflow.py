@@ -25,10 +25,14 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from runtime.shared.aws import error_code
-from runtime.taxi_etl.errors import RequestConflict
+from runtime.shared.refusals import Unprocessable
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
+
+
+class RequestConflict(Unprocessable):
+    """The id (from the Idempotency-Key) was already used for a different request (HTTP 422)."""
 
 
 def utc_now() -> datetime:

@@ -47,7 +47,9 @@ from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id, decode_body, parse_batch, parse_single
 from runtime.taxi_etl.row_state import parse_row_id
-from runtime.taxi_etl.trips import MAX_LINE_BYTES, Accepted, Rejected, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, Rejected, transform_tuple, validate_line
+from runtime.taxi_etl.trips import MAX_LINE_BYTES
 
 SCHEMA_ROWS = schema_rows()
 HEADER, ROWS = sample_header(), sample_lines()

@@ -20,7 +20,7 @@ import pytest
 
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import TaxiWorld
-from runtime.taxi_etl import contract, wiring
+from runtime.taxi_etl import contract, flag_wiring, phase_wiring
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id
 from tests.faults.taxi_etl.saga_write_faults import CrashAt, LoseResponse, Throttle, Write, WriteTap, pooled_saga
@@ -102,8 +102,8 @@ def test_the_pool_answers_byte_for_byte_what_one_row_at_a_time_answers(
     template: Any, clean: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the phases and the flag step built to write one row at a time
-    monkeypatch.setattr(wiring, "PHASE_ROW_CONCURRENCY", 1)
-    monkeypatch.setattr(wiring, "FLAG_UPDATE_CONCURRENCY", 1)
+    monkeypatch.setattr(phase_wiring, "PHASE_ROW_CONCURRENCY", 1)
+    monkeypatch.setattr(flag_wiring, "FLAG_UPDATE_CONCURRENCY", 1)
     with pooled_saga(template) as world:
         tap = WriteTap().attach(world)
         # When the same batch is posted

@@ -31,7 +31,12 @@ from onceflow.infra.taxi_etl.construct import TaxiEtlSaga
 from onceflow.infra.taxi_etl.props import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES
 from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 from runtime.shared.contract import TRACING_MODE_VARIABLE
-from runtime.taxi_etl.settings import ApiSettings, AuthorizerSettings, FlagSettings, PhaseSettings, RowStateSettings, StoreSettings
+from runtime.taxi_etl.api_wiring import ApiSettings
+from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
+from runtime.taxi_etl.flag_wiring import FlagSettings
+from runtime.taxi_etl.phase_wiring import PhaseSettings
+from runtime.taxi_etl.row_state_wiring import RowStateSettings
+from runtime.taxi_etl.store_wiring import StoreSettings
 from tests.infra.template_queries import (
     Grants,
     RecordingEnvironment,
@@ -83,7 +88,7 @@ SETTINGS_CLASSES: dict[str, Any] = {
     ROW_STATE: RowStateSettings,
 }
 
-# Exactly the variables each handler's settings class reads (runtime/taxi_etl/settings.py).
+# Exactly the variables each handler's settings class reads (runtime/taxi_etl/*_wiring.py).
 ENVIRONMENT_NAMES = {
     VALIDATE: {"STATUS_TABLE"},
     TRANSFORM: {"STATUS_TABLE"},

@@ -27,7 +27,8 @@ from runtime.taxi_etl.contract import ROUTE_TRIP, ROUTE_TRIP_BATCH
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import parse_batch
 from runtime.taxi_etl.state_budget import STEP_FUNCTIONS_PAYLOAD_BYTES, state_budget
-from runtime.taxi_etl.trips import Accepted, Reason, validate_line
+from runtime.taxi_etl.trip_lines import Accepted, validate_line
+from runtime.taxi_etl.trips import Reason
 
 KEY = "K" * 64  # the longest Idempotency-Key: the longest row ids (kb-<key>-<line>)
 LINES = sample_lines()

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from devtools.taxi_rows import sample_lines
 from devtools.taxi_world import TaxiWorld
-from runtime.taxi_etl.trips import line_columns
+from runtime.taxi_etl.trip_lines import line_columns
 
 LINES = sample_lines()
 ROWS = LINES[:20]

@@ -20,7 +20,8 @@ from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, client
 from ops import taxi_redrive
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id, redrive_submission
-from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 
 LINES = sample_lines()
 

@@ -10,7 +10,8 @@ from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_
 from devtools.taxi_world import FLAG_HANDLER, TaxiWorld
 from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.requests import content_id
-from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 from tests.integration.taxi_etl.test_taxi_redrive import flagged_at_store, redrive
 
 LINES = sample_lines()

@@ -17,7 +17,9 @@ from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, state_tr
 from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id
-from runtime.taxi_etl.trips import Accepted, Reason, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
+from runtime.taxi_etl.trips import Reason
 
 LINES = sample_lines()
 GOOD = LINES[0]

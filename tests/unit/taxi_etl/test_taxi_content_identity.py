@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl.requests import Submission, content_id, parse_batch, parse_single
-from runtime.taxi_etl.trips import AMOUNTS, COLUMNS, canonical_line, line_columns, validate_line
+from runtime.taxi_etl.trip_lines import canonical_line, line_columns, validate_line
+from runtime.taxi_etl.trips import AMOUNTS, COLUMNS
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 MAX_LINE_BYTES = 4096

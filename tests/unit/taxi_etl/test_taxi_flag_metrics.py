@@ -13,7 +13,7 @@ from runtime.shared.observability import metrics
 from runtime.taxi_etl.flag_handler import handle_flag
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.store_handler import handle_store
-from runtime.taxi_etl.trips import final_item
+from runtime.taxi_etl.trip_items import final_item
 from tests.unit.taxi_etl.test_taxi_phases import GOOD, OTHER, Tables, given_to, sample_line, transformed
 
 NAMESPACE = "onceflow-tests"  # POWERTOOLS_METRICS_NAMESPACE in tests/conftest.py

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from runtime.taxi_etl.errors import PhaseInputError
-from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, Row, Verdict, parse_flag_request, parse_rows
+from runtime.taxi_etl.flag_step import CaughtError, FlagRequest, parse_flag_request
+from runtime.taxi_etl.models import Phase, Row, Verdict, parse_rows
 from runtime.taxi_etl.trips import Reason
 
 

@@ -19,12 +19,16 @@ from typing import Any
 
 import pytest
 
-from runtime.taxi_etl import contract, flag_handler, store_handler, transform_handler, validate_handler, wiring
+from runtime.taxi_etl import contract, flag_handler, flag_wiring, phase_wiring, store_handler, transform_handler, validate_handler
 from runtime.taxi_etl.errors import StoreConflict
-from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, Row, Verdict
-from runtime.taxi_etl.phases import StoreReport, flag, run_store, run_transformation, run_validation
-from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
-from runtime.taxi_etl.trips import Reason, final_item
+from runtime.taxi_etl.final_table import FinalTable, PutOutcome
+from runtime.taxi_etl.flag_step import CaughtError, FlagRequest, flag
+from runtime.taxi_etl.models import Phase, Row, Verdict
+from runtime.taxi_etl.phases import run_transformation, run_validation
+from runtime.taxi_etl.store import Flagged, StatusTable
+from runtime.taxi_etl.store_phase import StoreReport, run_store
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trips import Reason
 from tests.unit.taxi_etl.test_taxi_phases import Tables, given_to, sample_line, transformed
 
 LIMIT = 8
@@ -287,12 +291,12 @@ def test_the_deployed_entry_points_write_on_a_pool_with_one_connection_per_threa
     }
     # Then the phases write 32 rows at once and the flag step 50 updates
     assert {name: deps.concurrency for name, deps in built.items()} == {
-        "validate": wiring.PHASE_ROW_CONCURRENCY,
-        "transform": wiring.PHASE_ROW_CONCURRENCY,
-        "store": wiring.PHASE_ROW_CONCURRENCY,
-        "flag": wiring.FLAG_UPDATE_CONCURRENCY,
+        "validate": phase_wiring.PHASE_ROW_CONCURRENCY,
+        "transform": phase_wiring.PHASE_ROW_CONCURRENCY,
+        "store": phase_wiring.PHASE_ROW_CONCURRENCY,
+        "flag": flag_wiring.FLAG_UPDATE_CONCURRENCY,
     }
-    assert (wiring.PHASE_ROW_CONCURRENCY, wiring.FLAG_UPDATE_CONCURRENCY) == (32, 50)
+    assert (phase_wiring.PHASE_ROW_CONCURRENCY, flag_wiring.FLAG_UPDATE_CONCURRENCY) == (32, 50)
     # And each one's DynamoDB client keeps as many connections as it has threads
     pools = {name: deps.status.client.meta.config.max_pool_connections for name, deps in built.items() if name != "flag"}
     pools["flag"] = built["flag"].status[Phase.STORE].client.meta.config.max_pool_connections

@@ -18,10 +18,15 @@ from typing import Any
 import pytest
 
 from runtime.taxi_etl.errors import StoreConflict
-from runtime.taxi_etl.models import CaughtError, FlagRequest, Phase, PhaseResult, Row, Verdict, parse_flag_request
-from runtime.taxi_etl.phases import FlagOutcome, flag, run_store, run_transformation, run_validation
-from runtime.taxi_etl.store import FinalTable, Flagged, PutOutcome, StatusTable
-from runtime.taxi_etl.trips import Accepted, Reason, Rule, final_item, transform_tuple, validate_line
+from runtime.taxi_etl.final_table import FinalTable, PutOutcome
+from runtime.taxi_etl.flag_step import CaughtError, FlagOutcome, FlagRequest, flag, parse_flag_request
+from runtime.taxi_etl.models import Phase, PhaseResult, Row, Verdict
+from runtime.taxi_etl.phases import run_transformation, run_validation
+from runtime.taxi_etl.store import Flagged, StatusTable
+from runtime.taxi_etl.store_phase import run_store
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
+from runtime.taxi_etl.trips import Reason, Rule
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 

@@ -13,12 +13,14 @@ from runtime.shared.dynamo import from_attributes, to_attributes
 from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl import row_state_handler
 from runtime.taxi_etl.errors import StoreUnavailable
+from runtime.taxi_etl.final_table import DynamoRowReader
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id
 from runtime.taxi_etl.row_state import RowState, State, parse_row_id, row_state
-from runtime.taxi_etl.store import DynamoRowReader, StatusRow
-from runtime.taxi_etl.trips import Accepted, final_item, transform_tuple, validate_line
-from runtime.taxi_etl.wiring import RowStateDeps
+from runtime.taxi_etl.row_state_wiring import RowStateDeps
+from runtime.taxi_etl.store import StatusRow
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 from tests.events.loader import load_event
 
 ID = "k-load-2019-10-row-1"

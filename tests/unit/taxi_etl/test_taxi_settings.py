@@ -1,4 +1,4 @@
-"""The taxi saga handlers' settings (runtime/taxi_etl/settings.py): read once from a plain dict, validated.
+"""The taxi saga handlers' settings (the settings classes of runtime/taxi_etl/*_wiring.py): read once from a plain dict, validated.
 
 Nothing here reads os.environ.
 """
@@ -8,14 +8,12 @@ from __future__ import annotations
 import pytest
 
 from runtime.shared.settings import SettingsError
-from runtime.taxi_etl.settings import (
-    ApiSettings,
-    AuthorizerSettings,
-    FlagSettings,
-    PhaseSettings,
-    RowStateSettings,
-    StoreSettings,
-)
+from runtime.taxi_etl.api_wiring import ApiSettings
+from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
+from runtime.taxi_etl.flag_wiring import FlagSettings
+from runtime.taxi_etl.phase_wiring import PhaseSettings
+from runtime.taxi_etl.row_state_wiring import RowStateSettings
+from runtime.taxi_etl.store_wiring import StoreSettings
 
 STATE_MACHINE_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:onceflow-dev-taxi"
 PHASE_ENV = {"STATUS_TABLE": "onceflow-dev-validation-status"}

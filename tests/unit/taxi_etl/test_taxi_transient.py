@@ -28,13 +28,13 @@ from runtime.taxi_etl import contract
 from runtime.taxi_etl.errors import PhaseInputError, StoreConflict, StoreUnavailable, TransientInfrastructureError
 from runtime.taxi_etl.flag_handler import handle
 from runtime.taxi_etl.flag_handler import handle_flag as flag_step
-from runtime.taxi_etl.models import CaughtError, FlagMode, FlagRequest, Phase, Row, parse_flag_request
-from runtime.taxi_etl.phases import clear_retryable, flag, is_retryable_detail
+from runtime.taxi_etl.flag_step import CaughtError, FlagMode, FlagRequest, clear_retryable, flag, is_retryable_detail, parse_flag_request
+from runtime.taxi_etl.flag_wiring import FlagDeps
+from runtime.taxi_etl.models import Phase, Row
 from runtime.taxi_etl.row_state import RowState, State, row_state
 from runtime.taxi_etl.store import StatusRow
 from runtime.taxi_etl.transient import as_transient, is_transient, transient_errors
 from runtime.taxi_etl.trips import Reason
-from runtime.taxi_etl.wiring import FlagDeps
 from tests.unit.taxi_etl.test_taxi_flag_metrics import emf_records, published
 from tests.unit.taxi_etl.test_taxi_phases import GOOD, OTHER, Tables, begin_through, given_to
 from tests.unit.taxi_etl.test_taxi_phases import StatusRow as FakeRow

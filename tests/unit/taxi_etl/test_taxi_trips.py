@@ -1,4 +1,4 @@
-"""The pure taxi-row logic (runtime/taxi_etl/trips.py): validate, transform, and the stored item.
+"""The pure taxi-row logic (runtime/taxi_etl/trips.py, trip_lines.py, trip_items.py): validate, transform, and the stored item.
 
 No I/O beyond reading the committed sample tests/data/taxi_etl/yellow_2019-10_sample.csv (real NYC TLC
 rows, see its README). Edge cases are minimal edits of real rows, so each test changes one thing.
@@ -18,31 +18,22 @@ from typing import Any
 import pytest
 from boto3.dynamodb.types import TypeSerializer  # imported at collection: urllib3 probes a socket on import
 
-from runtime.taxi_etl.trips import (
-    AMOUNTS,
-    COLUMNS,
-    MAX_LINE_BYTES,
-    OUTPUT_SEPARATOR,
-    UNEXPLAINED,
+from runtime.taxi_etl.trip_items import charges, final_item, same_trip
+from runtime.taxi_etl.trip_lines import (
     Accepted,
-    Finding,
-    Reason,
     Rejected,
-    Rule,
     Schema,
     canonical_line,
-    charges,
     dst_bounds,
     eastern_to_utc,
-    final_item,
     header_schema,
     line_columns,
     parse_local_datetime,
     row_schema,
-    same_trip,
     transform_tuple,
     validate_line,
 )
+from runtime.taxi_etl.trips import AMOUNTS, COLUMNS, MAX_LINE_BYTES, OUTPUT_SEPARATOR, UNEXPLAINED, Finding, Reason, Rule
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
 

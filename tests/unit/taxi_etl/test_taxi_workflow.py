@@ -15,8 +15,7 @@ from typing import Any, cast
 import pytest
 from botocore.exceptions import ClientError
 
-from runtime.taxi_etl.errors import RequestConflict
-from runtime.taxi_etl.workflow import Start, StartOutcome, StepFunctionsWorkflow
+from runtime.taxi_etl.workflow import RequestConflict, Start, StartOutcome, StepFunctionsWorkflow
 
 STATE_MACHINE_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:onceflow-dev-taxi"
 EXECUTION_PREFIX = "arn:aws:states:us-east-1:123456789012:execution:onceflow-dev-taxi"
