@@ -161,7 +161,8 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
         log_retention=logs.RetentionDays.ONE_WEEK,
         log_level="DEBUG",
         # Lambda's own segments, as in prod, so dev measures what prod runs; TracingMode.SDK adds a
-        # subsegment per AWS call when a phase needs that, at about 0.3x of boto3's import per cold start.
+        # subsegment per AWS call when a phase needs that, at 0.1x to 0.2x of boto3's import per cold start
+        # (README, "Tracing").
         tracing=TracingMode.ACTIVE,
         runner_stats=RunnerStatsConfig(),
         # SnapStart off (the default): dev's functions are invoked rarely, so nearly every request
@@ -203,7 +204,7 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             api_rate_limit=500,
             api_burst_limit=1000,
             # SnapStart off in prod too, until a measured cold start says otherwise: these functions
-            # import in about 200-250 ms (README, "Cold start"), and build their clients at the first
+            # import in about 120-150 ms of CPU (README, "Cold start"), and build their clients at the first
             # request, so a snapshot would hold only the imports; while Python's SnapStart bills every
             # version's cache for as long as it exists and every restore (README, "SnapStart"). Turn it
             # on here, and for the taxi API below, when the API's cold-start p99 matters more than that bill.
