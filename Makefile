@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # `make` alone installs, as before; `help` is a target like the others.
 .DEFAULT_GOAL := install
-.PHONY: help install lock synth diff test lint typecheck cfn-lint demo serve smoke bench bootstrap deploy destroy clean
+.PHONY: help install lock synth diff test lint typecheck cfn-lint docs demo serve smoke bench bootstrap deploy destroy clean
 
 # Each documented target carries `## what it does` on its rule line; `make help` prints those lines
 # and tests/unit/test_setup.py fails when a .PHONY target has none.
@@ -65,7 +65,7 @@ diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod;
 # The quality gates run first (seconds), then the suite with the coverage floor on runtime/.
 # --iam-audit=strict: a grant of a function's role that no test's calls used fails the run
 # (devtools/aws/call_audit.py); a call the role does not allow fails it in any run.
-test: lint typecheck cfn-lint ## lint, typecheck, cfn-lint, then the whole pytest suite with the 90 % coverage floor on runtime/ and the IAM audit
+test: lint typecheck cfn-lint docs ## lint, typecheck, cfn-lint, docs, then the whole pytest suite with the 90 % coverage floor on runtime/ and the IAM audit
 	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered --iam-audit=strict
 
 lint: install ## ruff check + ruff format --check
@@ -74,6 +74,11 @@ lint: install ## ruff check + ruff format --check
 
 typecheck: install ## mypy --strict
 	$(VENV)/bin/mypy
+
+# The site of docs/ (mkdocs.yml) into build/site, offline. --strict turns every warning into a
+# failure: a link to a missing page or anchor, a reference mkdocstrings cannot resolve.
+docs: install ## builds the docs site (MkDocs Material, API reference from the docstrings) into build/site with --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # Both environments, from the same synth `make deploy` runs; the template list is in .cfnlintrc.yaml.
 cfn-lint: install ## synthesizes dev and prod, then cfn-lint on their templates

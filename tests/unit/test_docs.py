@@ -94,3 +94,13 @@ def test_readme_is_a_short_front_page() -> None:
 
     # Then it stays within its budget; everything else lives in docs/
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to docs/"
+
+
+def test_readme_links_reach_files() -> None:
+    # Given the README's relative links (the docs site checks its own; the README is outside it)
+    text = (ROOT / "README.md").read_text()
+    targets = [target for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text) if "://" not in target]
+
+    # Then each names a file of the repository
+    assert targets, "README.md links to no docs page"
+    assert [target for target in targets if not (ROOT / target).is_file()] == []
