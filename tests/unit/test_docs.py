@@ -1,6 +1,6 @@
 """The docs cannot drift from the code: each props page's tables name exactly the fields of the
 dataclasses they document, every props or config dataclass of the public API has a table, and the
-README stays a short front page (the rest lives in docs/).
+README stays a short front page (the rest lives in docs/) whose links reach their files.
 
 Pure file parsing plus imports of the dataclasses: no mkdocs build (`make docs` does that).
 """
