@@ -18,7 +18,9 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Final, NamedTuple, TypeVar
 
-from runtime.taxi_etl.trips import (
+# Relative: the clients extra imports this module as onceflow.runtime.taxi_etl.trip_lines, where no
+# top-level `runtime` package exists (the wheel holds onceflow/ only).
+from .trips import (
     AMOUNTS,
     COLUMNS,
     EARLIEST_LOCAL,
