@@ -1,7 +1,7 @@
 """The encrypted SNS topic every alarm notifies, and the base of each pipeline's monitoring.
 
-Built on plain CloudWatch constructs rather than cdk-monitoring-constructs (the README's
-"Monitoring" section says why). Each pipeline's monitoring construct (infra/<pipeline>/monitoring.py)
+Built on plain CloudWatch constructs rather than cdk-monitoring-constructs (docs/monitoring.md
+says why). Each pipeline's monitoring construct (infra/<pipeline>/monitoring.py)
 takes the pipeline construct, its thresholds and an alarm topic, which may be an `AlarmTopic` or
 any existing topic (by default it makes its own `AlarmTopic`).
 """

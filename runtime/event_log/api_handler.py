@@ -55,7 +55,7 @@ def request_body(request: HttpRequest, settings: ApiSettings) -> dict[str, Any]:
     400 unless strict UTF-8 (no BOM) and a JSON object, before anything is read or written."""
     require_media_type(request.header("content-type"), request.body, (JSON,))
     max_bytes = settings.max_body_bytes
-    # Over the limit stays a 400 here, as the event log has always answered it (its README's "400 bad input").
+    # Over the limit stays a 400 here, as the event log has always answered it (docs/event-log.md, "400 bad input").
     text = body_text(request.body, is_base64=request.is_base64, max_bytes=max_bytes, too_large=InvalidRequest, hint="send a JSON object")
     return parse_json_object(text, max_bytes=max_bytes)
 

@@ -1,6 +1,6 @@
 """Storage port of runner stats, and its DynamoDB adapter (client injected, built lazily).
 
-Item layout (documented in the README):
+Item layout (documented in docs/runner-stats.md, "Data model and readers"):
 - run stats table, key (user_id, run_id): the combined item. User-facing attributes are
   RUN_STATS_PROJECTION; the rest is the dedup record (version, high_water, gaps, closed,
   forgotten, held, gaps_closed, pending, chunks, tendency) and is not for readers.

@@ -15,7 +15,7 @@ TRACING_MODE_VARIABLE: Final = "ONCEFLOW_TRACING"
 
 
 class TracingMode(StrEnum):
-    """What a function's traces show, and what they cost at cold start (README, "Tracing").
+    """What a function's traces show, and what they cost at cold start (docs/tracing.md, "Tracing").
 
     ACTIVE: Lambda's active tracing (and Step Functions tracing): one segment per invocation, made by
         Lambda itself, with its init, invocation and overhead phases. No tracing SDK in the function,

@@ -56,7 +56,7 @@ from tests.infra.template_queries import (
 # What the brief fixes per environment (independent of infra/config.py on purpose).
 EXPECTED = {
     "dev": {"removal": "Delete", "protected": False, "log_retention_days": 7, "execution_log": ("ALL", True)},
-    # prod logs failures only, and no row content (priced in the README's cost table)
+    # prod logs failures only, and no row content (priced in docs/taxi-etl.md, "Cost and throughput")
     "prod": {"removal": "Retain", "protected": True, "log_retention_days": 90, "execution_log": ("ERROR", False)},
 }
 

@@ -109,7 +109,7 @@ def test_handler_applies_a_batch_and_publishes_its_counts(deployed: RunnerStatsW
     assert [m.sequence_id for m in run.archived] == [1, 2, 3]
     assert view.rejects == {event["Records"][2]["eventID"]: "not_json"}
     assert view.tendencies[RUN.user_id] == (RUN.run_id, "good job", None, None)
-    # and a reader's projected read (README, "Data model and readers") sees the totals and none of the dedup record
+    # and a reader's projected read (docs/runner-stats.md, "Data model and readers") sees the totals and none of the dedup record
     response = deployed.client.get_item(
         TableName=deployed.settings.tables.run_stats,
         Key=to_attributes({"user_id": RUN.user_id, "run_id": RUN.run_id}),
