@@ -24,8 +24,8 @@ To change a format deliberately: change the code, then regenerate the golden fil
     .venv/bin/python -m tests.integration.test_stored_formats --regenerate
 
 review `git diff tests/golden/` attribute by attribute, and commit it with the CHANGELOG entry and
-the upgrade note. A golden file that still describes items stored in production must stay readable:
-keep a copy of the old file as a read-only case when the new code must read both formats.
+the upgrade note. Items of the old format stay in deployed tables: the new code reads them too (with
+a test that reads one), or the change ships with the migration that rewrites them.
 
 Volatile values: the random tokens a few writes carry so that a retried write recognises itself
 (`write_token` on log entries, `ClearToken` and `RedriveToken` on status rows) come from uuid4, with
@@ -71,7 +71,7 @@ from runtime.event_log.models import (
 )
 from runtime.event_log.objects import S3Objects
 from runtime.event_log.parsing import side_effect_request_id
-from runtime.event_log.service import EventLogService, LogOptions, iso_utc, payload_key
+from runtime.event_log.service import EventLogService, LogOptions, payload_key
 from runtime.event_log.snapshots import Outcome, SnapshotWorker, WorkerOptions
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
 from runtime.runner_stats import contract as runner_stats
@@ -91,7 +91,7 @@ from runtime.shared.attributes import from_attributes
 from runtime.taxi_etl import contract as taxi_etl
 from runtime.taxi_etl.final_table import DynamoFinalTable, DynamoRowReader
 from runtime.taxi_etl.flag_step import CaughtError, FlagMode, FlagRequest, clear_retryable, flag
-from runtime.taxi_etl.models import Phase, Row, Verdict
+from runtime.taxi_etl.models import Phase, Row
 from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.row_state import State, row_state
 from runtime.taxi_etl.store import DynamoStatusTable, StatusRow
@@ -331,16 +331,18 @@ def with_token_placeholders(item: Mapping[str, Any]) -> dict[str, Any]:
     return normalised
 
 
-def format_changes(golden: Mapping[str, Any], written: Mapping[str, Any]) -> list[str]:
-    """What differs between the golden item and the written one, attribute by attribute."""
-    changes = [f"attribute {name!r} is no longer written (was {golden[name]})" for name in sorted(set(golden) - set(written))]
-    changes += [f"attribute {name!r} is new ({written[name]})" for name in sorted(set(written) - set(golden))]
+def format_changes(golden: Mapping[str, Any], written: Mapping[str, Any], within: str = "") -> list[str]:
+    """What differs between the golden item and the written one, attribute by attribute (into maps)."""
+    changes = [f"attribute {within}{name!r} is no longer written (was {golden[name]})" for name in sorted(set(golden) - set(written))]
+    changes += [f"attribute {within}{name!r} is new ({written[name]})" for name in sorted(set(written) - set(golden))]
     for name in sorted(set(golden) & set(written)):
         was, now = golden[name], written[name]
         if set(was) != set(now):
-            changes.append(f"attribute {name!r} changed type: {was} -> {now}")
+            changes.append(f"attribute {within}{name!r} changed type: {was} -> {now}")
+        elif "M" in was:
+            changes += format_changes(was["M"], now["M"], f"{within}{name!r} > ")
         elif was != now:
-            changes.append(f"attribute {name!r} changed value: {was} -> {now}")
+            changes.append(f"attribute {within}{name!r} changed value: {was} -> {now}")
     return changes
 
 
@@ -351,6 +353,15 @@ def stored_format_message(path: str, what: str, changes: list[str]) -> str:
         "Deployed tables hold items in the golden format. If the change is intended, it needs a CHANGELOG entry"
         f" and an upgrade note; regenerate with `{REGENERATE}` and review the diff (tests/golden/README.md)."
     )
+
+
+def read_or_report(path: str, read: Callable[[AtRest], None], at_rest: AtRest) -> None:
+    """Run a golden's read check; any failure is reported as what it is: stored data the code no longer reads."""
+    try:
+        read(at_rest)
+    except Exception as error:
+        what = "the current code no longer reads it as stored (deployed tables hold such items: read both formats, or migrate)"
+        pytest.fail(stored_format_message(path, what, [f"{type(error).__name__}: {error}"]))
 
 
 def assert_same_item(path: str, golden: Mapping[str, Any], written: Mapping[str, Any]) -> None:
@@ -461,7 +472,9 @@ def _read_rejection(rejection: Rejection) -> Callable[[AtRest], None]:
         item = from_attributes(at_rest.raw_item(at_rest.runner.rejects, key))
         assert item["payload"] == rejection.payload[:REJECT_PAYLOAD_MAX_BYTES]
         assert item["payload_truncated"] is (len(rejection.payload) > REJECT_PAYLOAD_MAX_BYTES)
-        assert (item.get("user_id"), item.get("run_id")) == ((rejection.key.user_id, rejection.key.run_id) if rejection.key else (None, None))
+        assert (item.get("user_id"), item.get("run_id")) == (
+            (rejection.key.user_id, rejection.key.run_id) if rejection.key else (None, None)
+        )
 
     return read
 
@@ -471,9 +484,7 @@ def _run_key(key: RunKey) -> dict[str, Any]:
 
 
 RUNNER_STATS = [
-    GoldenItem(
-        "runner_stats/run_stats/run_item.json", lambda t: t.runner.run_stats, _run_key(RUN), _commit_full_run, _read_full_run
-    ),
+    GoldenItem("runner_stats/run_stats/run_item.json", lambda t: t.runner.run_stats, _run_key(RUN), _commit_full_run, _read_full_run),
     GoldenItem(
         "runner_stats/run_stats/run_item_first_message.json",
         lambda t: t.runner.run_stats,
@@ -550,25 +561,36 @@ def _built(at_rest: AtRest) -> None:
     """The events appended, then snapshot 1 built by the worker (its chunk, its root, the pointer)."""
     _appended(at_rest)
     worker = SnapshotWorker(
-        at_rest.log, at_rest.pending, at_rest.objects, _NoQueue(), WorkerOptions(queue_url="unused"), clock=lambda: NOW, rng=random.Random(0)
+        at_rest.log,
+        at_rest.pending,
+        at_rest.objects,
+        _NoQueue(),
+        WorkerOptions(queue_url="unused"),
+        clock=lambda: NOW,
+        rng=random.Random(0),
     )
     request_id = side_effect_request_id(SideEffect.BUILD_SNAPSHOT, LOG_ID, MARKER.seq)
     message = SideEffectMessage(SideEffect.BUILD_SNAPSHOT, LOG_ID, MARKER.seq, request_id)
     assert worker.handle(message, "receipt", lambda: 900_000, WORKER_REQUEST_ID) is Outcome.BUILT
 
 
-def _claimed(at_rest: AtRest) -> PendingSnapshot:
+def _claim(at_rest: AtRest) -> PendingSnapshot:
+    """A worker's claim of snapshot 1's build (with its invocation's request id as the token)."""
     claimed = at_rest.pending.claim(LOG_ID, MARKER.seq, WORKER_REQUEST_ID, NOW, event_log.DEFAULT_LEASE_SECONDS)
     assert claimed is not None
     return claimed
 
 
+def _claimed(at_rest: AtRest) -> None:
+    _claim(at_rest)
+
+
 def _checkpointed(at_rest: AtRest) -> None:
-    assert at_rest.pending.checkpoint(_claimed(at_rest), BUILT_STATE, NOW + 1)
+    assert at_rest.pending.checkpoint(_claim(at_rest), BUILT_STATE, NOW + 1)
 
 
 def _deferred(at_rest: AtRest) -> None:
-    assert at_rest.pending.defer(_claimed(at_rest), NOW + 2, DUE)
+    assert at_rest.pending.defer(_claim(at_rest), NOW + 2, DUE)
 
 
 HEAD_AFTER_APPENDS = Head(LOG_ID, next_position=4, snapshots=1, last_cut=2, built=0, exists=True)
@@ -617,7 +639,9 @@ def _read_marker(expected: SnapshotMarker) -> Callable[[AtRest], None]:
         service = EventLogService(at_rest.log, at_rest.objects, clock=lambda: NOW)
         latest = service.read_latest(LOG_ID, at_rest.objects, limit=10, after=None)
         assert latest is not None
-        assert latest["entries"] == [{"seq": str(MARKER.seq), "kind": EntryKind.SNAPSHOT.value, "snapshot": 1, "cut": 2, "built": bool(expected.root)}]
+        assert latest["entries"] == [
+            {"seq": str(MARKER.seq), "kind": EntryKind.SNAPSHOT.value, "snapshot": 1, "cut": 2, "built": bool(expected.root)}
+        ]
 
     return read
 
@@ -892,6 +916,7 @@ TAXI_ETL = [
 ]
 
 GOLDEN_ITEMS = [*RUNNER_STATS, *EVENT_LOG, *TAXI_ETL]
+EVERY_GOLDEN: list[GoldenItem | GoldenObject] = [*GOLDEN_ITEMS, *BUCKET_OBJECTS]
 
 
 def golden_item(path: str) -> GoldenItem:
@@ -929,7 +954,7 @@ def test_the_current_code_reads_the_golden_item(golden: GoldenItem, at_rest: AtR
     at_rest.put_golden(golden)
     # When the runtime reads it through its read path
     # Then it gets the domain values the item was written from
-    golden.read(at_rest)
+    read_or_report(golden.path, golden.read, at_rest)
 
 
 @pytest.mark.parametrize("golden", BUCKET_OBJECTS, ids=lambda golden: golden.path.removesuffix(".json"))
@@ -939,7 +964,9 @@ def test_the_current_code_writes_the_golden_object(golden: GoldenObject, at_rest
     # When the snapshot worker builds the same snapshot of the same events again
     written = golden.written(at_rest)
     # Then it writes the same object under the same key
-    changes = [f"{name}: {expected.get(name)!r} -> {written.get(name)!r}" for name in ("Key", "Body") if expected.get(name) != written.get(name)]
+    changes = [
+        f"{name}: {expected.get(name)!r} -> {written.get(name)!r}" for name in ("Key", "Body") if expected.get(name) != written.get(name)
+    ]
     assert not changes, stored_format_message(golden.path, "the snapshot worker writes another object", changes)
 
 
@@ -949,13 +976,13 @@ def test_the_current_code_reads_the_golden_object(golden: GoldenObject, at_rest:
     at_rest.put_golden_object(golden)
     # When the runtime reads it
     # Then it gets what the snapshot holds
-    golden.read(at_rest)
+    read_or_report(golden.path, golden.read, at_rest)
 
 
 def test_every_golden_file_is_tested_and_every_table_has_one(at_rest: AtRest) -> None:
     # Given the golden files on disk and the cases above
     on_disk = {path.relative_to(GOLDEN_DIR).as_posix() for path in GOLDEN_DIR.rglob("*.json")}
-    cases = {golden.path for golden in [*GOLDEN_ITEMS, *BUCKET_OBJECTS]}
+    cases = {golden.path for golden in EVERY_GOLDEN}
     # Then each file is a case and each case has its file
     assert on_disk == cases
     # and every table the stacks deploy holds at least one golden kind (a new table needs its goldens)
@@ -970,6 +997,7 @@ def test_every_golden_file_is_tested_and_every_table_has_one(at_rest: AtRest) ->
         ({"retype": ("message_count", {"S": "21"})}, ["attribute 'message_count' changed type"]),
         ({"drop": "gaps"}, ["attribute 'gaps' is no longer written"]),
         ({"retype": ("total_meters", {"N": "1234.50"})}, ["attribute 'total_meters' changed value"]),
+        ({"retype": ("chunks", {"M": {"count": {"N": "1"}}})}, ["attribute 'chunks' changed type"]),
     ],
 )
 def test_a_renamed_retyped_or_dropped_attribute_is_reported_as_a_stored_format_change(change: dict[str, Any], reported: list[str]) -> None:
@@ -995,6 +1023,21 @@ def test_a_renamed_retyped_or_dropped_attribute_is_reported_as_a_stored_format_c
     assert REGENERATE in message and "CHANGELOG" in message and "upgrade note" in message
 
 
+def test_a_renamed_attribute_inside_a_map_is_reported_by_its_path() -> None:
+    # Given the golden tendency item, and a written one whose current run's label is renamed
+    golden = golden_item("runner_stats/tendency/user_tendency.json").load()
+    current = dict(golden["current_run"]["M"])
+    current["name"] = current.pop("label")
+    # When they are compared
+    with pytest.raises(AssertionError) as failure:
+        assert_same_item("runner_stats/tendency/user_tendency.json", golden, {**golden, "current_run": {"M": current}})
+    # Then the failure names the attribute inside the map, and only that map
+    message = str(failure.value)
+    assert "attribute 'current_run' > 'label' is no longer written" in message
+    assert "attribute 'current_run' > 'name' is new" in message
+    assert "previous_run" not in message
+
+
 def test_only_the_random_tokens_are_normalised() -> None:
     # Given a written log entry, which carries its write's random token
     written = item_json(
@@ -1014,7 +1057,7 @@ def test_only_the_random_tokens_are_normalised() -> None:
 def regenerate() -> list[Path]:
     written: list[Path] = []
     with tables_at_rest() as tables:
-        for golden in [*GOLDEN_ITEMS, *BUCKET_OBJECTS]:
+        for golden in EVERY_GOLDEN:
             document = golden.written(tables.emptied())
             path = GOLDEN_DIR / golden.path
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -1025,7 +1068,9 @@ def regenerate() -> list[Path]:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--regenerate"]:
-        raise SystemExit(f"usage: {REGENERATE}\n(rewrites tests/golden/ from the current code: review the diff, see tests/golden/README.md)")
+        raise SystemExit(
+            f"usage: {REGENERATE}\n(rewrites tests/golden/ from the current code: review the diff, see tests/golden/README.md)"
+        )
     import tests.conftest  # noqa: F401  (the embedded cloud's region and dummy credentials)
 
     for path in regenerate():
