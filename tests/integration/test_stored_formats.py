@@ -1,13 +1,15 @@
 """The format of data at rest is a contract: golden stored items, one per table and item kind.
 
-Every kind of item the runtime (and the operator's redrive) writes to a DynamoDB table, and every
-kind of object the snapshot worker writes to the event log's bucket, has a golden copy under
-tests/golden/: the item in DynamoDB's typed wire format (`{"name": {"S": "..."}}`, binary as
-base64, as DynamoDB's JSON protocol sends it), the object as its key and body. They were made by
-running the real write paths (the DynamoDB adapters, the services, the phases, the snapshot worker)
-on moto, with a fixed clock and fixed ids, and reviewed before they were committed.
+Every kind of item the runtime (and the operator's redrive) writes to a DynamoDB table, every kind
+of object the snapshot worker writes to the event log's bucket, and every kind of message the stream
+router leaves on the event log's queues (for up to their retention, and in their dead-letter queues,
+across a deployment) has a golden copy under tests/golden/: the item in DynamoDB's typed wire format
+(`{"name": {"S": "..."}}`, binary as base64, as DynamoDB's JSON protocol sends it), the object as
+its key and body, the message as its body and attributes. They were made by running the real write
+paths (the DynamoDB adapters, the services, the phases, the snapshot worker, the router) on moto,
+with a fixed clock and fixed ids, and reviewed before they were committed.
 
-Two tests per golden item:
+Two tests per golden item (and object, and message):
 - the current code writes it: the same write path, with the same fixed inputs, on tables created
   from the reviewed CloudFormation snapshots (tests/infra/__snapshots__, no synth), stores exactly
   the golden item, read back raw with the low-level client: attribute names, types and values;
@@ -69,11 +71,12 @@ from runtime.event_log.models import (
     SideEffectMessage,
     SnapshotMarker,
 )
-from runtime.event_log.objects import S3Objects
-from runtime.event_log.parsing import side_effect_request_id
+from runtime.event_log.objects import S3Objects, SqsQueue
+from runtime.event_log.parsing import parse_message, side_effect_request_id
 from runtime.event_log.service import EventLogService, LogOptions, payload_key
+from runtime.event_log.side_effects import RouterQueues, StreamRouter
 from runtime.event_log.snapshots import Outcome, SnapshotWorker, WorkerOptions
-from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
+from runtime.event_log.store import WRITE_TOKEN, DynamoLogStore, DynamoPendingStore
 from runtime.runner_stats import contract as runner_stats
 from runtime.runner_stats.models import (
     ArchiveChunk,
@@ -94,7 +97,7 @@ from runtime.taxi_etl.flag_step import CaughtError, FlagMode, FlagRequest, clear
 from runtime.taxi_etl.models import Phase, Row
 from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.row_state import State, row_state
-from runtime.taxi_etl.store import DynamoStatusTable, StatusRow
+from runtime.taxi_etl.store import CLEAR_TOKEN, REDRIVE_TOKEN, DynamoStatusTable, StatusRow
 from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.trip_items import final_item, same_trip
 from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
@@ -108,7 +111,7 @@ TEMPLATE_SNAPSHOT = "tests/infra/__snapshots__/test_snapshots/test_template_matc
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the clock of every write below
 NOW_MS = int(NOW * 1000)
-TOKEN_ATTRIBUTES = ("write_token", "ClearToken", "RedriveToken")  # uuid4().hex per write (see the docstring)
+TOKEN_ATTRIBUTES = (WRITE_TOKEN, CLEAR_TOKEN, REDRIVE_TOKEN)  # uuid4().hex per write (see the docstring)
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 TOKEN_PLACEHOLDER = {"S": "<uuid4().hex: random per write>"}
 
@@ -173,10 +176,13 @@ class AtRest:
 
     dynamodb: Any
     s3: Any
+    sqs: Any
     runner: RunStatsTables
     log_table: str
     pending_table: str
     bucket: str
+    snapshot_queue: str
+    payload_queue: str
     status_tables: dict[Phase, str]
     trips_table: str
     templates: tuple[Template, ...]
@@ -230,7 +236,15 @@ class AtRest:
         keys = [entry["Key"] for entry in self.s3.list_objects_v2(Bucket=self.bucket).get("Contents", [])]
         if keys:
             self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": key} for key in keys]})
+        for queue in (self.snapshot_queue, self.payload_queue):
+            self._drain(queue)
         return self
+
+    def _drain(self, queue: str) -> None:
+        # Not PurgeQueue: SQS allows one a minute per queue.
+        while messages := self.sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", []):
+            entries = [{"Id": str(index), "ReceiptHandle": message["ReceiptHandle"]} for index, message in enumerate(messages)]
+            self.sqs.delete_message_batch(QueueUrl=queue, Entries=entries)
 
     def _empty_table(self, table: str) -> None:
         schema = self.dynamodb.describe_table(TableName=table)["Table"]["KeySchema"]
@@ -252,8 +266,9 @@ def tables_at_rest() -> Iterator[AtRest]:
     with embedded_aws():
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
         s3 = boto3.client("s3", region_name="us-east-1")
+        sqs = boto3.client("sqs", region_name="us-east-1")
         runner = EmbeddedCloud(template("RunnerStats")).create(dynamodb=dynamodb)
-        log = EmbeddedCloud(template("EventLog")).create(dynamodb=dynamodb, s3=s3)
+        log = EmbeddedCloud(template("EventLog")).create(dynamodb=dynamodb, s3=s3, sqs=sqs)
         taxi = EmbeddedCloud(template("TaxiEtl")).create(dynamodb=dynamodb)
         status_variables = {
             Phase.VALIDATION: taxi_etl.ENV_VALIDATION_STATUS_TABLE,
@@ -263,6 +278,7 @@ def tables_at_rest() -> Iterator[AtRest]:
         yield AtRest(
             dynamodb=dynamodb,
             s3=s3,
+            sqs=sqs,
             runner=RunStatsTables(
                 run_stats=_variable(runner, runner_stats.HANDLER, runner_stats.ENV_RUN_STATS_TABLE),
                 tendency=_variable(runner, runner_stats.HANDLER, runner_stats.ENV_TENDENCY_TABLE),
@@ -272,6 +288,8 @@ def tables_at_rest() -> Iterator[AtRest]:
             log_table=_variable(log, event_log.HANDLER_WORKER, event_log.ENV_LOG_TABLE),
             pending_table=_variable(log, event_log.HANDLER_WORKER, event_log.ENV_PENDING_TABLE),
             bucket=_variable(log, event_log.HANDLER_WORKER, event_log.ENV_BUCKET),
+            snapshot_queue=_variable(log, event_log.HANDLER_ROUTER, event_log.ENV_SNAPSHOT_QUEUE_URL),
+            payload_queue=_variable(log, event_log.HANDLER_ROUTER, event_log.ENV_PAYLOAD_QUEUE_URL),
             status_tables={phase: _variable(taxi, taxi_etl.HANDLER_ROW_STATE, name) for phase, name in status_variables.items()},
             trips_table=_variable(taxi, taxi_etl.HANDLER_ROW_STATE, taxi_etl.ENV_FINAL_TABLE),
             templates=(runner.template, log.template, taxi.template),
@@ -317,6 +335,28 @@ class GoldenObject:
         self.write(at_rest)
         body = at_rest.s3.get_object(Bucket=at_rest.bucket, Key=self.key)["Body"].read()
         return {"Key": self.key, "Body": body.decode("utf-8")}
+
+
+@dataclass(frozen=True)
+class GoldenMessage:
+    """One kind of message on one of the event log's queues (kept up to the queue's retention, and in its
+    dead-letter queue: a deployment's new worker takes the messages the old router sent)."""
+
+    path: str
+    queue: Callable[[AtRest], str]
+    write: Callable[[AtRest], None]
+    read: Callable[[dict[str, Any]], None]  # given the golden message: parse it as the worker does, assert the values
+
+    def load(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads((GOLDEN_DIR / self.path).read_text())
+        return loaded
+
+    def written(self, at_rest: AtRest) -> dict[str, Any]:
+        self.write(at_rest)
+        received = at_rest.sqs.receive_message(QueueUrl=self.queue(at_rest), MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+        messages = received.get("Messages", [])
+        assert len(messages) == 1, f"expected one message on the queue, got {messages}"
+        return {"Body": messages[0]["Body"], "MessageAttributes": messages[0].get("MessageAttributes", {})}
 
 
 def with_token_placeholders(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -715,6 +755,55 @@ BUCKET_OBJECTS = [
 ]
 
 
+def _routed(at_rest: AtRest) -> None:
+    """The events appended; then the stream router given the log's new entries, as DynamoDB Streams delivers them."""
+    _appended(at_rest)
+    images = at_rest.dynamodb.query(
+        TableName=at_rest.log_table,
+        KeyConditionExpression="#log = :log",
+        ExpressionAttributeNames={"#log": event_log.KEY_LOG_ID},
+        ExpressionAttributeValues={":log": {"S": LOG_ID}},
+    )["Items"]
+    records = [{"dynamodb": {"NewImage": image, "SequenceNumber": str(index)}} for index, image in enumerate(images, start=1)]
+    side_effects = [record for record in records if record["dynamodb"]["NewImage"]["kind"]["S"] in event_log.SIDE_EFFECT_KINDS]
+    report = StreamRouter(SqsQueue(client=at_rest.sqs), RouterQueues(at_rest.snapshot_queue, at_rest.payload_queue)).route(side_effects)
+    assert (report.sent, report.failures) == (2, [])
+
+
+def _read_message(effect: SideEffect, expected: SideEffectMessage) -> Callable[[dict[str, Any]], None]:
+    def read(golden: dict[str, Any]) -> None:
+        # As Lambda's SQS poller hands it to the worker (or the finalizer): body and messageAttributes.
+        attributes = {
+            name: {"stringValue": value["StringValue"], "dataType": value["DataType"]}
+            for name, value in golden["MessageAttributes"].items()
+        }
+        assert parse_message(golden["Body"], attributes, effect) == expected
+
+    return read
+
+
+_BUILD = SideEffectMessage(
+    SideEffect.BUILD_SNAPSHOT, LOG_ID, MARKER.seq, side_effect_request_id(SideEffect.BUILD_SNAPSHOT, LOG_ID, MARKER.seq)
+)
+_FINALIZE = SideEffectMessage(
+    SideEffect.FINALIZE_PAYLOAD, LOG_ID, Decimal(3), side_effect_request_id(SideEffect.FINALIZE_PAYLOAD, LOG_ID, Decimal(3)), PAYLOAD.key
+)
+QUEUE_MESSAGES = [
+    GoldenMessage(
+        "event_log/snapshot_queue/build_snapshot.json",
+        lambda t: t.snapshot_queue,
+        _routed,
+        _read_message(SideEffect.BUILD_SNAPSHOT, _BUILD),
+    ),
+    GoldenMessage(
+        "event_log/payload_queue/finalize_payload.json",
+        lambda t: t.payload_queue,
+        _routed,
+        _read_message(SideEffect.FINALIZE_PAYLOAD, _FINALIZE),
+    ),
+]
+
+
 # --- taxi ETL -------------------------------------------------------------------------------------
 
 # A trip whose columns do not add up to its total (a finding, an unexplained amount), every column filled.
@@ -916,7 +1005,7 @@ TAXI_ETL = [
 ]
 
 GOLDEN_ITEMS = [*RUNNER_STATS, *EVENT_LOG, *TAXI_ETL]
-EVERY_GOLDEN: list[GoldenItem | GoldenObject] = [*GOLDEN_ITEMS, *BUCKET_OBJECTS]
+EVERY_GOLDEN: list[GoldenItem | GoldenObject | GoldenMessage] = [*GOLDEN_ITEMS, *BUCKET_OBJECTS, *QUEUE_MESSAGES]
 
 
 def golden_item(path: str) -> GoldenItem:
@@ -977,6 +1066,28 @@ def test_the_current_code_reads_the_golden_object(golden: GoldenObject, at_rest:
     # When the runtime reads it
     # Then it gets what the snapshot holds
     read_or_report(golden.path, golden.read, at_rest)
+
+
+@pytest.mark.parametrize("golden", QUEUE_MESSAGES, ids=lambda golden: golden.path.removesuffix(".json"))
+def test_the_current_code_sends_the_golden_message(golden: GoldenMessage, at_rest: AtRest) -> None:
+    # Given the golden side-effect message, as reviewed and committed
+    expected = golden.load()
+    # When the stream router routes the same log entries again
+    written = golden.written(at_rest)
+    # Then it sends the same body with the same attributes
+    changes = [
+        f"{name}: {expected[name]!r} -> {written[name]!r}" for name in ("Body", "MessageAttributes") if expected[name] != written[name]
+    ]
+    assert not changes, stored_format_message(golden.path, "the stream router sends another message", changes)
+
+
+@pytest.mark.parametrize("golden", QUEUE_MESSAGES, ids=lambda golden: golden.path.removesuffix(".json"))
+def test_the_current_code_reads_the_golden_message(golden: GoldenMessage, at_rest: AtRest) -> None:
+    # Given the golden message, as an earlier deployment's router sent it
+    message = golden.load()
+    # When the worker parses it
+    # Then it gets the side effect the router meant
+    read_or_report(golden.path, lambda _: golden.read(message), at_rest)
 
 
 def test_every_golden_file_is_tested_and_every_table_has_one(at_rest: AtRest) -> None:
@@ -1061,7 +1172,7 @@ def regenerate() -> list[Path]:
             document = golden.written(tables.emptied())
             path = GOLDEN_DIR / golden.path
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            path.write_text(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
             written.append(path)
     return written
 
