@@ -72,7 +72,7 @@ from runtime.event_log.models import (
     SnapshotMarker,
 )
 from runtime.event_log.objects import S3Objects, SqsQueue
-from runtime.event_log.parsing import parse_message, side_effect_request_id
+from runtime.event_log.parsing import parse_message, side_effect_of_record, side_effect_request_id
 from runtime.event_log.service import EventLogService, LogOptions, payload_key
 from runtime.event_log.side_effects import RouterQueues, StreamRouter
 from runtime.event_log.snapshots import Outcome, SnapshotWorker, WorkerOptions
@@ -390,7 +390,7 @@ def stored_format_message(path: str, what: str, changes: list[str]) -> str:
     listed = "\n  ".join(changes)
     return (
         f"STORED-FORMAT CHANGE in tests/golden/{path}: {what}\n  {listed}\n"
-        "Deployed tables hold items in the golden format. If the change is intended, it needs a CHANGELOG entry"
+        "Deployed stacks hold data in the golden format. If the change is intended, it needs a CHANGELOG entry"
         f" and an upgrade note; regenerate with `{REGENERATE}` and review the diff (tests/golden/README.md)."
     )
 
@@ -654,6 +654,11 @@ def _read_head(expected: Head) -> Callable[[AtRest], None]:
     return read
 
 
+def _stream_side_effect(at_rest: AtRest, seq: int | Decimal) -> SideEffectMessage:
+    image = at_rest.raw_item(at_rest.log_table, _log_key(seq))
+    return side_effect_of_record({"eventName": "INSERT", "dynamodb": {"NewImage": image, "SequenceNumber": "1"}})
+
+
 def _read_entry(position: int) -> Callable[[AtRest], None]:
     def read(at_rest: AtRest) -> None:
         entry = ENTRIES[position]
@@ -667,6 +672,9 @@ def _read_entry(position: int) -> Callable[[AtRest], None]:
         assert latest is not None
         expected = {"seq": str(position), "kind": entry.event.kind.value, "position": position, "cell": entry.event.cell}
         assert [{name: listed[name] for name in expected} for listed in latest["entries"]] == [expected]
+        if entry.event.kind is EntryKind.LARGE_PAYLOAD:
+            # and as the stream router reads its stream record (kept 24 hours, so read across a deployment)
+            assert _stream_side_effect(at_rest, position) == _FINALIZE
 
     return read
 
@@ -674,6 +682,8 @@ def _read_entry(position: int) -> Callable[[AtRest], None]:
 def _read_marker(expected: SnapshotMarker) -> Callable[[AtRest], None]:
     def read(at_rest: AtRest) -> None:
         assert at_rest.log.read_marker(LOG_ID, MARKER.seq) == expected
+        # and as the stream router reads its stream record (kept 24 hours, so read across a deployment)
+        assert _stream_side_effect(at_rest, MARKER.seq) == _BUILD
         # and as GET /logs/{id} lists it (after the log's head)
         at_rest.put_golden(golden_item("event_log/log/head.json"))
         service = EventLogService(at_rest.log, at_rest.objects, clock=lambda: NOW)
