@@ -172,7 +172,7 @@ def _variable(cloud: EmbeddedCloud, handler: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class AtRest:
-    """The tables and the bucket the functions write, created from the reviewed dev templates."""
+    """The tables, the bucket and the queues the functions write, created from the reviewed dev templates."""
 
     dynamodb: Any
     s3: Any
@@ -228,7 +228,7 @@ class AtRest:
             self.dynamodb.put_item(TableName=golden.table(self), Item=item_from_json(golden.load()))
 
     def emptied(self) -> AtRest:
-        """The same tables and bucket with nothing in them (cheaper than creating them again for each case)."""
+        """The same tables, bucket and queues with nothing in them (cheaper than creating them for each case)."""
         for table in [self.runner.run_stats, self.runner.tendency, self.runner.messages, self.runner.rejects]:
             self._empty_table(table)
         for table in [self.log_table, self.pending_table, *self.status_tables.values(), self.trips_table]:
