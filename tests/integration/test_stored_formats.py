@@ -53,6 +53,7 @@ from typing import Any
 import pytest
 
 from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
+from devtools.state import capture
 from ops.taxi_store import StatusRepairTable
 from runtime.event_log import contract as event_log
 from runtime.event_log.cells import order_key
@@ -504,9 +505,7 @@ def _save_rejection(rejection: Rejection) -> Callable[[AtRest], None]:
 
 def _read_rejection(rejection: Rejection) -> Callable[[AtRest], None]:
     def read(at_rest: AtRest) -> None:
-        # No runtime function reads the rejects table (it is for operators): read it as they do, by attribute.
-        from devtools.state import capture
-
+        # No runtime function reads the rejects table (it is for operators): read it as the demo's view does, and by attribute.
         assert capture(at_rest.dynamodb, at_rest.runner).rejects == {rejection.position.record_id: rejection.reason.value}
         key = {runner_stats.KEY_RECORD_ID: {"S": rejection.position.record_id}}
         item = from_attributes(at_rest.raw_item(at_rest.runner.rejects, key))
