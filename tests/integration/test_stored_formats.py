@@ -26,8 +26,9 @@ To change a format deliberately: change the code, then regenerate the golden fil
     .venv/bin/python -m tests.integration.test_stored_formats --regenerate
 
 review `git diff tests/golden/` attribute by attribute, and commit it with the CHANGELOG entry and
-the upgrade note. Items of the old format stay in deployed tables: the new code reads them too (with
-a test that reads one), or the change ships with the migration that rewrites them.
+the upgrade note. Items of the old format stay in deployed tables: the new code reads them too (keep
+the old golden file under `earlier/` as a read-only case, EARLIER_FORMATS), or the change ships with
+the migration that rewrites them.
 
 Volatile values: the random tokens a few writes carry so that a retried write recognises itself
 (`write_token` on log entries, `ClearToken` and `RedriveToken` on status rows) come from uuid4, with
@@ -93,7 +94,7 @@ from runtime.runner_stats.models import (
 from runtime.runner_stats.store import DynamoRunStatsStore, RunStatsTables
 from runtime.shared.attributes import from_attributes
 from runtime.taxi_etl import contract as taxi_etl
-from runtime.taxi_etl.final_table import DynamoFinalTable, DynamoRowReader
+from runtime.taxi_etl.final_table import DynamoFinalTable, DynamoRowReader, PutOutcome
 from runtime.taxi_etl.flag_step import CaughtError, FlagMode, FlagRequest, clear_retryable, flag
 from runtime.taxi_etl.models import Phase, Row
 from runtime.taxi_etl.phases import run_transformation, run_validation
@@ -224,7 +225,7 @@ class AtRest:
         assert found is not None, f"the write path stored no item under {key} in {table}"
         return dict(found)
 
-    def put_golden(self, *goldens: GoldenItem) -> None:
+    def put_golden(self, *goldens: GoldenItem | EarlierFormat) -> None:
         for golden in goldens:
             self.dynamodb.put_item(TableName=golden.table(self), Item=item_from_json(golden.load()))
 
@@ -317,6 +318,21 @@ class GoldenItem:
     def written(self, at_rest: AtRest) -> dict[str, Any]:
         self.write(at_rest)
         return with_token_placeholders(item_json(at_rest.raw_item(self.table(at_rest), self.key)))
+
+
+@dataclass(frozen=True)
+class EarlierFormat:
+    """An item an earlier version wrote, which deployed tables may still hold: read-only, as no current
+    code writes it. Made by that version's own write path (`written_by`, from `git archive`) on moto."""
+
+    path: str
+    written_by: str  # the commit whose code wrote it
+    table: Callable[[AtRest], str]
+    read: Callable[[AtRest], None]
+
+    def load(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads((GOLDEN_DIR / self.path).read_text())
+        return loaded
 
 
 @dataclass(frozen=True)
@@ -921,6 +937,17 @@ def _read_sparse_trip(at_rest: AtRest) -> None:
     assert not {"vendor", "passenger_count", "trip_distance", "rate_code", "store_and_fwd", "payment_type"} & set(stored)
 
 
+def _read_trip_of_item_version_2(at_rest: AtRest) -> None:
+    # GET /trips/{id} answers it as stored (its store row's tuple makes the same trip across layouts)
+    at_rest.put_golden(golden_item("taxi_etl/store_status/in_phase.json"))
+    status, trip = at_rest.row_reader.read(TRIP_ID)
+    answer = row_state(TRIP_ID, status, trip)
+    assert answer is not None and answer.state is State.STORED
+    assert (answer.findings, answer.unexplained_amount) == (("total_amount_mismatch",), Decimal("2.10"))
+    # and Store, given the same row again, finds it already stored, not a conflict
+    assert at_rest.trips.put_once(final_item(TRIP_ID, transformed(TRIP_LINE))) is PutOutcome.ALREADY_STORED
+
+
 def _row_key(store_request_id: str) -> dict[str, Any]:
     return {taxi_etl.KEY_STORE_REQUEST_ID: {"S": store_request_id}}
 
@@ -1014,6 +1041,15 @@ TAXI_ETL = [
 ]
 
 GOLDEN_ITEMS = [*RUNNER_STATS, *EVENT_LOG, *TAXI_ETL]
+# Items of earlier formats that deployed tables may hold, and that the current code must still read.
+EARLIER_FORMATS = [
+    EarlierFormat(
+        "taxi_etl/trips/earlier/trip_item_version_2.json",
+        written_by="a1b1fb3a4ed50371eb65330f83d645464c047e01",  # the last commit of item layout 2 (366c789 made it 3)
+        table=lambda t: t.trips_table,
+        read=_read_trip_of_item_version_2,
+    ),
+]
 EVERY_GOLDEN: list[GoldenItem | GoldenObject | GoldenMessage] = [*GOLDEN_ITEMS, *BUCKET_OBJECTS, *QUEUE_MESSAGES]
 
 
@@ -1053,6 +1089,15 @@ def test_the_current_code_reads_the_golden_item(golden: GoldenItem, at_rest: AtR
     # When the runtime reads it through its read path
     # Then it gets the domain values the item was written from
     read_or_report(golden.path, golden.read, at_rest)
+
+
+@pytest.mark.parametrize("earlier", EARLIER_FORMATS, ids=lambda earlier: earlier.path.removesuffix(".json"))
+def test_the_current_code_reads_items_of_earlier_formats(earlier: EarlierFormat, at_rest: AtRest) -> None:
+    # Given an item an earlier version wrote, stored in a fresh table
+    at_rest.put_golden(earlier)
+    # When the runtime reads it through its read path
+    # Then it gets the domain values, as from an item of the current format
+    read_or_report(earlier.path, earlier.read, at_rest)
 
 
 @pytest.mark.parametrize("golden", BUCKET_OBJECTS, ids=lambda golden: golden.path.removesuffix(".json"))
@@ -1102,7 +1147,7 @@ def test_the_current_code_reads_the_golden_message(golden: GoldenMessage, at_res
 def test_every_golden_file_is_tested_and_every_table_has_one(at_rest: AtRest) -> None:
     # Given the golden files on disk and the cases above
     on_disk = {path.relative_to(GOLDEN_DIR).as_posix() for path in GOLDEN_DIR.rglob("*.json")}
-    cases = {golden.path for golden in EVERY_GOLDEN}
+    cases = {golden.path for golden in [*EVERY_GOLDEN, *EARLIER_FORMATS]}
     # Then each file is a case and each case has its file
     assert on_disk == cases
     # and every table the stacks deploy holds at least one golden kind (a new table needs its goldens)
