@@ -898,6 +898,12 @@ def _redrive_claimed(at_rest: AtRest) -> None:
     assert validation.claim_redrive(seen, later, at=REDRIVEN_AT) == 2
 
 
+def _redrive_started(at_rest: AtRest) -> None:
+    """The redrive claimed the row, started its execution, and ended the row's pending mark."""
+    _redrive_claimed(at_rest)
+    StatusRepairTable(at_rest.status_tables[Phase.VALIDATION], at_rest.dynamodb).end_pending(REJECTED_ID, 2)
+
+
 def _read_status(table: Phase, store_request_id: str, row: StatusRow, state: State, **expected: Any) -> Callable[[AtRest], None]:
     """The row as GET /trips/{id} reads it (one BatchGetItem over the four tables), and what it makes of it."""
 
@@ -1025,6 +1031,20 @@ TAXI_ETL = [
             Phase.VALIDATION,
             REJECTED_ID,
             StatusRow(REJECTED_ID, REJECTED_LINE, 0, generation=2, pending=True),
+            State.PENDING,
+            phase=Phase.VALIDATION,
+            generation=2,
+        ),
+    ),
+    GoldenItem(
+        "taxi_etl/validation_status/redrive_started.json",
+        _status_table(Phase.VALIDATION),
+        _row_key(REJECTED_ID),
+        _redrive_started,
+        _read_status(
+            Phase.VALIDATION,
+            REJECTED_ID,
+            StatusRow(REJECTED_ID, REJECTED_LINE, 0, generation=2, pending=False),
             State.PENDING,
             phase=Phase.VALIDATION,
             generation=2,
