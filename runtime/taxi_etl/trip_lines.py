@@ -18,7 +18,9 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Final, NamedTuple, TypeVar
 
-from runtime.taxi_etl.trips import (
+# Relative: the clients import this module as onceflow.runtime.taxi_etl.trip_lines from the installed
+# wheel, which has no top-level `runtime` package (Lambda's name for the same folder).
+from .trips import (
     AMOUNTS,
     COLUMNS,
     EARLIEST_LOCAL,
