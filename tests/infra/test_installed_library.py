@@ -5,14 +5,16 @@ Serverless packs, and makes no acknowledgement call; synth must pass.
 
 It runs at both ends of the ranges the wheel declares (requirements.txt): `lowest` installs the
 lower bound of aws-cdk-lib, constructs and cdk-nag, `newest` whatever pip resolves for the ranges
-today. Both really install from the package index, against the default index alone (this
-machine's pip configuration aside, as `make lock` does), with the downloads cached in
-build/pip-cache so a rerun downloads nothing it already has.
+today. Both really come from the package index, resolved against the default index alone (this
+machine's pip configuration aside, as `make lock` does): pip downloads what the wheelhouse
+build/pip-cache lacks, then installs offline from it, so a rerun downloads nothing it already has
+(pip's own HTTP cache depends on the index's cache headers, which a proxy may strip).
 """
 
 from __future__ import annotations
 
 import email
+import fcntl
 import json
 import os
 import shutil
@@ -40,13 +42,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # What a source distribution of the project holds; onceflow/ links infra/ and runtime/.
 PACKAGE_SOURCES = ("pyproject.toml", "requirements.txt", "LICENSE", "docs/pypi.md", "onceflow", "infra", "runtime")
 LONG_DESCRIPTION = ROOT / "docs" / "pypi.md"
-PIP_CACHE = ROOT / "build" / "pip-cache"
+WHEELHOUSE = ROOT / "build" / "pip-cache"
 # What a team's CDK app needs from the wheel, each with a range.
 CDK_PACKAGES = ("aws-cdk-lib", "constructs", "cdk-nag")
 # pip settings of this machine that could bring packages from elsewhere than the default index.
 MACHINE_PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")
-# The two ends each in one xdist group, so `--dist loadgroup` builds each environment once.
-ENDS = [pytest.param(end, marks=pytest.mark.xdist_group(f"consumer-{end}"), id=end) for end in ("lowest", "newest")]
+# One test per end, each building its own environment: under xdist, whatever the --dist mode, each
+# environment is built once, and the two ends may run on two workers at once.
+ENDS = ("lowest", "newest")
 EXPECTED_HANDLERS = {
     runner_stats_contract.HANDLER,
     event_log_contract.HANDLER_API,
@@ -102,9 +105,18 @@ def lower_bound(specifier: SpecifierSet) -> Version:
 
 
 def pip_environment() -> dict[str, str]:
-    """pip against the default index alone, with its downloads kept in build/pip-cache."""
+    """pip against the default index alone."""
     env = {key: value for key, value in os.environ.items() if key not in MACHINE_PIP_SETTINGS}
-    return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(PIP_CACHE), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def download_to_wheelhouse(requirements: list[str], cwd: Path) -> None:
+    """What the requirements resolve to on the index today, downloaded into the wheelhouse unless
+    already there. One download at a time: pip keeps a file already there, even one still being written."""
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    with (WHEELHOUSE / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(WHEELHOUSE), *requirements], cwd, pip_environment())
 
 
 def wheel_metadata(wheel: Path) -> Message:
@@ -134,23 +146,24 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-ConsumerSynth = tuple[Path, dict[str, Any], dict[str, str], dict[str, Version]]
-
-
-@pytest.fixture(scope="module", params=ENDS)
-def consumer_synth(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> ConsumerSynth:
+def synthesize_team_app(end: str, wheel: Path, home: Path) -> tuple[Path, dict[str, Any], dict[str, str], dict[str, Version]]:
     """The team's app synthesized in a new environment at one end of the ranges: its cdk.out, its
     template, where its imports came from, and the versions of the CDK packages installed."""
-    end: str = request.param
-    home = tmp_path_factory.mktemp(f"consumer-{end}")
     environment = home / "venv"
     # No pip inside: the dev environment's pip installs into it (--python), which saves ensurepip's seconds.
     venv.EnvBuilder(with_pip=False).create(environment)
     python = environment / "bin" / "python"
-    pins = [f"{name}=={lower_bound(specifier)}" for name, specifier in declared_ranges().items()] if end == "lowest" else []
+    ranges = declared_ranges().items()
+    if end == "lowest":
+        requirements = [f"{name}=={lower_bound(specifier)}" for name, specifier in ranges]
+    else:
+        requirements = [f"{name}{specifier}" for name, specifier in ranges]
+    download_to_wheelhouse(requirements, home)
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    # Offline from the wheelhouse, which holds nothing newer than the index's newest in the ranges.
     # --no-compile: byte-compiling all of aws-cdk-lib costs about 8x the install; synth compiles what it imports.
-    run([*pip, "install", "--quiet", "--no-compile", str(wheel), *pins], home, pip_environment())
+    offline = ["--no-index", "--find-links", str(WHEELHOUSE), "--no-compile"]
+    run([*pip, "install", "--quiet", *offline, str(wheel), *requirements], home, pip_environment())
     run([*pip, "check"], home, pip_environment())
     probe = f"import json, importlib.metadata as m; print(json.dumps({{n: m.version(n) for n in {CDK_PACKAGES!r}}}))"
     versions = json.loads(run([str(python), "-c", probe], home).stdout)
@@ -219,13 +232,25 @@ def test_the_wheel_metadata_declares_ranges_the_version_the_licence_and_a_short_
     assert len(metadata.get_payload()) < 5_000
 
 
-def test_each_end_of_the_ranges_installs_the_versions_it_names(consumer_synth: ConsumerSynth, request: pytest.FixtureRequest) -> None:
-    # Given the new environment of one end of the ranges
-    *_, installed = consumer_synth
+@pytest.mark.parametrize("end", ENDS)
+def test_a_team_app_synthesizes_the_three_pipelines_with_cdk_nag_at_each_end_of_the_ranges(end: str, wheel: Path, tmp_path: Path) -> None:
+    # Given the wheel installed in a new environment with that end's aws-cdk-lib, constructs and cdk-nag
+    # When the team's app, with its own infra and runtime packages, is synthesized there with both nag
+    # packs and no acknowledgement call (synth raises on an open finding)
+    outdir, template, origins, installed = synthesize_team_app(end, wheel, tmp_path)
+    # Then the environment ran the versions that end names
+    check_installed_versions(end, installed)
+    # and the app synthesized the three pipelines, with its own packages and nothing open in cdk-nag
+    check_the_team_app(outdir, template, origins)
+    # and each function's code is the one runtime/ asset
+    check_each_lambda_asset_holds_the_runtime_package_only(outdir, template)
+
+
+def check_installed_versions(end: str, installed: dict[str, Version]) -> None:
     ranges = declared_ranges()
-    # Then each CDK package installed lies within the wheel's range
+    # each CDK package installed lies within the wheel's range
     assert all(installed[name] in specifier for name, specifier in ranges.items())
-    if request.node.callspec.params["consumer_synth"] == "lowest":
+    if end == "lowest":
         # and the lowest end ran exactly the lower bounds
         assert installed == {name: lower_bound(specifier) for name, specifier in ranges.items()}
     else:
@@ -234,12 +259,8 @@ def test_each_end_of_the_ranges_installs_the_versions_it_names(consumer_synth: C
         assert all(installed[name] >= pins[name] for name in ranges)
 
 
-def test_a_team_app_with_its_own_infra_and_runtime_synthesizes_the_three_pipelines_with_cdk_nag(
-    consumer_synth: ConsumerSynth,
-) -> None:
-    # Given the team's app, synthesized with both nag packs and no acknowledgement call (synth raises on an open finding)
-    outdir, template, origins, _ = consumer_synth
-    # Then its own infra and runtime packages were the ones it imported, and onceflow came from the installed wheel
+def check_the_team_app(outdir: Path, template: dict[str, Any], origins: dict[str, str]) -> None:
+    # its own infra and runtime packages were the ones it imported, and onceflow came from the installed wheel
     app_dir = outdir.parent / "app"
     assert Path(origins["infra"]).parent == app_dir / "infra"
     assert Path(origins["runtime"]).parent == app_dir / "runtime"
@@ -257,9 +278,7 @@ def test_a_team_app_with_its_own_infra_and_runtime_synthesizes_the_three_pipelin
         assert violations == []
 
 
-def test_each_lambda_asset_holds_the_runtime_package_only(consumer_synth: ConsumerSynth) -> None:
-    # Given the team app's assembly and the code assets its functions use
-    outdir, template, _, _ = consumer_synth
+def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, template: dict[str, Any]) -> None:
     manifest = json.loads((outdir / "TeamPipelines.assets.json").read_text())
     code_keys = {body["Properties"]["Code"]["S3Key"] for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"}
     assets = [
@@ -267,7 +286,7 @@ def test_each_lambda_asset_holds_the_runtime_package_only(consumer_synth: Consum
         for asset in manifest["files"].values()
         if any(destination["objectKey"] in code_keys for destination in asset["destinations"].values())
     ]
-    # Then all functions share one asset, a directory holding runtime/ and nothing else
+    # all functions share one asset, a directory holding runtime/ and nothing else
     assert len(assets) == 1
     directory = outdir / assets[0]["source"]["path"]
     assert [path.name for path in directory.iterdir()] == ["runtime"]
