@@ -26,13 +26,16 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 help: ## lists these targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
-install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (hashes checked) and runs npm ci; does nothing when up to date
+install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (hashes checked), installs the project itself in editable mode (its console scripts in .venv/bin) and runs npm ci; does nothing when up to date
 
-# Re-runs only when the lock changed; otherwise `make install` does nothing. pip checks every hash,
-# so nothing outside the lock (pip-tools included) can come in.
-$(STAMP): $(LOCK)
+# Re-runs only when the lock or pyproject.toml changed; otherwise `make install` does nothing. pip
+# checks every hash, so nothing outside the lock (pip-tools included) can come in. Then the project
+# itself, editable and without dependencies (the lock has them, and setuptools to build it), so
+# onceflow-taxi-load and onceflow-event-log are in .venv/bin and run the working tree's code.
+$(STAMP): $(LOCK) pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --no-index --editable .
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json $(STAMP)

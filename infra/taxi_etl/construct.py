@@ -220,7 +220,7 @@ class TaxiEtlSaga(Construct):
         task.add_retry(
             errors=TRANSIENT_ERRORS,
             interval=Duration.seconds(settings.retry_interval_seconds),
-            max_attempts=settings.transient_retry_attempts,
+            max_attempts=settings.execution_limits.transient_retry_attempts,
             backoff_rate=2,
             max_delay=Duration.seconds(settings.transient_retry_max_delay_seconds),
             jitter_strategy=sfn.JitterType.FULL,
@@ -298,7 +298,7 @@ class TaxiEtlSaga(Construct):
                 sfn.Wait(
                     self,
                     f"Wait{phase}Redrive",
-                    time=sfn.WaitTime.duration(Duration.seconds(settings.auto_redrive_wait_seconds)),
+                    time=sfn.WaitTime.duration(Duration.seconds(settings.execution_limits.auto_redrive_wait_seconds)),
                     comment="AWS failed the phase after its retries: its rows are flagged retryable and tried once more later",
                 )
             ).next(clear).next(redrive)
@@ -336,7 +336,7 @@ class TaxiEtlSaga(Construct):
             "StateMachine",
             definition_body=sfn.DefinitionBody.from_chainable(next_state),
             state_machine_type=settings.workflow_type,
-            timeout=Duration.minutes(settings.execution_timeout_minutes),
+            timeout=Duration.minutes(settings.execution_limits.execution_timeout_minutes),
             tracing_enabled=common.tracing.lambda_active_tracing,
             logs=sfn.LogOptions(
                 destination=self.state_machine_logs, level=settings.execution_log_level, include_execution_data=settings.execution_log_data

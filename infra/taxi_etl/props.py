@@ -23,6 +23,28 @@ STEP_FUNCTIONS_MAX_PAYLOAD_BYTES = 256 * 1024
 VALIDATE_MAX_LINE_BYTES = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES: longer lines would only be flagged
 # The functions a reservation can name (TaxiEtlConfig.reserved_concurrency); the flag function is not one.
 TAXI_ETL_FUNCTIONS: Final = ("api", "row_state", "authorizer", "validate", "transform", "store")
+EXPRESS_MAX_EXECUTION_MINUTES = 5
+
+
+@dataclass(frozen=True)
+class ExecutionLimits:
+    """How long an execution may run, how often AWS failing a task is retried, and how long the automatic
+    redrive waits: what TaxiEtlConfig's fields of the same names give, or its workflow type's defaults."""
+
+    execution_timeout_minutes: int
+    transient_retry_attempts: int
+    auto_redrive_wait_seconds: int
+
+
+# Per workflow type, so choosing EXPRESS alone is valid: its executions last 5 minutes at most, and
+# fewer retries of AWS's failures and a shorter wait keep a phase's backoff and its redrive within
+# them (132 s of the 300, the rest for the invocations themselves; STANDARD's would take 616 s).
+WORKFLOW_DEFAULTS: Final[Mapping[sfn.StateMachineType, ExecutionLimits]] = {
+    sfn.StateMachineType.STANDARD: ExecutionLimits(execution_timeout_minutes=15, transient_retry_attempts=8, auto_redrive_wait_seconds=120),
+    sfn.StateMachineType.EXPRESS: ExecutionLimits(
+        execution_timeout_minutes=EXPRESS_MAX_EXECUTION_MINUTES, transient_retry_attempts=4, auto_redrive_wait_seconds=60
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,9 @@ class TaxiEtlConfig:
         sources, drop the cached clients and make the authorizer read the API key again. Python's
         SnapStart bills each version's cached snapshot while it exists and every restore: see the
         README's SnapStart section before turning it on. Not combinable with provisioned concurrency.
+    execution_timeout_minutes, transient_retry_attempts, auto_redrive_wait_seconds: None (the
+        default) takes the workflow type's (WORKFLOW_DEFAULTS): 15 minutes, 8 attempts and 120 s
+        for STANDARD, 5 minutes, 4 attempts and 60 s for EXPRESS. `execution_limits` has the values in effect.
     """
 
     # STANDARD: execution names deduplicate starts (the API's idempotency rests on it) and the
@@ -61,15 +86,15 @@ class TaxiEtlConfig:
     api_burst_limit: int = 100
     # AWS failing a task (contract.ERROR_TRANSIENT: a closed connection, a timeout, a throttle, a 5xx from
     # DynamoDB; and Lambda's own service errors): no verdict on the rows, so retried longer than a crash.
-    transient_retry_attempts: int = 8
+    transient_retry_attempts: int | None = None  # None: the workflow type's (8 for STANDARD, 4 for EXPRESS)
     transient_retry_max_delay_seconds: int = 60
     task_retry_attempts: int = 2  # any other task failure (a crash, a bug, a timeout): every phase is idempotent
     retry_interval_seconds: int = 2
     retry_max_delay_seconds: int = 60
     # After those retries the rows are flagged `retryable:<error>`, and this long later the phase runs
     # once more on them in the same execution (the automatic redrive); then a failure is final and alarmed.
-    auto_redrive_wait_seconds: int = 120
-    execution_timeout_minutes: int = 15
+    auto_redrive_wait_seconds: int | None = None  # None: the workflow type's (120 s for STANDARD, 60 s for EXPRESS)
+    execution_timeout_minutes: int | None = None  # None: the workflow type's (15 for STANDARD, 5 for EXPRESS, its limit)
     phase_timeout_seconds: int = 60
     phase_memory_mb: int = 256
     api_timeout_seconds: int = 10
@@ -82,11 +107,22 @@ class TaxiEtlConfig:
     reserved_concurrency: Mapping[str, int] = field(default_factory=dict)
     snap_start: bool = False
 
+    @property
+    def execution_limits(self) -> ExecutionLimits:
+        """The fields set, the workflow type's defaults for those left None."""
+        defaults = WORKFLOW_DEFAULTS[self.workflow_type]
+        return ExecutionLimits(
+            execution_timeout_minutes=_given_or(self.execution_timeout_minutes, defaults.execution_timeout_minutes),
+            transient_retry_attempts=_given_or(self.transient_retry_attempts, defaults.transient_retry_attempts),
+            auto_redrive_wait_seconds=_given_or(self.auto_redrive_wait_seconds, defaults.auto_redrive_wait_seconds),
+        )
+
     def validate(self) -> None:
         if not isinstance(self.snap_start, bool):
             raise ConfigError("taxi_etl.snap_start must be True or False")
-        if self.workflow_type not in (sfn.StateMachineType.STANDARD, sfn.StateMachineType.EXPRESS):
+        if self.workflow_type not in WORKFLOW_DEFAULTS:
             raise ConfigError("taxi_etl.workflow_type must be STANDARD or EXPRESS")
+        limits = self.execution_limits
         if not 1 <= self.batch_max_lines <= 1000:
             raise ConfigError("taxi_etl.batch_max_lines must be 1..1000")
         if not 256 <= self.max_line_bytes <= min(self.batch_max_bytes, VALIDATE_MAX_LINE_BYTES):
@@ -100,24 +136,24 @@ class TaxiEtlConfig:
             raise ConfigError("taxi_etl secret caching must satisfy 1 <= refresh floor <= cache seconds <= 3600")
         if not 1 <= self.api_rate_limit <= self.api_burst_limit:
             raise ConfigError("taxi_etl api rate limit must be positive and at most the burst limit")
-        if not 0 <= self.transient_retry_attempts <= 10 or not 0 <= self.task_retry_attempts <= 5:
+        if not 0 <= limits.transient_retry_attempts <= 10 or not 0 <= self.task_retry_attempts <= 5:
             raise ConfigError("taxi_etl retries must be bounded: transient 0..10, task 0..5")
         if not 1 <= self.retry_interval_seconds <= self.retry_max_delay_seconds <= 3600:
             raise ConfigError("taxi_etl retry interval must be 1..retry_max_delay_seconds (at most 3600)")
         if not self.retry_max_delay_seconds <= self.transient_retry_max_delay_seconds <= 3600:
             raise ConfigError("taxi_etl.transient_retry_max_delay_seconds must be retry_max_delay_seconds..3600")
-        if self.transient_retry_attempts < self.task_retry_attempts:
+        if limits.transient_retry_attempts < self.task_retry_attempts:
             raise ConfigError("taxi_etl.transient_retry_attempts must be at least task_retry_attempts: AWS failing is retried longer")
-        if not 1 <= self.auto_redrive_wait_seconds <= 3600:
+        if not 1 <= limits.auto_redrive_wait_seconds <= 3600:
             raise ConfigError("taxi_etl.auto_redrive_wait_seconds must be 1..3600")
         for timeout in (self.phase_timeout_seconds, self.api_timeout_seconds):
             if not 3 <= timeout <= 900:
                 raise ConfigError("taxi_etl function timeouts must be 3..900 s")
         if self.api_timeout_seconds > 29:
             raise ConfigError("taxi_etl.api_timeout_seconds must be at most 29 (the HTTP API integration limit)")
-        if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_timeout_minutes > 5:
-            raise ConfigError("taxi_etl.execution_timeout_minutes must be at most 5 for EXPRESS workflows")
-        if not 1 <= self.execution_timeout_minutes <= 24 * 60:
+        if self.workflow_type == sfn.StateMachineType.EXPRESS and limits.execution_timeout_minutes > EXPRESS_MAX_EXECUTION_MINUTES:
+            raise ConfigError(f"taxi_etl.execution_timeout_minutes must be at most {EXPRESS_MAX_EXECUTION_MINUTES} for EXPRESS workflows")
+        if not 1 <= limits.execution_timeout_minutes <= 24 * 60:
             raise ConfigError("taxi_etl.execution_timeout_minutes must be 1..1440")
         if not 128 <= self.phase_memory_mb <= 10_240:
             raise ConfigError("taxi_etl.phase_memory_mb must be 128..10240")
@@ -127,10 +163,10 @@ class TaxiEtlConfig:
             raise ConfigError("taxi_etl.execution_log_data needs an execution_log_level other than OFF")
         if self.workflow_type == sfn.StateMachineType.EXPRESS and self.execution_log_level == sfn.LogLevel.OFF:
             raise ConfigError("taxi_etl.execution_log_level must not be OFF for EXPRESS workflows: their logs are their only history")
-        if self.redrive_budget_seconds > self.execution_timeout_minutes * 60:
+        if self.redrive_budget_seconds > limits.execution_timeout_minutes * 60:
             raise ConfigError(
                 f"taxi_etl: a phase's retries, the wait and its redrive's retries take up to {self.redrive_budget_seconds} s of backoff,"
-                f" more than execution_timeout_minutes allows ({self.execution_timeout_minutes * 60} s): the execution would time out"
+                f" more than execution_timeout_minutes allows ({limits.execution_timeout_minutes * 60} s): the execution would time out"
                 " with its rows neither stored nor flagged"
             )
         unknown = sorted(set(self.reserved_concurrency) - set(TAXI_ETL_FUNCTIONS))
@@ -146,17 +182,22 @@ class TaxiEtlConfig:
     def redrive_budget_seconds(self) -> int:
         """The most one phase can wait: both retriers' backoff (full jitter only shortens it) before and after the
         automatic redrive, and the wait between them. The invocations' own time comes on top."""
+        limits = self.execution_limits
         return (
             2
             * (
-                self._backoff(self.transient_retry_attempts, self.transient_retry_max_delay_seconds)
+                self._backoff(limits.transient_retry_attempts, self.transient_retry_max_delay_seconds)
                 + self._backoff(self.task_retry_attempts, self.retry_max_delay_seconds)
             )
-            + self.auto_redrive_wait_seconds
+            + limits.auto_redrive_wait_seconds
         )
 
     def _backoff(self, attempts: int, max_delay: int) -> int:
         return sum(min(self.retry_interval_seconds * 2**attempt, max_delay) for attempt in range(attempts))
+
+
+def _given_or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 @dataclass(frozen=True)

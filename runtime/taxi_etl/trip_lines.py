@@ -18,8 +18,8 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Final, NamedTuple, TypeVar
 
-# Relative: the clients extra imports this module as onceflow.runtime.taxi_etl.trip_lines, where no
-# top-level `runtime` package exists (the wheel holds onceflow/ only).
+# Relative: the clients import this module as onceflow.runtime.taxi_etl.trip_lines from the installed
+# wheel, which has no top-level `runtime` package (Lambda's name for the same folder).
 from .trips import (
     AMOUNTS,
     COLUMNS,

@@ -3,32 +3,53 @@ installed into a fresh virtual environment, used by a CDK app that has its own `
 `runtime` packages. The app builds the three pipelines with no props, adds the AwsSolutions and
 Serverless packs, and makes no acknowledgement call; synth must pass.
 
-The new environment reuses the dev environment's installed dependencies (aws-cdk-lib, constructs,
-cdk-nag) through a .pth file, so nothing is downloaded: the wheel itself goes in with --no-index.
+It runs at both ends of the ranges the wheel declares (requirements.txt): `lowest` installs the
+lower bound of aws-cdk-lib, constructs and cdk-nag, `newest` whatever pip resolves for the ranges
+today. Both really come from the package index, resolved against the default index alone (this
+machine's pip configuration aside, as `make lock` does): pip downloads what the wheelhouse
+build/pip-cache lacks, then installs offline from it, so a rerun downloads nothing it already has
+(pip's own HTTP cache depends on the index's cache headers, which a proxy may strip).
 """
 
 from __future__ import annotations
 
+import email
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import venv
 import zipfile
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
+import onceflow
 from runtime.event_log import contract as event_log_contract
 from runtime.runner_stats import contract as runner_stats_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
+from tests.unit.test_setup import lock_pins
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a source distribution of the project holds; onceflow/ links infra/ and runtime/.
-PACKAGE_SOURCES = ("pyproject.toml", "requirements.txt", "README.md", "onceflow", "infra", "runtime")
+PACKAGE_SOURCES = ("pyproject.toml", "requirements.txt", "LICENSE", "docs/pypi.md", "onceflow", "infra", "runtime")
+LONG_DESCRIPTION = ROOT / "docs" / "pypi.md"
+WHEELHOUSE = ROOT / "build" / "pip-cache"
+# What a team's CDK app needs from the wheel, each with a range.
+CDK_PACKAGES = ("aws-cdk-lib", "constructs", "cdk-nag")
+# pip settings of this machine that could bring packages from elsewhere than the default index.
+MACHINE_PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")
+# One test per end, each building its own environment: under xdist, whatever the --dist mode, each
+# environment is built once, and the two ends may run on two workers at once.
+ENDS = ("lowest", "newest")
 EXPECTED_HANDLERS = {
     runner_stats_contract.HANDLER,
     event_log_contract.HANDLER_API,
@@ -71,6 +92,39 @@ def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> sub
     return result
 
 
+def declared_ranges() -> dict[str, SpecifierSet]:
+    """The wheel's dependencies as requirements.txt declares them."""
+    lines = (line.split("#", 1)[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines())
+    requirements = [Requirement(line) for line in lines if line]
+    return {canonicalize_name(requirement.name): requirement.specifier for requirement in requirements}
+
+
+def lower_bound(specifier: SpecifierSet) -> Version:
+    (bound,) = [clause.version for clause in specifier if clause.operator == ">="]
+    return Version(bound)
+
+
+def pip_environment() -> dict[str, str]:
+    """pip against the default index alone."""
+    env = {key: value for key, value in os.environ.items() if key not in MACHINE_PIP_SETTINGS}
+    return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def download_to_wheelhouse(requirements: list[str], cwd: Path) -> None:
+    """What the requirements resolve to on the index today, downloaded into the wheelhouse unless
+    already there. One download at a time: pip keeps a file already there, even one still being written."""
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    with (WHEELHOUSE / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(WHEELHOUSE), *requirements], cwd, pip_environment())
+
+
+def wheel_metadata(wheel: Path) -> Message:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        return email.message_from_string(archive.read(name).decode())
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel, built offline from a copy of the package sources (the repository stays clean)."""
@@ -78,6 +132,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in PACKAGE_SOURCES:
         path = ROOT / name
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
             shutil.copytree(path, source / name, symlinks=True, ignore=ignore)
         else:
@@ -91,18 +146,28 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.fixture(scope="module")
-def consumer_synth(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], dict[str, str]]:
-    """The team's app synthesized in the new environment: its cdk.out, its template, and where its imports came from."""
-    home = tmp_path_factory.mktemp("consumer")
+def synthesize_team_app(end: str, wheel: Path, home: Path) -> tuple[Path, dict[str, Any], dict[str, str], dict[str, Version]]:
+    """The team's app synthesized in a new environment at one end of the ranges: its cdk.out, its
+    template, where its imports came from, and the versions of the CDK packages installed."""
     environment = home / "venv"
-    venv.EnvBuilder(with_pip=True).create(environment)
+    # No pip inside: the dev environment's pip installs into it (--python), which saves ensurepip's seconds.
+    venv.EnvBuilder(with_pip=False).create(environment)
     python = environment / "bin" / "python"
-    site_packages = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], home).stdout.strip())
-    # The dev environment's dependencies, after the new environment's own packages.
-    (site_packages / "dev_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], home)
-    run([str(python), "-m", "pip", "check"], home)
+    ranges = declared_ranges().items()
+    if end == "lowest":
+        requirements = [f"{name}=={lower_bound(specifier)}" for name, specifier in ranges]
+    else:
+        requirements = [f"{name}{specifier}" for name, specifier in ranges]
+    download_to_wheelhouse(requirements, home)
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    # Offline from the wheelhouse, which holds nothing newer than the index's newest in the ranges.
+    # --no-compile: byte-compiling all of aws-cdk-lib costs about 8x the install; synth compiles what it imports.
+    offline = ["--no-index", "--find-links", str(WHEELHOUSE), "--no-compile"]
+    run([*pip, "install", "--quiet", *offline, str(wheel), *requirements], home, pip_environment())
+    run([*pip, "check"], home, pip_environment())
+    probe = f"import json, importlib.metadata as m; print(json.dumps({{n: m.version(n) for n in {CDK_PACKAGES!r}}}))"
+    versions = json.loads(run([str(python), "-c", probe], home).stdout)
+    installed = {canonicalize_name(name): Version(version) for name, version in versions.items()}
 
     app_dir = home / "app"
     for package, module, text in (
@@ -120,7 +185,7 @@ def consumer_synth(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     result = run([str(python), "app.py", str(outdir)], app_dir, env)
     origins = json.loads(result.stdout.strip().splitlines()[-1])
     template = json.loads((outdir / "TeamPipelines.template.json").read_text())
-    return outdir, template, origins
+    return outdir, template, origins, installed
 
 
 def test_the_wheel_installs_only_the_onceflow_package(wheel: Path) -> None:
@@ -128,28 +193,74 @@ def test_the_wheel_installs_only_the_onceflow_package(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         top_level = archive.read(next(name for name in names if name.endswith(".dist-info/top_level.txt"))).decode().split()
-        metadata = archive.read(next(name for name in names if name.endswith(".dist-info/METADATA"))).decode()
     # Then every file is under onceflow/ or its dist-info, and the one top-level name is onceflow
     assert {name.split("/")[0] for name in names} == {"onceflow", wheel.name.split("-py3")[0] + ".dist-info"}
     assert top_level == ["onceflow"]
-    # and it carries the public API, the type marker, the CDK code and the Lambda code
+    # and it carries the public API, the type marker, the CDK code, the Lambda code and the licence
     for expected in ("onceflow/constructs.py", "onceflow/py.typed", "onceflow/infra/lambda_factory.py", "onceflow/runtime/shared/aws.py"):
         assert expected in names
-    # and it depends on what a CDK app needs, as requirements.txt says (the API clients' extra aside)
-    requirements = {line.split(";")[0] for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line}
-    assert {requirement.split()[1].split("<")[0].split(">")[0].split("=")[0] for requirement in requirements} == {
-        "aws-cdk-lib",
-        "constructs",
-        "cdk-nag",
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
+
+
+def test_the_wheel_metadata_declares_ranges_the_version_the_licence_and_a_short_description(wheel: Path) -> None:
+    # Given the built wheel's metadata
+    metadata = wheel_metadata(wheel)
+    # Then its version is onceflow.__version__, the one place the version is written
+    assert metadata["Version"] == onceflow.__version__
+    assert wheel.name == f"onceflow-{onceflow.__version__}-py3-none-any.whl"
+    # and it depends on what a CDK app needs, each as a range below the next major release (the clients' extra aside)
+    requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+    ranges = {canonicalize_name(r.name): r.specifier for r in requirements if r.marker is None}
+    assert ranges == declared_ranges()
+    assert set(ranges) == set(CDK_PACKAGES)
+    assert {name: str(specifier) for name, specifier in ranges.items()} == {
+        "aws-cdk-lib": f"<3,>={lower_bound(ranges['aws-cdk-lib'])}",
+        "constructs": f"<11,>={lower_bound(ranges['constructs'])}",
+        "cdk-nag": f"<4,>={lower_bound(ranges['cdk-nag'])}",
     }
+    assert lower_bound(ranges["cdk-nag"]) >= Version("3")
+    # and the dev lock's pins lie within those ranges
+    pins = lock_pins()
+    assert all(pins[name] in specifier for name, specifier in ranges.items())
+    # and it is licensed Apache-2.0, with the licence's text
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata["License-File"] == "LICENSE"
+    # and its summary is one line, its long description docs/pypi.md in Markdown (not the README)
+    assert metadata["Summary"].startswith("AWS CDK constructs for serverless pipelines") and len(metadata["Summary"]) <= 200
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert metadata.get_payload().strip() == LONG_DESCRIPTION.read_text().strip()
+    assert len(metadata.get_payload()) < 5_000
 
 
-def test_a_team_app_with_its_own_infra_and_runtime_synthesizes_the_three_pipelines_with_cdk_nag(
-    consumer_synth: tuple[Path, dict[str, Any], dict[str, str]],
-) -> None:
-    # Given the team's app, synthesized with both nag packs and no acknowledgement call (synth raises on an open finding)
-    outdir, template, origins = consumer_synth
-    # Then its own infra and runtime packages were the ones it imported, and onceflow came from the installed wheel
+@pytest.mark.parametrize("end", ENDS)
+def test_a_team_app_synthesizes_the_three_pipelines_with_cdk_nag_at_each_end_of_the_ranges(end: str, wheel: Path, tmp_path: Path) -> None:
+    # Given the wheel installed in a new environment with that end's aws-cdk-lib, constructs and cdk-nag
+    # When the team's app, with its own infra and runtime packages, is synthesized there with both nag
+    # packs and no acknowledgement call (synth raises on an open finding)
+    outdir, template, origins, installed = synthesize_team_app(end, wheel, tmp_path)
+    # Then the environment ran the versions that end names
+    check_installed_versions(end, installed)
+    # and the app synthesized the three pipelines, with its own packages and nothing open in cdk-nag
+    check_the_team_app(outdir, template, origins)
+    # and each function's code is the one runtime/ asset
+    check_each_lambda_asset_holds_the_runtime_package_only(outdir, template)
+
+
+def check_installed_versions(end: str, installed: dict[str, Version]) -> None:
+    ranges = declared_ranges()
+    # each CDK package installed lies within the wheel's range
+    assert all(installed[name] in specifier for name, specifier in ranges.items())
+    if end == "lowest":
+        # and the lowest end ran exactly the lower bounds
+        assert installed == {name: lower_bound(specifier) for name, specifier in ranges.items()}
+    else:
+        # and the newest end at least what the dev lock pins (pip takes the newest release in the range)
+        pins = lock_pins()
+        assert all(installed[name] >= pins[name] for name in ranges)
+
+
+def check_the_team_app(outdir: Path, template: dict[str, Any], origins: dict[str, str]) -> None:
+    # its own infra and runtime packages were the ones it imported, and onceflow came from the installed wheel
     app_dir = outdir.parent / "app"
     assert Path(origins["infra"]).parent == app_dir / "infra"
     assert Path(origins["runtime"]).parent == app_dir / "runtime"
@@ -167,9 +278,7 @@ def test_a_team_app_with_its_own_infra_and_runtime_synthesizes_the_three_pipelin
         assert violations == []
 
 
-def test_each_lambda_asset_holds_the_runtime_package_only(consumer_synth: tuple[Path, dict[str, Any], dict[str, str]]) -> None:
-    # Given the team app's assembly and the code assets its functions use
-    outdir, template, _ = consumer_synth
+def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, template: dict[str, Any]) -> None:
     manifest = json.loads((outdir / "TeamPipelines.assets.json").read_text())
     code_keys = {body["Properties"]["Code"]["S3Key"] for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"}
     assets = [
@@ -177,7 +286,7 @@ def test_each_lambda_asset_holds_the_runtime_package_only(consumer_synth: tuple[
         for asset in manifest["files"].values()
         if any(destination["objectKey"] in code_keys for destination in asset["destinations"].values())
     ]
-    # Then all functions share one asset, a directory holding runtime/ and nothing else
+    # all functions share one asset, a directory holding runtime/ and nothing else
     assert len(assets) == 1
     directory = outdir / assets[0]["source"]["path"]
     assert [path.name for path in directory.iterdir()] == ["runtime"]

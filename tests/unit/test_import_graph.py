@@ -42,13 +42,23 @@ def project_imports() -> dict[str, set[str]]:
         imported: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             targets: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            if isinstance(node, ast.ImportFrom) and (node.module or node.level):
+                base = absolute_module(name, path, node)
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             imported |= {graph_name(target) for target in targets if graph_name(target) in modules and graph_name(target) != name}
         graph[name] = imported
     return graph
+
+
+def absolute_module(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """What `from .x import y` names, as the importing module's package sees it."""
+    if node.level == 0:
+        return node.module or ""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -144,3 +154,22 @@ def test_infra_is_imported_by_its_installed_name_only() -> None:
         # and infra reaches runtime/ only as onceflow.runtime, so the wheel never needs a top-level `runtime`
         if path.relative_to(ROOT).parts[0] == "infra":
             assert not {name for name in imported if name == "runtime" or name.startswith("runtime.")}, path
+
+
+def test_the_runtime_modules_the_clients_import_need_no_top_level_runtime() -> None:
+    # Given the modules of runtime/ the API clients import (as onceflow.runtime.*), and what those import in turn
+    graph = project_imports()
+    clients = list((ROOT / "onceflow" / "clients").glob("*.py"))
+    reached = {graph_name(name) for path in clients for name in imports_of(path) if name.startswith("onceflow.runtime.")}
+    assert "runtime.taxi_etl.trip_lines" in reached
+    pending = set(reached)
+    while pending:
+        pending = {target for module in pending for target in graph.get(module, set())} - reached
+        reached |= pending
+    # Then none of them imports the top-level name `runtime`: the installed wheel (and `make install`'s
+    # editable install) has only onceflow.runtime, so such an import fails there
+    for module in sorted(reached):
+        path = ROOT / Path(*module.split(".")).with_suffix(".py")
+        if not path.exists():
+            path = ROOT / Path(*module.split(".")) / "__init__.py"
+        assert not {name for name in imports_of(path) if name == "runtime" or name.startswith("runtime.")}, module

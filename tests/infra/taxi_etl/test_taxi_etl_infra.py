@@ -28,7 +28,7 @@ from aws_cdk.assertions import Match, Template
 from devtools.aws.template_resources import cdk_context, resources_of_type
 from onceflow.infra.config import ConfigError, EnvConfig, TaxiEtlConfig, load_config
 from onceflow.infra.taxi_etl.construct import TaxiEtlSaga
-from onceflow.infra.taxi_etl.props import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES
+from onceflow.infra.taxi_etl.props import STEP_FUNCTIONS_MAX_PAYLOAD_BYTES, WORKFLOW_DEFAULTS, ExecutionLimits, TaxiEtlSagaProps
 from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 from runtime.shared.contract import TRACING_MODE_VARIABLE
 from runtime.taxi_etl.api_wiring import ApiSettings
@@ -311,7 +311,7 @@ def expected_retry(config: EnvConfig) -> list[dict[str, Any]]:
             "ErrorEquals": TRANSIENT_ERRORS,
             **backoff,
             "MaxDelaySeconds": settings.transient_retry_max_delay_seconds,
-            "MaxAttempts": settings.transient_retry_attempts,
+            "MaxAttempts": settings.execution_limits.transient_retry_attempts,
         },
         {
             "ErrorEquals": ["States.TaskFailed", "States.Timeout"],
@@ -433,7 +433,7 @@ def test_state_machine_is_standard_traced_and_logs_at_the_environments_level(
     assert STATE_MACHINE_LOGS not in {log_group_of(template_json, handler) for handler in HANDLERS}
     # and an execution is stopped after the configured time
     parsed, _ = definition(template_json)
-    assert parsed["TimeoutSeconds"] == config.taxi_etl.execution_timeout_minutes * 60
+    assert parsed["TimeoutSeconds"] == config.taxi_etl.execution_limits.execution_timeout_minutes * 60
 
 
 def test_execution_logs_are_encrypted_with_a_rotating_key_the_logs_service_may_use(template_json: dict[str, Any], env_name: str) -> None:
@@ -632,7 +632,7 @@ def test_a_phase_aws_failed_is_flagged_retryable_waited_for_and_run_once_more(
     # and after the configured wait, the retryable flags are cleared (its outcome kept apart, at $.cleared)
     assert {name: value for name, value in wait.items() if name != "Comment"} == {
         "Type": "Wait",
-        "Seconds": config.taxi_etl.auto_redrive_wait_seconds,
+        "Seconds": config.taxi_etl.execution_limits.auto_redrive_wait_seconds,
         "Next": f"Clear{phase}Flags",
     }
     assert clear["Parameters"] == {"phase": phase.lower(), "state.$": "$", "flagMode": "clear"}
@@ -719,19 +719,42 @@ def test_express_config_gives_an_express_state_machine_and_tells_the_api(tmp_pat
     assert ApiSettings.from_env(resolved_environment(template_json, API)).deduplicates_starts is False
 
 
-def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_building_anything(tmp_path: Path) -> None:
-    # Given an Express workflow type and otherwise the defaults (a 15-minute execution timeout)
+def test_express_alone_takes_its_own_timeout_and_retries_and_builds(tmp_path: Path) -> None:
+    # Given the construct's defaults with an Express workflow and nothing else changed
     taxi_etl = TaxiEtlConfig(workflow_type=sfn.StateMachineType.EXPRESS)
-    config = replace(load_config("dev"), taxi_etl=taxi_etl)
+    # When it is validated and the saga is built with it
+    taxi_etl.validate()
     stack = Stack(App(outdir=str(tmp_path)), "Express")
-    # When it is validated, or the saga is built with it
-    # Then it is refused: Express executions last at most 5 minutes
-    with pytest.raises(ConfigError, match=re.escape("execution_timeout_minutes must be at most 5 for EXPRESS")):
-        taxi_etl.validate()
-    with pytest.raises(ConfigError, match="EXPRESS"):
-        TaxiEtlSaga(stack, "TaxiEtl", config.taxi_etl_props())
-    # and nothing was added to the stack
-    assert stack.node.try_find_child("TaxiEtl") is None
+    TaxiEtlSaga(stack, "TaxiEtl", TaxiEtlSagaProps(settings=taxi_etl))
+    template_json = dict(Template.from_stack(stack).to_json())
+    # Then the execution timeout is Express's 5 minutes, with fewer, shorter retries that fit in them
+    assert taxi_etl.execution_limits == WORKFLOW_DEFAULTS[sfn.StateMachineType.EXPRESS]
+    assert taxi_etl.execution_limits.execution_timeout_minutes == 5
+    assert taxi_etl.redrive_budget_seconds == 2 * (2 + 4 + 8 + 16 + 2 + 4) + 60 <= 300
+    (machine,) = [body for body in template_json["Resources"].values() if body["Type"] == "AWS::StepFunctions::StateMachine"]
+    assert machine["Properties"]["StateMachineType"] == "EXPRESS"
+    parsed, _ = definition(template_json)
+    assert parsed["TimeoutSeconds"] == 300
+    retries = [retry for state in parsed["States"].values() for retry in state.get("Retry", [])]
+    transient_retries = {retry["MaxAttempts"] for retry in retries if retry["ErrorEquals"] == TRANSIENT_ERRORS}
+    assert transient_retries == {4}
+    # while Standard's defaults stay what they were: 15 minutes, 8 retries of AWS's failures, a 2-minute wait
+    assert TaxiEtlConfig().execution_limits == ExecutionLimits(
+        execution_timeout_minutes=15, transient_retry_attempts=8, auto_redrive_wait_seconds=120
+    )
+
+
+def test_a_value_set_wins_over_the_workflow_types_default() -> None:
+    # Given an Express config with one of the three limits set
+    taxi_etl = TaxiEtlConfig(workflow_type=sfn.StateMachineType.EXPRESS, execution_timeout_minutes=4)
+    # When its limits in effect are read
+    limits = taxi_etl.execution_limits
+    # Then the value set is kept and the other two are Express's
+    assert limits == ExecutionLimits(execution_timeout_minutes=4, transient_retry_attempts=4, auto_redrive_wait_seconds=60)
+    # and a Standard config derived from it by replace() keeps only what was set, not Express's defaults
+    assert replace(taxi_etl, workflow_type=sfn.StateMachineType.STANDARD).execution_limits == ExecutionLimits(
+        execution_timeout_minutes=4, transient_retry_attempts=8, auto_redrive_wait_seconds=120
+    )
 
 
 @pytest.mark.parametrize(
@@ -782,9 +805,9 @@ def test_express_with_the_default_fifteen_minute_timeout_is_refused_before_build
             id="redrive-outlasting-the-execution",
         ),
         pytest.param(
-            {"workflow_type": sfn.StateMachineType.EXPRESS, "execution_timeout_minutes": 5},
-            "take up to 616 s of backoff, more than execution_timeout_minutes allows (300 s)",
-            id="express-too-short-for-the-default-retries",
+            {"workflow_type": sfn.StateMachineType.EXPRESS, "transient_retry_attempts": 8},
+            "take up to 556 s of backoff, more than execution_timeout_minutes allows (300 s)",
+            id="express-too-short-for-standards-retries",
         ),
         pytest.param({"retry_interval_seconds": 61}, "retry interval must be 1..retry_max_delay_seconds", id="interval-over-max-delay"),
         pytest.param({"retry_max_delay_seconds": 3601}, "retry interval must be 1..retry_max_delay_seconds", id="max-delay-over-an-hour"),
