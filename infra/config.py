@@ -64,8 +64,8 @@ class EnvConfig:
 
     account, region: where `cdk deploy` puts the stacks. Unset (None), the stacks are
         environment-agnostic and deploy to the account and region of the credentials the CLI
-        runs with (--profile, AWS_PROFILE, AWS_REGION or the profile's region); the README's
-        "Deploying" section says how they are chosen.
+        runs with (--profile, AWS_PROFILE, AWS_REGION or the profile's region); docs/deploying.md
+        says how they are chosen.
     tracing: CommonProps.tracing of every construct of the environment.
     """
 
@@ -162,7 +162,7 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
         log_level="DEBUG",
         # Lambda's own segments, as in prod, so dev measures what prod runs; TracingMode.SDK adds a
         # subsegment per AWS call when a phase needs that, at 0.1x to 0.2x of boto3's import per cold start
-        # (README, "Tracing").
+        # (docs/tracing.md, "Tracing").
         tracing=TracingMode.ACTIVE,
         runner_stats=RunnerStatsConfig(),
         # SnapStart off (the default): dev's functions are invoked rarely, so nearly every request
@@ -204,9 +204,9 @@ ENVIRONMENTS: dict[str, EnvConfig] = {
             api_rate_limit=500,
             api_burst_limit=1000,
             # SnapStart off in prod too, until a measured cold start says otherwise: these functions
-            # import in about 120-150 ms of CPU (README, "Cold start"), and build their clients at the first
+            # import in about 120-150 ms of CPU (docs/tracing.md, "Cold start"), and build their clients at the first
             # request, so a snapshot would hold only the imports; while Python's SnapStart bills every
-            # version's cache for as long as it exists and every restore (README, "SnapStart"). Turn it
+            # version's cache for as long as it exists and every restore (docs/tracing.md, "SnapStart"). Turn it
             # on here, and for the taxi API below, when the API's cold-start p99 matters more than that bill.
             snap_start=False,
         ),

@@ -39,8 +39,8 @@ class EventLogConfig:
         whenever its code or configuration changes, and the API integration invokes the alias
         `live` on it (EventLog.api_alias); the after-restore hooks (runtime/shared/snapstart.py)
         reseed the random sources and drop the cached clients. Python's SnapStart bills each
-        version's cached snapshot while it exists and every restore: see the README's SnapStart
-        section before turning it on. Not combinable with provisioned concurrency.
+        version's cached snapshot while it exists and every restore: see the SnapStart
+        section of docs/tracing.md before turning it on. Not combinable with provisioned concurrency.
     """
 
     snapshot_every: int = 1000  # events between two Snapshot entries

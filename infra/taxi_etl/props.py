@@ -64,7 +64,7 @@ class TaxiEtlConfig:
         authorizer_alias); the after-restore hooks (runtime/shared/snapstart.py) reseed the random
         sources, drop the cached clients and make the authorizer read the API key again. Python's
         SnapStart bills each version's cached snapshot while it exists and every restore: see the
-        README's SnapStart section before turning it on. Not combinable with provisioned concurrency.
+        SnapStart section of docs/tracing.md before turning it on. Not combinable with provisioned concurrency.
     execution_timeout_minutes, transient_retry_attempts, auto_redrive_wait_seconds: None (the
         default) takes the workflow type's (WORKFLOW_DEFAULTS): 15 minutes, 8 attempts and 120 s
         for STANDARD, 5 minutes, 4 attempts and 60 s for EXPRESS. `execution_limits` has the values in effect.
@@ -72,7 +72,7 @@ class TaxiEtlConfig:
 
     # STANDARD: execution names deduplicate starts (the API's idempotency rests on it) and the
     # history is kept 90 days. EXPRESS is cheaper per row but runs a repeated start again; see
-    # the README before choosing it.
+    # docs/taxi-etl.md before choosing it.
     workflow_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD
     batch_max_lines: int = 100
     # A batch travels as the execution input, which Step Functions caps at 256 KiB; the
