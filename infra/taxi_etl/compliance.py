@@ -64,7 +64,7 @@ def acknowledge_taxi_etl(saga: TaxiEtlResources) -> None:
             "AwsSolutions::AwsSolutions-SF1",
             f"Logs {saga.execution_log_level.value} events by configuration (taxi_etl.execution_log_level): failed executions "
             "are logged, successful ones are kept in the execution history for 90 days, and no row content reaches the logs; "
-            "ALL with execution data adds about 60 % to the batch route's cost per row (README, taxi cost table).",
+            "ALL with execution data adds about 60 % to the batch route's cost per row (docs/taxi-etl.md, cost table).",
         )
     state_machine_policy = saga.state_machine.role.node.find_child("DefaultPolicy").node.default_child
     for function in (saga.validate_function, saga.transform_function, saga.store_function, saga.flag_function):
@@ -95,5 +95,5 @@ def acknowledge_taxi_etl(saga: TaxiEtlResources) -> None:
             saga.api_key_secret.node.default_child,  # type: ignore[arg-type]
             "AwsSolutions::AwsSolutions-SMG4",
             "A shared API key that clients hold: rotating it needs the clients to change keys too, so it is rotated by the "
-            "operator (README: rotating the API key) rather than by a rotation Lambda on a schedule.",
+            "operator (docs/taxi-etl.md: rotating the key) rather than by a rotation Lambda on a schedule.",
         )
