@@ -201,6 +201,13 @@ def lambda_authorizer(invoke: Invoke, identity_headers: list[str], region: str =
     return authorize
 
 
+def template_routes(template: Template, integration: Integration) -> list[Route]:
+    """The HTTP API's routes as synthesized (RouteKey "METHOD /path"), all to `integration`. Read from
+    the template rather than from the construct's module: importing that starts the CDK's Node process."""
+    keys = [str(route["Properties"]["RouteKey"]) for route in resources_of_type(template, "AWS::ApiGatewayV2::Route").values()]
+    return [Route(method, path, integration) for method, _, path in (key.partition(" ") for key in keys)]
+
+
 def identity_headers(template: Template) -> list[str]:
     """The header names of the API's Lambda authorizer's identity source, from the template."""
     ((_, authorizer),) = resources_of_type(template, "AWS::ApiGatewayV2::Authorizer").items()
@@ -222,7 +229,6 @@ class LocalEventLog:
 
     @classmethod
     def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalEventLog:
-        from onceflow.infra.event_log.construct import ROUTES
         from runtime.event_log import (
             api_handler,
             api_wiring,
@@ -248,7 +254,7 @@ class LocalEventLog:
                 api_handler.handle, api_wiring.build(api, sdk), timeout_seconds=function_timeout(template, log_contract.HANDLER_API)
             ),
         )
-        routes = [Route(str(method.value), path, api_function) for path, method in ROUTES]
+        routes = template_routes(template, api_function)
 
         router = entry_point(
             router_handler.handle,
