@@ -13,8 +13,8 @@ import pytest
 from devtools.aws.template_resources import Template, resources_of_type
 from devtools.local.http_api import ApiServer, HttpApi, Integration, Route
 from devtools.local.stack import LocalStack
-from ops.cli import StackKind, resources_from_outputs_file
 from onceflow.clients.local import LOCAL_ENDPOINT_OUTPUT, LOCAL_REGION_OUTPUT, LocalCloud, local_cloud
+from ops.cli import StackKind, resources_from_outputs_file
 from runtime.event_log import contract as event_log_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
 from tests.integration.local import raw_http
@@ -200,9 +200,7 @@ def test_the_taxi_api_refuses_a_wrong_key_and_asks_for_a_missing_one(local_stack
     assert json.loads(allowed[2])[taxi_etl_contract.KEY_STORE_REQUEST_ID] == "k-never-posted"
 
 
-def test_the_outputs_file_has_every_stack_output_and_the_local_cloud(
-    local_stack: LocalStack, dev_templates: dict[str, Template]
-) -> None:
+def test_the_outputs_file_has_every_stack_output_and_the_local_cloud(local_stack: LocalStack, dev_templates: dict[str, Template]) -> None:
     # Given the outputs file the stack wrote
     assert local_stack.outputs_file is not None
     document = json.loads(local_stack.outputs_file.read_text())
