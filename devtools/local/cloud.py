@@ -49,6 +49,9 @@ IAM_SERVICE = "execute-api"
 POOL_CONNECTIONS = 64
 # The most messages one poll takes from a queue before the other sources get their turn.
 MESSAGES_PER_POLL = 50
+# Records already delivered that the embedded streams keep (the log table's stream, the Kinesis
+# shards): moto keeps every record forever, AWS for 24 hours; a long-running server keeps this many.
+DELIVERED_RECORDS_KEPT = 1_000
 HEADER_SOURCE = "$request.header."
 # What a payload 2.0 authorizer gets of the request's event, besides its own fields.
 AUTHORIZER_EVENT_KEYS = (
@@ -305,6 +308,8 @@ class LocalEventLog:
             records: list[StreamRecord] = stream.poll()
             if records:
                 stream_mapping.drain(ListShard(records))
+                stream.trim(DELIVERED_RECORDS_KEPT)
+                stream_mapping.stats.batch_sizes.clear()  # a per-batch history nothing reads here
             delivered = len(records)
             for source in sources:
                 for _ in range(MESSAGES_PER_POLL):
@@ -414,12 +419,31 @@ class LocalRunnerStats:
         checkpoints: dict[str, str | None] = dict.fromkeys(shards)
 
         def poll() -> int:
-            before = sum(esm.stats.batch_sizes)
             for shard_id in shards:
                 checkpoints[shard_id] = esm.drain(KinesisShard(kinesis, stream_name, shard_id), checkpoints[shard_id])
-            return sum(esm.stats.batch_sizes) - before
+                trim_kinesis_shard(stream_name, shard_id, checkpoints[shard_id], DELIVERED_RECORDS_KEPT)
+            delivered = sum(esm.stats.batch_sizes)
+            esm.stats.batch_sizes.clear()  # counted per poll: a list of every batch would grow without end
+            return delivered
 
         return cls(cloud, poll)
+
+
+def trim_kinesis_shard(stream_name: str, shard_id: str, checkpoint: str | None, keep: int) -> int:
+    """Drop from moto's shard the records up to `checkpoint` (delivered), but the last `keep` (at least
+    one: moto numbers a new record after the last it holds); returns how many were dropped."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.kinesis.models import kinesis_backends
+
+    if checkpoint is None:
+        return 0
+    records = kinesis_backends[DEFAULT_ACCOUNT_ID][REGION].streams[stream_name].shards[shard_id].records
+    numbers = list(records)  # one call: a record put meanwhile on another thread cannot interleave with it
+    delivered = [number for number in numbers if number <= int(checkpoint)]
+    dropped = delivered[: max(0, len(delivered) - max(1, keep))]
+    for number in dropped:
+        del records[number]
+    return len(dropped)
 
 
 # --- the event sources' thread ------------------------------------------------------------------------

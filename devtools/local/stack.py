@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools.aws.moto_patches import fast_transactions
 from devtools.aws.moto_server import MotoServer, serving_state_machines
 from devtools.aws.sigv4 import key_ring
 from devtools.aws.template_resources import EmbeddedCloud, Template, resources_of_type
@@ -156,6 +157,9 @@ class LocalStack:
             moto = MotoServer(moto_port, credentials=keys).start()
             exit_stack.callback(moto.stop)
             exit_stack.enter_context(serving_state_machines(moto.port))
+            # moto's own TransactWriteItems deep-copies every table it touches: each append cost a copy of
+            # the whole log table and its stream, and a server under load grew by GBs (devtools/aws/moto_patches.py).
+            exit_stack.enter_context(fast_transactions())
             clients = EndpointClients(moto.endpoint)
             runner_stats = LocalRunnerStats.create(stacks["runner_stats"][1], clients, settings)
             event_log = LocalEventLog.create(stacks["event_log"][1], clients, settings)

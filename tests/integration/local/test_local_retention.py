@@ -1,0 +1,89 @@
+"""What keeps a long-running `make serve` from growing without limit: the embedded streams keep only
+the last records already delivered (moto keeps every record; AWS keeps them 24 hours), and the
+embedded DynamoDB runs transactions without copying the tables they touch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+
+from devtools.aws.esm import EventSourceMapping, KinesisShard
+from devtools.aws.table_stream import TableStream
+from devtools.local.cloud import REGION, trim_kinesis_shard
+from devtools.local.stack import LocalStack
+
+KEEP = 10
+
+
+def stream_items(table: str) -> list[Any]:
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    shard = dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].get_table(table).stream_shard
+    assert shard is not None
+    return list(shard.items)
+
+
+@pytest.mark.usefixtures("moto_aws")
+def test_a_table_stream_read_and_trimmed_keeps_at_most_the_last_records_and_misses_none() -> None:
+    # Given a table with a stream, read the way the local server reads the log table's
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    dynamodb.create_table(
+        TableName="streamed",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
+    )
+    arn = dynamodb.describe_table(TableName="streamed")["Table"]["LatestStreamArn"]
+    stream = TableStream("streamed", arn)
+    read: list[int] = []
+    # When 500 items are written in rounds of 50, each round read and then trimmed to the last 10 read
+    for round_number in range(10):
+        for index in range(50):
+            dynamodb.put_item(TableName="streamed", Item={"pk": {"S": f"{round_number}-{index}"}})
+        read.extend(int(record.sequence_number) for record in stream.poll())
+        stream.trim(KEEP)
+        # Then the shard never holds more than the 10 kept
+        assert len(stream_items("streamed")) == KEEP
+    # and every record was read once, in order, with sequence numbers going on across the trims
+    assert len(read) == 500 and read == sorted(set(read))
+
+
+@pytest.mark.usefixtures("moto_aws")
+def test_a_kinesis_shard_trimmed_behind_the_checkpoint_keeps_at_most_the_last_records_and_misses_none() -> None:
+    # Given a Kinesis stream drained by an event source mapping, as the local server's runner-stats one
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.kinesis.models import kinesis_backends
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="runs", ShardCount=1)
+    shard_id = kinesis.list_shards(StreamName="runs")["Shards"][0]["ShardId"]
+    delivered: list[str] = []
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        delivered.extend(record["kinesis"]["data"] for record in event["Records"])
+        return {"batchItemFailures": []}
+
+    mapping = EventSourceMapping(invoke, batch_size=25)
+    checkpoint: str | None = None
+    # When 400 records are put in rounds of 40, each round drained and the shard trimmed to the last 10 delivered
+    for round_number in range(10):
+        kinesis.put_records(
+            StreamName="runs", Records=[{"Data": f"{round_number}-{index}".encode(), "PartitionKey": "p"} for index in range(40)]
+        )
+        checkpoint = mapping.drain(KinesisShard(kinesis, "runs", shard_id), checkpoint)
+        trim_kinesis_shard("runs", shard_id, checkpoint, KEEP)
+        # Then the shard holds only the 10 kept
+        assert len(kinesis_backends[DEFAULT_ACCOUNT_ID][REGION].streams["runs"].shards[shard_id].records) == KEEP
+    # and each record was delivered exactly once
+    assert len(delivered) == 400 and len(set(delivered)) == 400
+
+
+def test_the_local_stack_runs_transactions_without_copying_the_tables(local_stack: LocalStack) -> None:
+    # Given the local stack running, Then moto's TransactWriteItems is the copy-free one of devtools/aws/moto_patches.py
+    from moto.dynamodb.models import DynamoDBBackend
+
+    assert DynamoDBBackend.transact_write_items.__qualname__.startswith("fast_transactions.")
