@@ -225,3 +225,11 @@ def test_the_outputs_file_has_every_stack_output_and_the_local_cloud(local_stack
     kind = StackKind("EventLog", {event_log_contract.OUTPUT_PENDING_TABLE: "pending_table"})
     pending_table = resources_from_outputs_file(local_stack.outputs_file, "local", kind)["pending_table"]
     assert local_stack.client("dynamodb").describe_table(TableName=pending_table)["Table"]["TableStatus"] == "ACTIVE"
+
+
+def test_the_local_stack_runs_transactions_without_copying_the_tables(local_stack: LocalStack) -> None:
+    # Given the local stack running, Then moto's TransactWriteItems is the copy-free one of devtools/aws/moto_patches.py
+    # (moto's own deep-copies every table it touches: an append cost a copy of the whole log and its stream)
+    from moto.dynamodb.models import DynamoDBBackend
+
+    assert DynamoDBBackend.transact_write_items.__qualname__.startswith("fast_transactions.")

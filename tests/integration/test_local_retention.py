@@ -1,6 +1,7 @@
 """What keeps a long-running `make serve` from growing without limit: the embedded streams keep only
-the last records already delivered (moto keeps every record; AWS keeps them 24 hours), and the
-embedded DynamoDB runs transactions without copying the tables they touch."""
+the last records already delivered (moto keeps every record; AWS keeps them 24 hours). Outside
+tests/integration/local: these tests start and end their own moto, which would reset the running
+local stack's (tests/integration/local/test_local_http_api.py checks its transactions)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from devtools.aws.esm import EventSourceMapping, KinesisShard
 from devtools.aws.table_stream import TableStream
 from devtools.local.cloud import REGION, trim_kinesis_shard
-from devtools.local.stack import LocalStack
 
 KEEP = 10
 
@@ -80,10 +80,3 @@ def test_a_kinesis_shard_trimmed_behind_the_checkpoint_keeps_at_most_the_last_re
         assert len(kinesis_backends[DEFAULT_ACCOUNT_ID][REGION].streams["runs"].shards[shard_id].records) == KEEP
     # and each record was delivered exactly once
     assert len(delivered) == 400 and len(set(delivered)) == 400
-
-
-def test_the_local_stack_runs_transactions_without_copying_the_tables(local_stack: LocalStack) -> None:
-    # Given the local stack running, Then moto's TransactWriteItems is the copy-free one of devtools/aws/moto_patches.py
-    from moto.dynamodb.models import DynamoDBBackend
-
-    assert DynamoDBBackend.transact_write_items.__qualname__.startswith("fast_transactions.")
