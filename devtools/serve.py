@@ -71,10 +71,10 @@ def banner(stack: LocalStack, started_in: float, outputs_file: Path) -> str:
             f"  taxi API        {stack.taxi_url}   (Authorization: the API key below, checked by the real authorizer)",
             f"  embedded AWS    {stack.moto_endpoint}   region {stack.region}",
             f"  API key         {stack.api_key}",
-            f"  outputs         {outputs_file}  (endpoint, region and this dummy key pair for `--env local`: make smoke ENV=local,",
-            "                  the ops tools, onceflow-event-log, onceflow-taxi-load; no variables to export)",
+            f"  outputs         {outputs_file}  (with the embedded AWS's endpoint, region and dummy key pair: `--env local` of",
+            "                  make smoke ENV=local, the ops tools, onceflow-event-log and onceflow-taxi-load needs no export)",
             f"  snapshots       every {stack.snapshot_every} events",
-            "or, for other AWS tools in another shell:",
+            "for other AWS tools (the AWS CLI, boto3) in another shell:",
             f"  export AWS_ACCESS_KEY_ID={stack.access_key_id} AWS_SECRET_ACCESS_KEY={stack.secret_access_key} "
             f"AWS_REGION={stack.region} AWS_DEFAULT_REGION={stack.region}",
             f"  export AWS_ENDPOINT_URL={stack.moto_endpoint} EVENT_LOG_URL={stack.event_log_url} TAXI_URL={stack.taxi_url} "
