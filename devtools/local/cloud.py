@@ -52,6 +52,10 @@ MESSAGES_PER_POLL = 50
 # Records already delivered that the embedded streams keep (the log table's stream, the Kinesis
 # shards): moto keeps every record forever, AWS for 24 hours; a long-running server keeps this many.
 DELIVERED_RECORDS_KEPT = 1_000
+# Closed state machine executions the embedded Step Functions keeps, each with its history and a copy
+# of its state machine (about 50 KB for one trip): moto keeps them all, AWS for 90 days. A request
+# repeating the name of one trimmed away starts a new execution; its rows are stored once anyway.
+CLOSED_EXECUTIONS_KEPT = 1_000
 HEADER_SOURCE = "$request.header."
 # What a payload 2.0 authorizer gets of the request's event, besides its own fields.
 AUTHORIZER_EVENT_KEYS = (
@@ -444,6 +448,30 @@ def trim_kinesis_shard(stream_name: str, shard_id: str, checkpoint: str | None, 
     for number in dropped:
         del records[number]
     return len(dropped)
+
+
+def trim_executions(keep: int) -> int:
+    """Drop each state machine's oldest closed executions but the last `keep`; returns how many.
+    Removed one by one, so an execution started meanwhile on another thread is never lost."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    dropped = 0
+    for state_machine in stepfunctions_parser_backends[DEFAULT_ACCOUNT_ID][REGION].state_machines:
+        # The parser's executions (moto's annotations name the base class): exec_status is None until the
+        # execution starts, then an ExecutionStatus, a str enum.
+        executions: list[Any] = list(state_machine.executions)
+        closed = [execution for execution in executions if execution.exec_status not in (None, "RUNNING")]
+        for execution in closed[: max(0, len(closed) - keep)]:
+            state_machine.executions.remove(execution)
+            dropped += 1
+    return dropped
+
+
+def keep_executions_bounded() -> int:
+    """The event sources' thread's housekeeping: it delivers nothing (0), so an idle server still waits between rounds."""
+    trim_executions(CLOSED_EXECUTIONS_KEPT)
+    return 0
 
 
 # --- the event sources' thread ------------------------------------------------------------------------

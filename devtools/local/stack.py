@@ -33,6 +33,7 @@ from devtools.local.cloud import (
     Poller,
     function_handlers,
     iam_authorizer,
+    keep_executions_bounded,
 )
 from devtools.local.http_api import ApiServer, HttpApi
 from onceflow.clients.local import LOCAL_ENV, LocalCloud
@@ -171,7 +172,8 @@ class LocalStack:
             exit_stack.callback(event_log_server.stop)
             taxi_server = ApiServer(HttpApi("taxi", "local-taxi", saga.routes, saga.authorize, access_log=access_log), taxi_port)
             exit_stack.callback(taxi_server.stop)
-            poller = Poller({"event log": event_log.poll, "runner stats": runner_stats.poll}, interval=poll_interval)
+            polls = {"event log": event_log.poll, "runner stats": runner_stats.poll, "state machine executions": keep_executions_bounded}
+            poller = Poller(polls, interval=poll_interval)
             exit_stack.callback(poller.stop)
             event_log_server.start()
             taxi_server.start()

@@ -1,18 +1,23 @@
 """What keeps a long-running `make serve` from growing without limit: the embedded streams keep only
-the last records already delivered (moto keeps every record; AWS keeps them 24 hours). Outside
+the last records already delivered (moto keeps every record; AWS keeps them 24 hours), and the
+embedded Step Functions the last closed executions (moto keeps all; AWS 90 days). Outside
 tests/integration/local: these tests start and end their own moto, which would reset the running
 local stack's (tests/integration/local/test_local_http_api.py checks its transactions)."""
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
+from unittest import mock
 
 import boto3
 import pytest
 
 from devtools.aws.esm import EventSourceMapping, KinesisShard
+from devtools.aws.moto_patches import embedded_aws
 from devtools.aws.table_stream import TableStream
-from devtools.local.cloud import REGION, trim_kinesis_shard
+from devtools.local.cloud import REGION, trim_executions, trim_kinesis_shard
 
 KEEP = 10
 
@@ -80,3 +85,29 @@ def test_a_kinesis_shard_trimmed_behind_the_checkpoint_keeps_at_most_the_last_re
         assert len(kinesis_backends[DEFAULT_ACCOUNT_ID][REGION].streams["runs"].shards[shard_id].records) == KEEP
     # and each record was delivered exactly once
     assert len(delivered) == 400 and len(set(delivered)) == 400
+
+
+def test_the_embedded_step_functions_keeps_at_most_the_last_closed_executions() -> None:
+    # Given moto running state machines (as the local server's does), and 30 executions of one that has finished
+    from moto.core.config import default_user_config
+
+    with mock.patch.dict(default_user_config, {"stepfunctions": {"execute_state_machine": True}}), embedded_aws():
+        stepfunctions = boto3.client("stepfunctions", region_name=REGION)
+        definition = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}})
+        arn = stepfunctions.create_state_machine(name="kept", definition=definition, roleArn="arn:aws:iam::123456789012:role/sfn")[
+            "stateMachineArn"
+        ]
+        names = [f"run-{index:02d}" for index in range(30)]
+        for name in names:
+            stepfunctions.start_execution(stateMachineArn=arn, name=name, input="{}")
+        deadline = time.monotonic() + 60
+        while any(e["status"] == "RUNNING" for e in stepfunctions.list_executions(stateMachineArn=arn)["executions"]):
+            assert time.monotonic() < deadline, "the executions did not finish"
+            time.sleep(0.1)
+        # When they are trimmed to the last 10 closed, twice
+        dropped = trim_executions(KEEP)
+        again = trim_executions(KEEP)
+        # Then 20 went, and the newest 10 are still described and listed
+        assert (dropped, again) == (20, 0)
+        listed = sorted(e["name"] for e in stepfunctions.list_executions(stateMachineArn=arn)["executions"])
+        assert listed == names[-KEEP:]
