@@ -90,7 +90,7 @@ class AwsSession:
         """Talk to `make serve`'s embedded cloud: its endpoint (unless one was given), and its region and
         key pair where the command line and the environment name none. Before the first client."""
         self._local = cloud
-        self.endpoint_url = self.endpoint_url or cloud.endpoint_url
+        self.endpoint_url = self.endpoint_url or cloud.endpoint()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AwsSession:

@@ -5,7 +5,8 @@ cloud's endpoint (LocalEndpointUrl), region (LocalRegion) and the dummy key pair
 accepts (LocalDummyAccessKeyId, LocalDummySecretAccessKey; not AWS credentials). The operator tools,
 `make smoke ENV=local` and both clients take them from there, so nothing has to be exported; what is
 given explicitly still wins: --region, then AWS_DEFAULT_REGION or AWS_REGION, over the file's region;
---profile, AWS_PROFILE or AWS_ACCESS_KEY_ID over the file's key pair. The config files' default
+--profile, AWS_PROFILE or AWS_ACCESS_KEY_ID over the file's key pair; AWS_ENDPOINT_URL (or a tool's
+--endpoint-url) over the file's endpoint. The config files' default
 profile does not: its keys would be refused by the local event-log API, which checks signatures
 against the dummy pair.
 
@@ -54,6 +55,10 @@ class LocalCloud:
             LOCAL_ACCESS_KEY_OUTPUT: self.access_key_id,
             LOCAL_SECRET_KEY_OUTPUT: self.secret_access_key,
         }
+
+    def endpoint(self, environ: Mapping[str, str] | None = None) -> str:
+        """AWS_ENDPOINT_URL when it is set, else the file's endpoint."""
+        return (os.environ if environ is None else environ).get("AWS_ENDPOINT_URL") or self.endpoint_url
 
     def session_options(
         self, *, region: str | None = None, profile: str | None = None, environ: Mapping[str, str] | None = None

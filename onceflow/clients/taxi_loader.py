@@ -1435,7 +1435,7 @@ def read_api_key(secret_arn: str, profile: str | None = None, local: LocalCloud 
     try:
         if local is not None:
             session = boto3.Session(**local.session_options(region=region, profile=profile))
-            client: Any = session.client("secretsmanager", endpoint_url=local.endpoint_url)
+            client: Any = session.client("secretsmanager", endpoint_url=local.endpoint())
         else:
             client = boto3.Session(profile_name=profile, region_name=region).client("secretsmanager")
         return str(client.get_secret_value(SecretId=secret_arn)["SecretString"])

@@ -34,6 +34,12 @@ def test_flags_and_variables_win_over_the_file(
     assert options == expected
 
 
+def test_aws_endpoint_url_wins_over_the_files_endpoint() -> None:
+    # When AWS_ENDPOINT_URL is set, Then it is the endpoint; else the file's
+    assert CLOUD.endpoint({"AWS_ENDPOINT_URL": "http://127.0.0.1:9999"}) == "http://127.0.0.1:9999"
+    assert CLOUD.endpoint({}) == "http://127.0.0.1:8410"
+
+
 def test_the_outputs_of_make_serve_name_one_local_cloud_and_a_deployed_file_none() -> None:
     # Given the outputs `make serve` writes (the local cloud in every stack)
     document = {
