@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 DEFAULT_PORT_BASE = 8410  # moto; the event-log API is base + 1, the taxi API base + 2
 DEFAULT_OUTPUTS_FILE = Path("cdk-outputs-local.json")
 # How long the orderly stop (event sources, both APIs, the moto server) may take before the process ends anyway.
-STOP_GRACE_SECONDS = 2.0
+STOP_GRACE_SECONDS = 1.5
 # Read by Powertools and botocore when the handlers' modules are imported: set before that, as Lambda does.
 PROCESS_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "true",
