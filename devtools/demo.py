@@ -31,6 +31,7 @@ from devtools.aws.esm import EventSourceMapping, KinesisShard, ShardRecord
 from devtools.aws.faults import ThrottledWrites, WriteBoundaryCrasher
 from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
 from devtools.aws.template_resources import EmbeddedCloud, load_assembly, resources_of_type
+from devtools.demo_progress import progress, section
 from devtools.state import capture
 from devtools.workload import generate
 from runtime.runner_stats import contract as runner_stats_contract
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--log-events", type=int, default=50_000, help="cell events of the event-log section")
     args = parser.parse_args(argv)
+    # The progress lines go to stderr as they happen: the report's lines too, so a log of both stays in order.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     os.environ.update(AWS_ENV)
     # A crashed invocation flushes no metrics; Powertools warns about that, and it is expected here.
     warnings.filterwarnings("ignore", message="No application metrics to publish")
@@ -84,17 +88,20 @@ def main(argv: list[str] | None = None) -> int:
         base_epoch_ms=int(time.time() * 1000) - REPLAY_LEAD_MS,
     )
     # Every call a function makes is checked against its synthesized role, as AWS would check it.
+    # Each section says what it does when it starts, and its time when it ends (devtools/demo_progress.py).
     with call_audit.auditing(templates) as audit:
-        with embedded_aws():
+        with section(f"runner stats: {len(workload.deliveries):,} device messages through Kinesis, a crash and a throttle"), embedded_aws():
             runner_stats = run_demo(template, workload)
         from devtools.event_log_demo import run_event_log_demo  # after AWS_ENV: Powertools reads it at import
 
         log_template = next(t for name, t in templates.items() if name.endswith("EventLog"))
-        event_log = run_event_log_demo(log_template, events=args.log_events, seed=args.seed)
+        with section(f"event log: {args.log_events:,} cell events, snapshots built through duplicates, delays and crashes"):
+            event_log = run_event_log_demo(log_template, events=args.log_events, seed=args.seed)
         from devtools.taxi_demo import run_taxi_demo
 
         saga_template = next(t for name, t in templates.items() if name.endswith("TaxiEtl"))
-        saga = run_taxi_demo(saga_template, seed=args.seed)
+        with section("taxi saga: 2,000 real rows through the API and the state machine"):
+            saga = run_taxi_demo(saga_template, seed=args.seed)
     calls = sum(sum(counts.values()) for counts in audit.operations.values())
     print(f"\nembedded IAM: {calls:,} calls by {len(audit.operations)} functions checked against their roles, {len(audit.denials)} denied")
     for denial in dict.fromkeys(audit.denials):
@@ -160,7 +167,14 @@ def run_demo(template: dict[str, Any], workload: Any, *, crash_after_write: int 
         bisect_on_error=bool(mapping["BisectBatchOnFunctionError"]),
         on_failure=on_failure,
     )
-    esm.drain(KinesisShard(kinesis, stream))
+    with progress("runner stats: delivering", 0, "records (redeliveries included)") as delivered:
+
+        def counted(event: dict[str, Any]) -> dict[str, Any]:
+            delivered.update(len(event["Records"]))
+            return invoke(event)
+
+        esm.invoke = counted
+        esm.drain(KinesisShard(kinesis, stream))
 
     view = capture(dynamodb, settings.tables)
     return report(workload, view, counts, esm, (crash_after_write, crash.crashed), (throttled_write, throttle.writes >= throttled_write))

@@ -20,6 +20,7 @@ from devtools.aws.call_audit import acting_as
 from devtools.aws.faults import WriteBoundaryCrasher
 from devtools.aws.lambda_context import ClockedLambdaContext
 from devtools.aws.moto_patches import VirtualClock
+from devtools.demo_progress import Progress, progress
 from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import contract as event_log_contract
@@ -132,23 +133,36 @@ def run_event_log_demo(template: dict[str, Any], *, events: int = 50_000, seed: 
     with embedded_event_log_cloud(clock):
         world = EventLogWorld.create(template, clock, overrides=settings, seed=seed)
         service = world.service()
-        snapshot_source = world.snapshot_source(chaos.invoker(world))
+        worker = chaos.invoker(world)
+        building: list[Progress] = []  # the counter of the phase that delivers the snapshot messages
+
+        def counted(event: dict[str, Any]) -> dict[str, Any]:
+            for counter in building:
+                counter.update()
+            return worker(event)
+
+        snapshot_source = world.snapshot_source(counted)
         sources = [snapshot_source, world.payload_source()]
         per_round = -(-events // rounds)
         retried_appends = 0
-        for start in range(0, events, per_round):
-            # The API function's service, called directly: its calls are checked against that function's role.
-            with acting_as(event_log_contract.HANDLER_API):
-                for edit in edits[start : start + per_round]:
-                    service.append(edit_request(LOG, edit))
-                    if rng.random() < 0.01:  # a client retry after a lost response
-                        retried_appends += int(service.append(edit_request(LOG, edit)).duplicate)
-            clock.advance(60)
-            world.route()
-            chaos.scramble(world)
+        with progress("event log: appending", events, "events") as appended:
+            for start in range(0, events, per_round):
+                # The API function's service, called directly: its calls are checked against that function's role.
+                with acting_as(event_log_contract.HANDLER_API):
+                    for edit in edits[start : start + per_round]:
+                        service.append(edit_request(LOG, edit))
+                        if rng.random() < 0.01:  # a client retry after a lost response
+                            retried_appends += int(service.append(edit_request(LOG, edit)).duplicate)
+                        appended.update()
+                clock.advance(60)
+                world.route()
+                chaos.scramble(world)
         # The messages of all snapshots are now queued with random delays (and some twice), so
         # later snapshots often arrive before earlier ones.
-        world.drain(sources)
+        with progress("event log: building snapshots", 0, "deliveries to the worker") as delivered:
+            building.append(delivered)
+            world.drain(sources)
+        print("  event log: checking every snapshot against a from-scratch replay", flush=True)
         problems = world.verify(LOG)
         markers = [item for item in world.entries(LOG) if item["kind"] == EntryKind.SNAPSHOT]
         chunk_total = sum(len(world.snapshot_cells(item["root"])[0]["chunks"]) for item in markers if item.get("root"))

@@ -14,8 +14,12 @@ authorizer against the key in the embedded secret. A background thread plays Lam
 (the log table's stream, the snapshot and payload queues, the runner-stats Kinesis stream) every half
 second; the taxi state machine runs on moto's executor with its tasks routed to the phase handlers.
 
-It writes cdk-outputs-local.json (the stacks as Onceflow-local-<Kind>, plus LocalEndpointUrl) and runs
-until Ctrl-C. Nothing persists: each start is an empty cloud.
+It writes cdk-outputs-local.json (the stacks as Onceflow-local-<Kind>, plus the embedded cloud's
+endpoint, region and dummy key pair, which `--env local` of ops.smoke, the operator tools and the
+clients read) and runs until Ctrl-C or SIGTERM. Nothing persists: each start is an empty cloud. On
+stop it removes the outputs file and ends within seconds: the servers and the event sources get
+STOP_GRACE_SECONDS to stop, and work still in flight then (a state machine execution, a handler's
+calls) is abandoned rather than waited for, as nothing it would write is kept.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT_BASE = 8410  # moto; the event-log API is base + 1, the taxi API base + 2
 DEFAULT_OUTPUTS_FILE = Path("cdk-outputs-local.json")
+# How long the orderly stop (event sources, both APIs, the moto server) may take before the process ends anyway.
+STOP_GRACE_SECONDS = 1.5
 # Read by Powertools and botocore when the handlers' modules are imported: set before that, as Lambda does.
 PROCESS_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "true",
@@ -65,9 +71,10 @@ def banner(stack: LocalStack, started_in: float, outputs_file: Path) -> str:
             f"  taxi API        {stack.taxi_url}   (Authorization: the API key below, checked by the real authorizer)",
             f"  embedded AWS    {stack.moto_endpoint}   region {stack.region}",
             f"  API key         {stack.api_key}",
-            f"  outputs         {outputs_file}  (python -m ops.smoke --env local; other ops tools with AWS_ENDPOINT_URL set)",
+            f"  outputs         {outputs_file}  (with the embedded AWS's endpoint, region and dummy key pair: `--env local` of",
+            "                  make smoke ENV=local, the ops tools, onceflow-event-log and onceflow-taxi-load needs no export)",
             f"  snapshots       every {stack.snapshot_every} events",
-            "for another shell:",
+            "for other AWS tools (the AWS CLI, boto3) in another shell:",
             f"  export AWS_ACCESS_KEY_ID={stack.access_key_id} AWS_SECRET_ACCESS_KEY={stack.secret_access_key} "
             f"AWS_REGION={stack.region} AWS_DEFAULT_REGION={stack.region}",
             f"  export AWS_ENDPOINT_URL={stack.moto_endpoint} EVENT_LOG_URL={stack.event_log_url} TAXI_URL={stack.taxi_url} "
@@ -151,17 +158,43 @@ def _serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    written: str | None = None
     try:
-        stack.write_outputs(args.outputs_file)
+        written = stack.write_outputs(args.outputs_file).read_text()
         print(banner(stack, time.monotonic() - started, args.outputs_file), flush=True)
-        while not stopping.wait(1):
+        while not stopping.wait(0.25):
             pass
     finally:
         print("stopping...", flush=True)
-        stack.stop()
-        print("stopped", flush=True)
+        remove_outputs(args.outputs_file, written)
+        stopped = stop_within(stack, STOP_GRACE_SECONDS)
+        print("stopped" if stopped else f"stopped (what was still running after {STOP_GRACE_SECONDS:g} s is abandoned)", flush=True)
     return 0
 
 
+def stop_within(stack: LocalStack, seconds: float) -> bool:
+    """Stop the stack on a daemon thread, waiting at most `seconds`; whether it finished in time."""
+    stopper = threading.Thread(target=stack.stop, name="stop", daemon=True)
+    stopper.start()
+    stopper.join(seconds)
+    return not stopper.is_alive()
+
+
+def remove_outputs(path: Path, written: str | None) -> None:
+    """Remove the outputs file if it still holds what this server wrote: once stopped, its endpoint
+    answers no more, and `--env local` then says to run `make serve` instead of failing to connect."""
+    try:
+        if written is not None and path.read_text() == written:
+            path.unlink()
+    except OSError:
+        pass  # already gone, or replaced by another server's
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not sys.exit: at exit Python joins every thread pool, and the handlers' pools (and moto's state
+    # machine executions) may still be working against the servers just stopped, with retries and
+    # backoff: that kept a stopped server alive for 80 s. Nothing they would write is kept.
+    os._exit(status)

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 from botocore.exceptions import ClientError
 
 from devtools.aws.faults import SimulatedCrash
+from devtools.demo_progress import Progress, progress
 from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_lines
 from devtools.taxi_world import STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld, embedded_saga_cloud, state_transitions
 from runtime.taxi_etl import contract as taxi_etl_contract
@@ -51,12 +52,14 @@ def run_taxi_demo(template: dict[str, Any], *, seed: int) -> int:
         world = TaxiWorld.create(template)
         world.retry_waits = waits
         with world.serving_api():
-            sent, crashes = push(world, random.Random(seed))
+            lines = sample_lines()
+            batches = -(-(len(lines) - 1 - SINGLE_ROWS) // BATCH_LINES)
+            with progress("taxi saga: requests", SINGLE_ROWS + CLIENT_RETRIES + 1 + batches + REFUSED, "requests") as requests:
+                sent, crashes = push(world, random.Random(seed), lines, requests)
             return report(world, sent, crashes)
 
 
-def push(world: TaxiWorld, rng: random.Random) -> tuple[Sent, int]:
-    lines = sample_lines()
+def push(world: TaxiWorld, rng: random.Random, lines: list[str], requests: Progress) -> tuple[Sent, int]:
     positions = rng.sample(range(len(lines)), CORRUPT_AT_VALIDATION + CORRUPT_AT_TRANSFORMATION)
     fates = dict.fromkeys(range(len(lines)), "stored")
     for index in positions[:CORRUPT_AT_VALIDATION]:
@@ -84,21 +87,25 @@ def push(world: TaxiWorld, rng: random.Random) -> tuple[Sent, int]:
     for index in singles + rng.sample(singles, CLIENT_RETRIES):
         status, body = world.post(taxi_etl_contract.ROUTE_TRIP, lines[index])
         sent.requests[f"single {status}"] += 1
+        requests.update()
         accepted(body, [index])
     # One more single request whose store keeps failing (the trips table throttles it past every retry).
     doomed = len(lines) - 1
     status, body = post_with_failing_store(world, lines[doomed])
     sent.requests[f"single {status}"] += 1
+    requests.update()
     accepted(body, [doomed])
     sent.expected[body[taxi_etl_contract.KEY_STORE_REQUEST_ID]] = "store"
     for start in range(SINGLE_ROWS, len(lines) - 1, BATCH_LINES):
         batch = list(range(start, min(start + BATCH_LINES, len(lines) - 1)))
         status, body = world.post(taxi_etl_contract.ROUTE_TRIP_BATCH, "\n".join(lines[index] for index in batch))
         sent.requests[f"batch {status}"] += 1
+        requests.update()
         accepted(body, batch)
     for _ in range(REFUSED):
         status, _ = world.post(taxi_etl_contract.ROUTE_TRIP, ",".join(lines[rng.randrange(len(lines))].split(",")[:5]))
         sent.requests[f"refused {status}"] += 1
+        requests.update()
     return sent, len(crashed)
 
 

@@ -7,8 +7,13 @@ current directory or at --outputs-file PATH. The tool takes the one stack of its
 name ending in -<kind>, e.g. -RunnerStats) and asks CloudFormation nothing. --stack NAME reads
 the outputs of the deployed stack from CloudFormation. Exactly one of the three ways is given.
 
-A usage error (a wrong argument, a stack that is not the right kind, no credentials, no region)
-ends the tool with one line on stderr and exit status 2, never a botocore traceback.
+--env local reads the file `make serve` writes, cdk-outputs-local.json: it also names the embedded
+cloud's endpoint, region and dummy key pair, and every client of the tool then goes there
+(onceflow/clients/local.py: --region, --profile and the AWS_* variables still win over the file).
+
+A usage error (a wrong argument, a stack that is not the right kind, no credentials, no region, a
+local server that is not running) ends the tool with one line on stderr and exit status 2, never a
+botocore traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, PartialCredentialsError, ProfileNotFound
+
+from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, local_cloud, missing_file
 
 USAGE_EXIT_STATUS = 2
 OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes in the repository root
@@ -69,12 +76,21 @@ def add_target(parser: argparse.ArgumentParser, kind: StackKind) -> None:
 
 class AwsSession:
     """The SDK session of --profile and --region; clients are built on first use, after checking
-    that a region and credentials exist, so a tool run with injected clients needs neither."""
+    that a region and credentials exist, so a tool run with injected clients needs neither. With
+    `endpoint_url`, or after `use_local`, every client goes to that endpoint (the embedded cloud)."""
 
-    def __init__(self, *, region: str | None = None, profile: str | None = None) -> None:
+    def __init__(self, *, region: str | None = None, profile: str | None = None, endpoint_url: str | None = None) -> None:
         self._region = region
         self._profile = profile
         self._session: Any = None
+        self._local: LocalCloud | None = None
+        self.endpoint_url = endpoint_url
+
+    def use_local(self, cloud: LocalCloud) -> None:
+        """Talk to `make serve`'s embedded cloud: its endpoint (unless one was given), and its region and
+        key pair where the command line and the environment name none. Before the first client."""
+        self._local = cloud
+        self.endpoint_url = self.endpoint_url or cloud.endpoint()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AwsSession:
@@ -85,7 +101,10 @@ class AwsSession:
             import boto3
 
             try:
-                session = boto3.Session(profile_name=self._profile, region_name=self._region)
+                if self._local is not None:
+                    session = boto3.Session(**self._local.session_options(region=self._region, profile=self._profile))
+                else:
+                    session = boto3.Session(profile_name=self._profile, region_name=self._region)
                 if not session.region_name and os.environ.get("AWS_REGION"):
                     # botocore reads AWS_DEFAULT_REGION and the profile only; the CDK CLI and Lambda set AWS_REGION.
                     session = boto3.Session(profile_name=self._profile, region_name=os.environ["AWS_REGION"])
@@ -96,7 +115,13 @@ class AwsSession:
             if session.get_credentials() is None:
                 raise UsageError("no AWS credentials: pass --profile, or set AWS_PROFILE or the AWS_ACCESS_KEY_ID variables")
             self._session = session
-        return self._session.client(service)
+        if self.endpoint_url is None:
+            return self._session.client(service)
+        from botocore.config import Config
+
+        # Path-style S3 and SigV4 presigned URLs: the embedded cloud is one host, not a bucket per subdomain.
+        config = Config(s3={"addressing_style": "path"}, signature_version="s3v4" if service == "s3" else None)
+        return self._session.client(service, endpoint_url=self.endpoint_url, config=config)
 
 
 def stack_outputs(cloudformation: Any, stack: str) -> dict[str, str]:
@@ -121,12 +146,19 @@ def outputs_file(env: str, path: Path | None = None) -> Path:
     return path if path is not None else Path(OUTPUTS_FILE.format(env=env))
 
 
-def resources_from_outputs_file(path: Path, env: str, kind: StackKind) -> dict[str, str]:
-    """The resource names a tool needs, by attribute, from the one stack of its kind in a CDK outputs file."""
-    deploy = f"run `make deploy ENV={env}` in the repository root"
+def how_to_write(env: str) -> str:
+    """What writes the outputs file of `env`."""
+    return "start `make serve` in the repository root" if env == LOCAL_ENV else f"run `make deploy ENV={env}` in the repository root"
+
+
+def read_outputs_file(path: Path, env: str) -> dict[str, Any]:
+    """A CDK outputs file, parsed (stack name -> outputs), or a usage error saying how to write it."""
+    deploy = how_to_write(env)
     try:
         text = path.read_bytes()
     except FileNotFoundError as err:
+        if env == LOCAL_ENV:
+            raise UsageError(missing_file(path)) from err
         raise UsageError(f"no outputs file {path.absolute()}: {deploy} (it writes the file), or pass --outputs-file or --stack") from err
     except OSError as err:
         raise UsageError(f"cannot read outputs file {path}: {err.strerror or err}; {deploy}, or pass --stack") from err
@@ -138,6 +170,25 @@ def resources_from_outputs_file(path: Path, env: str, kind: StackKind) -> dict[s
         raise UsageError(
             f"outputs file {path} is not a CDK outputs file (a JSON object of stack name -> outputs); {deploy}, or pass --stack"
         )
+    return document
+
+
+def local_cloud_of(path: Path, env: str) -> LocalCloud | None:
+    """The embedded cloud an outputs file of `make serve` names, checked to be answering (None: a deployed environment's)."""
+    document = read_outputs_file(path, env)
+    try:
+        cloud = local_cloud(document, path)
+        if cloud is not None:
+            cloud.check_running(path)
+    except LocalCloudError as err:
+        raise UsageError(str(err)) from err
+    return cloud
+
+
+def resources_from_outputs_file(path: Path, env: str, kind: StackKind) -> dict[str, str]:
+    """The resource names a tool needs, by attribute, from the one stack of its kind in a CDK outputs file."""
+    deploy = how_to_write(env)
+    document = read_outputs_file(path, env)
     suffix = f"-{kind.name}"
     matching = sorted(str(stack) for stack in document if str(stack).endswith(suffix))
     if not matching:
@@ -167,7 +218,8 @@ def target_flags(args: argparse.Namespace) -> str:
 
 
 def resolve_target(args: argparse.Namespace, kind: StackKind, cloudformation: Any | None, aws: AwsSession) -> dict[str, str]:
-    """The resources from --env, --stack, or each resource option; a usage error unless exactly one way is given and complete."""
+    """The resources from --env, --stack, or each resource option; a usage error unless exactly one way is given and complete.
+    An outputs file of `make serve` also points `aws` at its embedded cloud."""
     named = {attribute: getattr(args, attribute) for attribute in kind.outputs.values()}
     ways = [way for way, given in (("--env", args.env), ("--stack", args.stack), ("the resource names", any(named.values()))) if given]
     if len(ways) > 1:
@@ -175,7 +227,11 @@ def resolve_target(args: argparse.Namespace, kind: StackKind, cloudformation: An
     if args.outputs_file is not None and not args.env:
         raise UsageError(f"--outputs-file goes with --env (it replaces ./{OUTPUTS_FILE.format(env='NAME')})")
     if args.env:
-        return resources_from_outputs_file(outputs_file(args.env, args.outputs_file), args.env, kind)
+        path = outputs_file(args.env, args.outputs_file)
+        local = local_cloud_of(path, args.env)
+        if local is not None:
+            aws.use_local(local)
+        return resources_from_outputs_file(path, args.env, kind)
     if args.stack:
         return resources_from_stack(cloudformation or aws.client("cloudformation"), args.stack, kind)
     if not all(named.values()):

@@ -17,8 +17,9 @@ log (smoke-...) and one trip (k-smoke-...) per run, easy to find and harmless to
     python -m ops.smoke --env local           # against `make serve`: its outputs name the local endpoint
     python -m ops.smoke --event-log-stack Onceflow-dev-EventLog --taxi-etl-stack Onceflow-dev-TaxiEtl
 
-With --env, a `LocalEndpointUrl` in the outputs file (what `make serve` writes) becomes the endpoint
-of every AWS client, so the same checks run against the embedded cloud.
+With --env local (the outputs file `make serve` writes), the file's embedded cloud becomes the
+endpoint of every AWS client, and its region and dummy key pair are used where --region, --profile
+and the AWS_* variables name none: the same checks run against the embedded cloud, nothing exported.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ops.cli import (
     StackKind,
     UsageError,
     add_aws_options,
+    local_cloud_of,
     outputs_file,
     resources_from_outputs_file,
     resources_from_stack,
@@ -54,9 +56,6 @@ from runtime.runner_stats import contract as runner_stats_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.row_state import State
 
-# The output `make serve` adds to each stack of cdk-outputs-local.json: the embedded cloud's endpoint.
-LOCAL_ENDPOINT_OUTPUT = "LocalEndpointUrl"
-LOCAL_ENV = "local"  # the environment `make serve` writes the outputs of
 DEFAULT_TIMEOUT_SECONDS = 60.0
 POLL_SECONDS = 0.5
 HTTP_TIMEOUT_SECONDS = 30.0
@@ -88,20 +87,7 @@ class StepFailed(Exception):
 
 
 class SmokeSession(AwsSession):
-    """The tools' session, with every client pointed at `endpoint_url` when one is given (the embedded cloud)."""
-
-    def __init__(self, *, region: str | None = None, profile: str | None = None, endpoint_url: str | None = None) -> None:
-        super().__init__(region=region, profile=profile)
-        self.endpoint_url = endpoint_url
-
-    def client(self, service: str) -> Any:
-        checked = super().client(service)  # a region and credentials exist, or a usage error
-        if self.endpoint_url is None:
-            return checked
-        from botocore.config import Config
-
-        config = Config(s3={"addressing_style": "path"}, signature_version="s3v4" if service == "s3" else None)
-        return self._session.client(service, endpoint_url=self.endpoint_url, config=config)
+    """The tools' session, which also signs the event-log API's requests."""
 
     def signer(self, service: str) -> Callable[[str, str, bytes, dict[str, str]], dict[str, str]]:
         """Headers that sign a request with SigV4 for `service`, with this session's credentials and region."""
@@ -278,15 +264,6 @@ def run_step(name: str, step: Callable[[float], str], timeout: float, clock: Cal
     return StepResult(name, passed, clock() - started, detail)
 
 
-def local_endpoint(path: Path) -> str | None:
-    """The embedded cloud's endpoint, when the outputs file is one `make serve` wrote."""
-    document = json.loads(path.read_text())
-    found = {str(outputs[LOCAL_ENDPOINT_OUTPUT]) for outputs in document.values() if LOCAL_ENDPOINT_OUTPUT in outputs}
-    if len(found) > 1:
-        raise UsageError(f"outputs file {path} names several local endpoints: {sorted(found)}")
-    return found.pop() if found else None
-
-
 def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="python -m ops.smoke",
@@ -314,8 +291,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     return parser, args
 
 
-def resolve(args: argparse.Namespace, session: AwsSession) -> tuple[dict[str, dict[str, str]], str | None]:
-    """The resources of each stack to check (by kind name), and the endpoint the outputs file names."""
+def resolve(args: argparse.Namespace, session: AwsSession) -> dict[str, dict[str, str]]:
+    """The resources of each stack to check (by kind name); an outputs file of `make serve` also points
+    `session` at its embedded cloud."""
     stacks = {kind.name: getattr(args, f"stack_{kind.name}") for kind in KINDS}
     if args.env and any(stacks.values()):
         raise UsageError("give --env or the stack options, not both")
@@ -323,22 +301,21 @@ def resolve(args: argparse.Namespace, session: AwsSession) -> tuple[dict[str, di
         raise UsageError("--outputs-file goes with --env")
     if args.env:
         path = outputs_file(args.env, args.outputs_file)
-        if args.env == LOCAL_ENV and not path.exists():
-            raise UsageError(f"no outputs file {path.absolute()}: start `make serve` (it writes the file), or pass --outputs-file")
-        resources = {kind.name: resources_from_outputs_file(path, args.env, kind) for kind in KINDS}
-        return resources, local_endpoint(path)
+        local = local_cloud_of(path, args.env)
+        if local is not None:
+            session.use_local(local)
+        return {kind.name: resources_from_outputs_file(path, args.env, kind) for kind in KINDS}
     if not any(stacks.values()):
         raise UsageError(f"give --env NAME (cdk-outputs-NAME.json), or one or more of {', '.join(STACK_OPTIONS.values())}")
     cloudformation = session.client("cloudformation")
-    return {kind.name: resources_from_stack(cloudformation, str(stacks[kind.name]), kind) for kind in KINDS if stacks[kind.name]}, None
+    return {kind.name: resources_from_stack(cloudformation, str(stacks[kind.name]), kind) for kind in KINDS if stacks[kind.name]}
 
 
 def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.monotonic) -> int:
     parser, args = parse_args(argv)
     with usage_errors(parser):
-        probe = SmokeSession(region=args.region, profile=args.profile, endpoint_url=args.endpoint_url)
-        resources, endpoint = resolve(args, probe)
-        session = SmokeSession(region=args.region, profile=args.profile, endpoint_url=args.endpoint_url or endpoint)
+        session = SmokeSession(region=args.region, profile=args.profile, endpoint_url=args.endpoint_url)
+        resources = resolve(args, session)
         steps: dict[str, Callable[[float], str]] = {}
         if RUNNER_STATS.name in resources:
             kinesis, dynamodb = session.client("kinesis"), session.client("dynamodb")

@@ -82,6 +82,25 @@ class TableStream:
             found.append(StreamRecord(record["dynamodb"]["SequenceNumber"], record))
         return found
 
+    def trim(self, keep: int) -> int:
+        """Drop from moto's shard the records this stream has read, but the last `keep`: on AWS a
+        stream keeps records 24 hours, moto keeps them all, which a long-running local server cannot
+        afford. Sequence numbers go on from where they were. Returns how many were dropped."""
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        from devtools.aws.moto_patches import MOTO_DYNAMODB_LOCK
+
+        with MOTO_DYNAMODB_LOCK:
+            shard = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(self.table_name).stream_shard
+            dropped = max(0, self._next - keep)
+            if shard is None or not dropped:
+                return 0
+            del shard.items[:dropped]
+            shard.starting_sequence_number += dropped  # moto numbers a new record len(items) + this
+            self._next -= dropped
+        return dropped
+
     def _as_delivered(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         record = dict(raw)
         body = dict(record["dynamodb"])

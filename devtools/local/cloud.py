@@ -49,6 +49,13 @@ IAM_SERVICE = "execute-api"
 POOL_CONNECTIONS = 64
 # The most messages one poll takes from a queue before the other sources get their turn.
 MESSAGES_PER_POLL = 50
+# Records already delivered that the embedded streams keep (the log table's stream, the Kinesis
+# shards): moto keeps every record forever, AWS for 24 hours; a long-running server keeps this many.
+DELIVERED_RECORDS_KEPT = 1_000
+# Closed state machine executions the embedded Step Functions keeps, each with its history and a copy
+# of its state machine (about 50 KB for one trip): moto keeps them all, AWS for 90 days. A request
+# repeating the name of one trimmed away starts a new execution; its rows are stored once anyway.
+CLOSED_EXECUTIONS_KEPT = 1_000
 HEADER_SOURCE = "$request.header."
 # What a payload 2.0 authorizer gets of the request's event, besides its own fields.
 AUTHORIZER_EVENT_KEYS = (
@@ -201,6 +208,13 @@ def lambda_authorizer(invoke: Invoke, identity_headers: list[str], region: str =
     return authorize
 
 
+def template_routes(template: Template, integration: Integration) -> list[Route]:
+    """The HTTP API's routes as synthesized (RouteKey "METHOD /path"), all to `integration`. Read from
+    the template rather than from the construct's module: importing that starts the CDK's Node process."""
+    keys = [str(route["Properties"]["RouteKey"]) for route in resources_of_type(template, "AWS::ApiGatewayV2::Route").values()]
+    return [Route(method, path, integration) for method, _, path in (key.partition(" ") for key in keys)]
+
+
 def identity_headers(template: Template) -> list[str]:
     """The header names of the API's Lambda authorizer's identity source, from the template."""
     ((_, authorizer),) = resources_of_type(template, "AWS::ApiGatewayV2::Authorizer").items()
@@ -222,7 +236,6 @@ class LocalEventLog:
 
     @classmethod
     def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalEventLog:
-        from onceflow.infra.event_log.construct import ROUTES
         from runtime.event_log import (
             api_handler,
             api_wiring,
@@ -248,7 +261,7 @@ class LocalEventLog:
                 api_handler.handle, api_wiring.build(api, sdk), timeout_seconds=function_timeout(template, log_contract.HANDLER_API)
             ),
         )
-        routes = [Route(str(method.value), path, api_function) for path, method in ROUTES]
+        routes = template_routes(template, api_function)
 
         router = entry_point(
             router_handler.handle,
@@ -299,6 +312,8 @@ class LocalEventLog:
             records: list[StreamRecord] = stream.poll()
             if records:
                 stream_mapping.drain(ListShard(records))
+                stream.trim(DELIVERED_RECORDS_KEPT)
+                stream_mapping.stats.batch_sizes.clear()  # a per-batch history nothing reads here
             delivered = len(records)
             for source in sources:
                 for _ in range(MESSAGES_PER_POLL):
@@ -408,12 +423,55 @@ class LocalRunnerStats:
         checkpoints: dict[str, str | None] = dict.fromkeys(shards)
 
         def poll() -> int:
-            before = sum(esm.stats.batch_sizes)
             for shard_id in shards:
                 checkpoints[shard_id] = esm.drain(KinesisShard(kinesis, stream_name, shard_id), checkpoints[shard_id])
-            return sum(esm.stats.batch_sizes) - before
+                trim_kinesis_shard(stream_name, shard_id, checkpoints[shard_id], DELIVERED_RECORDS_KEPT)
+            delivered = sum(esm.stats.batch_sizes)
+            esm.stats.batch_sizes.clear()  # counted per poll: a list of every batch would grow without end
+            return delivered
 
         return cls(cloud, poll)
+
+
+def trim_kinesis_shard(stream_name: str, shard_id: str, checkpoint: str | None, keep: int) -> int:
+    """Drop from moto's shard the records up to `checkpoint` (delivered), but the last `keep` (at least
+    one: moto numbers a new record after the last it holds); returns how many were dropped."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.kinesis.models import kinesis_backends
+
+    if checkpoint is None:
+        return 0
+    records = kinesis_backends[DEFAULT_ACCOUNT_ID][REGION].streams[stream_name].shards[shard_id].records
+    numbers = list(records)  # one call: a record put meanwhile on another thread cannot interleave with it
+    delivered = [number for number in numbers if number <= int(checkpoint)]
+    dropped = delivered[: max(0, len(delivered) - max(1, keep))]
+    for number in dropped:
+        del records[number]
+    return len(dropped)
+
+
+def trim_executions(keep: int) -> int:
+    """Drop each state machine's oldest closed executions but the last `keep`; returns how many.
+    Removed one by one, so an execution started meanwhile on another thread is never lost."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    dropped = 0
+    for state_machine in stepfunctions_parser_backends[DEFAULT_ACCOUNT_ID][REGION].state_machines:
+        # The parser's executions (moto's annotations name the base class): exec_status is None until the
+        # execution starts, then an ExecutionStatus, a str enum.
+        executions: list[Any] = list(state_machine.executions)
+        closed = [execution for execution in executions if execution.exec_status not in (None, "RUNNING")]
+        for execution in closed[: max(0, len(closed) - keep)]:
+            state_machine.executions.remove(execution)
+            dropped += 1
+    return dropped
+
+
+def keep_executions_bounded() -> int:
+    """The event sources' thread's housekeeping: it delivers nothing (0), so an idle server still waits between rounds."""
+    trim_executions(CLOSED_EXECUTIONS_KEPT)
+    return 0
 
 
 # --- the event sources' thread ------------------------------------------------------------------------

@@ -365,6 +365,13 @@ class _ApiHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     api: HttpApi
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before its answer (a timed-out or interrupted loader) is not an
+        error of the API: API Gateway drops the answer too. Anything else is printed as before."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class ApiServer(BackgroundHttpServer):
     """One HttpApi on http://127.0.0.1:<port> (port 0: one the OS picks)."""

@@ -3,8 +3,9 @@ started together and stopped together (`make serve`, and the `local_stack` test 
 
 Also the stack outputs a deploy would write, for this local "environment": `cdk-outputs-local.json`
 has the stacks as `Onceflow-local-<Kind>` with the output keys of the synthesized templates (each
-resolved to the embedded resource, the API URLs to the local servers) plus `LocalEndpointUrl`, the moto
-server, which tools that find it there (ops.smoke) use as every client's endpoint.
+resolved to the embedded resource, the API URLs to the local servers) plus the embedded cloud's
+endpoint (`LocalEndpointUrl`, the moto server), region and dummy key pair (onceflow/clients/local.py),
+which `--env local` of the tools and clients uses for every AWS call.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools.aws.moto_patches import fast_transactions
 from devtools.aws.moto_server import MotoServer, serving_state_machines
 from devtools.aws.sigv4 import key_ring
 from devtools.aws.template_resources import EmbeddedCloud, Template, resources_of_type
@@ -31,9 +33,10 @@ from devtools.local.cloud import (
     Poller,
     function_handlers,
     iam_authorizer,
+    keep_executions_bounded,
 )
 from devtools.local.http_api import ApiServer, HttpApi
-from ops.smoke import LOCAL_ENDPOINT_OUTPUT, LOCAL_ENV
+from onceflow.clients.local import LOCAL_ENV, LocalCloud
 from runtime.event_log import contract as event_log_contract
 from runtime.runner_stats import contract as runner_stats_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
@@ -83,12 +86,11 @@ def output_value(value: Any, cloud: EmbeddedCloud, api_url: str | None) -> str:
     return cloud.resolve(value)
 
 
-def stack_outputs(template: Template, cloud: EmbeddedCloud, api_url: str | None, endpoint: str) -> dict[str, str]:
+def stack_outputs(template: Template, cloud: EmbeddedCloud, api_url: str | None, local: LocalCloud) -> dict[str, str]:
     outputs = {
         key: output_value(spec["Value"], cloud, api_url) for key, spec in template.get("Outputs", {}).items() if "Export" not in spec
     }
-    outputs[LOCAL_ENDPOINT_OUTPUT] = endpoint
-    return outputs
+    return {**outputs, **local.outputs()}
 
 
 @dataclass
@@ -156,6 +158,9 @@ class LocalStack:
             moto = MotoServer(moto_port, credentials=keys).start()
             exit_stack.callback(moto.stop)
             exit_stack.enter_context(serving_state_machines(moto.port))
+            # moto's own TransactWriteItems deep-copies every table it touches: each append cost a copy of
+            # the whole log table and its stream, and a server under load grew by GBs (devtools/aws/moto_patches.py).
+            exit_stack.enter_context(fast_transactions())
             clients = EndpointClients(moto.endpoint)
             runner_stats = LocalRunnerStats.create(stacks["runner_stats"][1], clients, settings)
             event_log = LocalEventLog.create(stacks["event_log"][1], clients, settings)
@@ -167,7 +172,8 @@ class LocalStack:
             exit_stack.callback(event_log_server.stop)
             taxi_server = ApiServer(HttpApi("taxi", "local-taxi", saga.routes, saga.authorize, access_log=access_log), taxi_port)
             exit_stack.callback(taxi_server.stop)
-            poller = Poller({"event log": event_log.poll, "runner stats": runner_stats.poll}, interval=poll_interval)
+            polls = {"event log": event_log.poll, "runner stats": runner_stats.poll, "state machine executions": keep_executions_bounded}
+            poller = Poller(polls, interval=poll_interval)
             exit_stack.callback(poller.stop)
             event_log_server.start()
             taxi_server.start()
@@ -177,8 +183,9 @@ class LocalStack:
             raise
         clouds = {"runner_stats": runner_stats.cloud, "event_log": event_log.cloud, "taxi_etl": saga.cloud}
         urls = {"event_log": event_log_server.url, "taxi_etl": taxi_server.url}
+        local = LocalCloud(moto.endpoint, REGION, ACCESS_KEY_ID, SECRET_ACCESS_KEY)
         outputs = {
-            local_stack_name(name): stack_outputs(template, clouds[pipeline], urls.get(pipeline), moto.endpoint)
+            local_stack_name(name): stack_outputs(template, clouds[pipeline], urls.get(pipeline), local)
             for pipeline, (name, template) in stacks.items()
         }
         return cls(

@@ -73,15 +73,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 from urllib.parse import quote, urlencode, urlsplit
 
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials, ReadOnlyCredentials
-from botocore.exceptions import BotoCoreError, NoCredentialsError, PartialCredentialsError, ProfileNotFound
-
+from onceflow.clients import extra
+from onceflow.clients.local import LOCAL_ENV, LocalCloudError, local_cloud, missing_file
 from onceflow.runtime.event_log import contract
 
+# botocore (the `clients` extra) is imported where it is used, so that without the extra the CLI
+# still answers --help and says in one line how to install it (onceflow/clients/extra.py).
 if TYPE_CHECKING:
     import boto3
+    from botocore.credentials import Credentials, ReadOnlyCredentials
 
 __all__ = [
     "AppendConflictError",
@@ -307,6 +307,8 @@ class SigV4Signer:
         return cls(session.get_credentials, region)
 
     def _frozen(self) -> ReadOnlyCredentials:
+        from botocore.credentials import Credentials, ReadOnlyCredentials
+
         source = self._credentials
         credentials = source if isinstance(source, (Credentials, ReadOnlyCredentials)) else source()
         if credentials is None:
@@ -317,6 +319,10 @@ class SigV4Signer:
         return frozen
 
     def sign(self, request: HttpRequest) -> HttpRequest:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.exceptions import BotoCoreError, NoCredentialsError, PartialCredentialsError
+
         headers = {name: value for name, value in request.headers.items() if name.lower() not in ("authorization", "x-amz-date")}
         if not any(name.lower() == "host" for name in headers):
             headers["host"] = host_of(request.url)
@@ -510,6 +516,7 @@ class EventLogClient:
         with self._signer_lock:
             if self._signer is None:
                 import boto3
+                from botocore.exceptions import ProfileNotFound
 
                 try:
                     session = self._session or boto3.session.Session(profile_name=self._profile, region_name=self._region)
@@ -1030,8 +1037,13 @@ def _client_from_args(args: argparse.Namespace, transport: Transport | None, sig
         raise ConfigurationError("give --url or --env, not both")
     if args.outputs_file and not args.env:
         raise ConfigurationError("--outputs-file goes with --env")
+    session: boto3.session.Session | None = None
     if args.env:
-        url = api_url_from_outputs_file(args.outputs_file or OUTPUTS_FILE.format(env=args.env))
+        path = Path(args.outputs_file or OUTPUTS_FILE.format(env=args.env))
+        if args.env == LOCAL_ENV and not path.exists():
+            raise ConfigurationError(missing_file(path))
+        url = api_url_from_outputs_file(path)
+        session = _local_session(path, args)
     elif args.url:
         url = args.url
     else:
@@ -1041,7 +1053,28 @@ def _client_from_args(args: argparse.Namespace, transport: Transport | None, sig
         options["timeout"] = args.timeout
     if args.max_retries is not None:
         options["max_retries"] = args.max_retries
+    if session is not None:
+        return EventLogClient(url, region=args.region, session=session, transport=transport, signer=signer, **options)
     return EventLogClient(url, region=args.region, profile=args.profile, transport=transport, signer=signer, **options)
+
+
+def _local_session(path: Path, args: argparse.Namespace) -> boto3.session.Session | None:
+    """For an outputs file of `make serve`: a session with its region and dummy key pair where the
+    command line and the environment name none (onceflow/clients/local.py); None for a deployed one's."""
+    try:
+        cloud = local_cloud(json.loads(path.read_bytes()), path)
+        if cloud is None:
+            return None
+        cloud.check_running(path)
+    except LocalCloudError as err:
+        raise ConfigurationError(str(err)) from err
+    import boto3
+    from botocore.exceptions import ProfileNotFound
+
+    try:
+        return boto3.session.Session(**cloud.session_options(region=args.region, profile=args.profile))
+    except ProfileNotFound as err:
+        raise ConfigurationError(str(err)) from err
 
 
 def _run(args: argparse.Namespace, client: EventLogClient) -> dict[str, Any]:
@@ -1072,6 +1105,9 @@ def main(argv: Sequence[str] | None = None, *, transport: Transport | None = Non
     credentials; 1: the rest). `transport` and `signer` replace the client's (tests)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if (missing := extra.missing_line(PROG)) is not None:
+        print(missing, file=sys.stderr)
+        return extra.MISSING_EXIT_STATUS
     try:
         with _client_from_args(args, transport, signer) as client:
             document = _run(args, client)

@@ -103,6 +103,8 @@ from pathlib import Path
 from typing import IO, Any, Protocol, TextIO
 from urllib.parse import quote
 
+from onceflow.clients import extra
+from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, local_cloud, missing_file
 from onceflow.runtime.shared.consistency import deterministic_id
 from onceflow.runtime.taxi_etl import contract
 from onceflow.runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
@@ -135,7 +137,6 @@ SHOWN_FLAGGED = 50  # flagged rows listed one by one in the summary; the rest ar
 STACK_SUFFIX = "-TaxiEtl"  # the taxi stack in a CDK outputs file (Onceflow-<env>-TaxiEtl)
 OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes
 API_KEY_VARIABLE = "ONCEFLOW_API_KEY"
-LOCAL_ENDPOINT_OUTPUT = "LocalEndpointUrl"  # `make serve` adds it to every stack of cdk-outputs-local.json (ops.smoke reads it too)
 UNREACHABLE_BATCHES_TO_STOP = 3  # consecutive POSTs the API did not answer: the run stops sending
 # Batches in flight at once (--in-flight): a batch is a round trip of tens of ms (more with Step Functions' StartExecution
 # behind it), so one at a time leaves the API idle; 8 keeps a 100-line batch's POSTs well under an API's default
@@ -1385,7 +1386,7 @@ class TaxiStack:
 
     api_url: str
     secret_arn: str
-    endpoint_url: str | None = None  # `make serve`'s embedded cloud (LocalEndpointUrl): where the secret is
+    local: LocalCloud | None = None  # `make serve`'s embedded cloud: where the secret is, and the key pair that reads it
 
 
 def api_from_outputs(path: Path, env: str) -> TaxiStack:
@@ -1394,6 +1395,8 @@ def api_from_outputs(path: Path, env: str) -> TaxiStack:
     try:
         document = json.loads(path.read_bytes())
     except FileNotFoundError as err:
+        if env == LOCAL_ENV:
+            raise UsageError(missing_file(path)) from err
         raise UsageError(f"no outputs file {path.absolute()}: {deploy}, or --outputs-file") from err
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot read outputs file {path} ({err}); {deploy}") from err
@@ -1407,12 +1410,19 @@ def api_from_outputs(path: Path, env: str) -> TaxiStack:
     missing = [name for name in (contract.OUTPUT_API_URL, contract.OUTPUT_API_KEY_SECRET_ARN) if name not in outputs]
     if missing:
         raise UsageError(f"stack {stacks[0]} in outputs file {path} has no outputs {missing}; {deploy}")
-    endpoint = outputs.get(LOCAL_ENDPOINT_OUTPUT)
-    return TaxiStack(str(outputs[contract.OUTPUT_API_URL]), str(outputs[contract.OUTPUT_API_KEY_SECRET_ARN]), endpoint and str(endpoint))
+    try:
+        local = local_cloud(document, path)
+        if local is not None:
+            local.check_running(path)
+    except LocalCloudError as err:
+        raise UsageError(str(err)) from err
+    return TaxiStack(str(outputs[contract.OUTPUT_API_URL]), str(outputs[contract.OUTPUT_API_KEY_SECRET_ARN]), local)
 
 
-def read_api_key(secret_arn: str, profile: str | None = None, endpoint_url: str | None = None) -> str:
-    """The API key from Secrets Manager (boto3, the default credentials or `profile`; the secret's region)."""
+def read_api_key(secret_arn: str, profile: str | None = None, local: LocalCloud | None = None) -> str:
+    """The API key from Secrets Manager (boto3, the default credentials or `profile`; the secret's region).
+    On `make serve`'s embedded cloud (`local`): its endpoint, and its region and dummy key pair where
+    --profile and the AWS_* variables name none."""
     try:
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
@@ -1423,7 +1433,11 @@ def read_api_key(secret_arn: str, profile: str | None = None, endpoint_url: str 
     parts = secret_arn.split(":")
     region = parts[3] if len(parts) > 3 and parts[3] else None
     try:
-        client: Any = boto3.Session(profile_name=profile, region_name=region).client("secretsmanager", endpoint_url=endpoint_url)
+        if local is not None:
+            session = boto3.Session(**local.session_options(region=region, profile=profile))
+            client: Any = session.client("secretsmanager", endpoint_url=local.endpoint())
+        else:
+            client = boto3.Session(profile_name=profile, region_name=region).client("secretsmanager")
         return str(client.get_secret_value(SecretId=secret_arn)["SecretString"])
     except (BotoCoreError, ClientError, KeyError) as err:
         raise UsageError(f"cannot read the API key from {secret_arn}: {err}; or pass --api-key or set {API_KEY_VARIABLE}") from err
@@ -1485,6 +1499,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, api: TaxiApi | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if (missing := extra.missing_line(PROG)) is not None:
+        print(missing, file=sys.stderr)
+        return extra.MISSING_EXIT_STATUS
     if args.batch_lines is not None and not 1 <= args.batch_lines <= MAX_BATCH_LINES:
         parser.error(f"--batch-lines must be 1..{MAX_BATCH_LINES}")
     if not 1 <= args.in_flight <= MAX_IN_FLIGHT:
@@ -1516,7 +1533,7 @@ def _api_from_args(args: argparse.Namespace) -> HttpTaxiApi:
     if args.env:
         stack = api_from_outputs(args.outputs_file or Path(OUTPUTS_FILE.format(env=args.env)), args.env)
         url = stack.api_url
-        key = key or read_api_key(stack.secret_arn, args.profile, stack.endpoint_url)
+        key = key or read_api_key(stack.secret_arn, args.profile, stack.local)
     else:
         url = args.url
     if not key:

@@ -1083,7 +1083,7 @@ def test_env_reads_the_url_and_the_secret_from_the_taxi_stacks_outputs(tmp_path:
     # When the loader resolves --env
     stack = taxi_loader.api_from_outputs(path, "dev")
     # Then it has the API's URL and the key from the secret (a deployed stack has no local endpoint)
-    assert stack.api_url == stack_outputs[contract.OUTPUT_API_URL] and stack.endpoint_url is None
+    assert stack.api_url == stack_outputs[contract.OUTPUT_API_URL] and stack.local is None
     assert taxi_loader.read_api_key(stack.secret_arn) == "the-key"
 
 

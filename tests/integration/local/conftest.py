@@ -21,6 +21,7 @@ of the session.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,3 +66,15 @@ def local_stack(dev_templates: dict[str, Template], tmp_path_factory: pytest.Tem
         stack.stop()
         if stack in _RUNNING:
             _RUNNING.remove(stack)
+
+
+@pytest.fixture(scope="session")
+def dev_assembly(dev_templates: dict[str, Template], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dev templates as a cloud assembly folder (what `cdk synth -o` writes and `make serve` reads)."""
+    folder = tmp_path_factory.mktemp("dev-assembly")
+    artifacts = {}
+    for name, template in dev_templates.items():
+        (folder / f"{name}.template.json").write_text(json.dumps(template))
+        artifacts[name] = {"type": "aws:cloudformation:stack", "properties": {"templateFile": f"{name}.template.json"}}
+    (folder / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
+    return folder

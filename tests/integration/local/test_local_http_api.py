@@ -13,8 +13,8 @@ import pytest
 from devtools.aws.template_resources import Template, resources_of_type
 from devtools.local.http_api import ApiServer, HttpApi, Integration, Route
 from devtools.local.stack import LocalStack
+from onceflow.clients.local import LOCAL_ENDPOINT_OUTPUT, LOCAL_REGION_OUTPUT, LocalCloud, local_cloud
 from ops.cli import StackKind, resources_from_outputs_file
-from ops.smoke import LOCAL_ENDPOINT_OUTPUT
 from runtime.event_log import contract as event_log_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
 from tests.integration.local import raw_http
@@ -200,9 +200,7 @@ def test_the_taxi_api_refuses_a_wrong_key_and_asks_for_a_missing_one(local_stack
     assert json.loads(allowed[2])[taxi_etl_contract.KEY_STORE_REQUEST_ID] == "k-never-posted"
 
 
-def test_the_outputs_file_has_every_stack_output_and_the_local_endpoint(
-    local_stack: LocalStack, dev_templates: dict[str, Template]
-) -> None:
+def test_the_outputs_file_has_every_stack_output_and_the_local_cloud(local_stack: LocalStack, dev_templates: dict[str, Template]) -> None:
     # Given the outputs file the stack wrote
     assert local_stack.outputs_file is not None
     document = json.loads(local_stack.outputs_file.read_text())
@@ -210,8 +208,14 @@ def test_the_outputs_file_has_every_stack_output_and_the_local_endpoint(
     assert sorted(document) == ["Onceflow-local-EventLog", "Onceflow-local-RunnerStats", "Onceflow-local-TaxiEtl"]
     for kind in ("EventLog", "RunnerStats", "TaxiEtl"):
         template_keys = {key for key, spec in dev_templates[f"Onceflow-dev-{kind}"]["Outputs"].items() if "Export" not in spec}
-        assert set(document[f"Onceflow-local-{kind}"]) == template_keys | {LOCAL_ENDPOINT_OUTPUT}
+        local_keys = set(LocalCloud("", "", "", "").outputs())
+        assert set(document[f"Onceflow-local-{kind}"]) == template_keys | local_keys
         assert document[f"Onceflow-local-{kind}"][LOCAL_ENDPOINT_OUTPUT] == local_stack.moto_endpoint
+        assert document[f"Onceflow-local-{kind}"][LOCAL_REGION_OUTPUT] == local_stack.region
+    # and the embedded cloud it names is the stack's: endpoint, region and its dummy key pair
+    assert local_cloud(document, local_stack.outputs_file) == LocalCloud(
+        local_stack.moto_endpoint, local_stack.region, local_stack.access_key_id, local_stack.secret_access_key
+    )
     # and the API URLs are the local servers, the names the embedded resources
     assert document["Onceflow-local-EventLog"][event_log_contract.OUTPUT_API_URL] == local_stack.event_log_url
     assert document["Onceflow-local-TaxiEtl"][taxi_etl_contract.OUTPUT_API_URL] == local_stack.taxi_url
@@ -221,3 +225,11 @@ def test_the_outputs_file_has_every_stack_output_and_the_local_endpoint(
     kind = StackKind("EventLog", {event_log_contract.OUTPUT_PENDING_TABLE: "pending_table"})
     pending_table = resources_from_outputs_file(local_stack.outputs_file, "local", kind)["pending_table"]
     assert local_stack.client("dynamodb").describe_table(TableName=pending_table)["Table"]["TableStatus"] == "ACTIVE"
+
+
+def test_the_local_stack_runs_transactions_without_copying_the_tables(local_stack: LocalStack) -> None:
+    # Given the local stack running, Then moto's TransactWriteItems is the copy-free one of devtools/aws/moto_patches.py
+    # (moto's own deep-copies every table it touches: an append cost a copy of the whole log and its stream)
+    from moto.dynamodb.models import DynamoDBBackend
+
+    assert DynamoDBBackend.transact_write_items.__qualname__.startswith("fast_transactions.")

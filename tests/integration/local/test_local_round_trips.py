@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -227,19 +228,47 @@ def test_ops_smoke_passes_against_the_local_stack(local_stack: LocalStack) -> No
     assert f"at {local_stack.moto_endpoint}" in result.stdout
 
 
-def test_ops_smoke_without_credentials_is_a_usage_error(local_stack: LocalStack, tmp_path: Path) -> None:
-    # Given no credentials anywhere (no variables, no config files)
-    environment = {
-        "AWS_DEFAULT_REGION": local_stack.region,
-        "AWS_CONFIG_FILE": str(tmp_path / "c"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "k"),
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    # When the smoke test is run
+def test_ops_smoke_takes_region_and_key_pair_from_the_outputs_file(local_stack: LocalStack, tmp_path: Path) -> None:
+    # Given no AWS variable and no config file (HOME is an empty folder)
+    environment = {"HOME": str(tmp_path)}
+    # When the smoke test is run with --env local
     result = smoke(local_stack, environment=environment)
-    # Then it ends with one line and exit status 2, before any step
+    # Then the outputs file's region and dummy key pair are enough: all three steps pass
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 of 3 passed" in result.stdout
+
+
+def test_ops_smoke_explicit_credentials_win_over_the_outputs_file(local_stack: LocalStack, tmp_path: Path) -> None:
+    # Given a key pair in the environment that the local event-log API does not know
+    environment = {"HOME": str(tmp_path), "AWS_ACCESS_KEY_ID": "someone-else", "AWS_SECRET_ACCESS_KEY": "not-the-local-secret"}
+    # When the smoke test is run with --env local
+    result = smoke(local_stack, environment=environment)
+    # Then the environment's key pair signs the requests: the event-log API refuses them, moto takes any
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith(("PASS", "FAIL"))}
+    assert lines["event"].startswith("FAIL") and "403" in lines["event"]
+    assert lines["runner"].startswith("PASS")
+
+
+def test_ops_smoke_against_a_stopped_server_says_to_start_it(local_stack: LocalStack, tmp_path: Path) -> None:
+    # Given an outputs file whose embedded cloud is gone (a port nothing listens on)
+    assert local_stack.outputs_file is not None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    stale = tmp_path / "cdk-outputs-local.json"
+    stale.write_text(local_stack.outputs_file.read_text().replace(local_stack.moto_endpoint, dead))
+    # When the smoke test is run with --env local on it
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.smoke", "--env", "local", "--outputs-file", str(stale)],
+        cwd=ROOT,
+        env={name: value for name, value in os.environ.items() if not name.startswith("AWS_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # Then it ends with one line saying to start `make serve`, and exit status 2, before any step
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "python -m ops.smoke: error: no AWS credentials: pass --profile, or set AWS_PROFILE or the AWS_ACCESS_KEY_ID variables"
-    ]
-    assert "PASS" not in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert dead in line and "start `make serve`" in line
+    assert "PASS" not in result.stdout and "FAIL" not in result.stdout
