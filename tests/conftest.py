@@ -64,10 +64,19 @@ def _entry_points() -> list[str]:
     return handler_paths()
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workeroutput")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from devtools.aws import call_audit
 
     audit = call_audit._active
+    if _is_xdist_worker(session.config):
+        # A worker saw only its share of the calls: the controller judges the merged records.
+        if audit is not None:
+            session.config.workeroutput["iam_audit"] = audit.recorded()  # type: ignore[attr-defined]
+        return
     if audit is None:
         return
     if audit.denials:
@@ -76,13 +85,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """xdist's controller: fold in what the finished worker's tests called (a worker lost to a crash
+    sends nothing, so its grants count as unused and strict fails, as it should on a broken run)."""
+    from devtools.aws import call_audit
+
+    record = getattr(node, "workeroutput", {}).get("iam_audit")
+    if record is not None:
+        call_audit.merge_recorded(record)
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     from pathlib import Path
 
     from devtools.aws import call_audit
 
     audit = call_audit._active
-    if audit is None:
+    if audit is None or _is_xdist_worker(config):
         return
     write = terminalreporter.write_line
     terminalreporter.section("embedded IAM: AWS calls per function against its role")
