@@ -81,6 +81,22 @@ def _entry_points() -> list[str]:
     return handler_paths()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `--dist loadgroup`), the tests of a module that share a
+    module-scoped fixture (a synth of their own, an installed wheel) go to one worker, so each such
+    fixture is built once per run; every other test goes wherever a worker is free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if isinstance(item, pytest.Function) and _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_a_module_fixture(item: pytest.Function) -> bool:
+    return any(definition.scope == "module" for definitions in item._fixtureinfo.name2fixturedefs.values() for definition in definitions)
+
+
 def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workeroutput")
 
