@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,6 +57,7 @@ def aws_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 _TEMPLATES: dict[str, dict[str, Template]] = {}
+_ASSEMBLIES: dict[str, Path] = {}
 
 
 # --- the embedded cloud's IAM: every call a function makes, checked against its role -----------------
@@ -153,10 +158,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def templates_for(env_name: str) -> dict[str, Template]:
-    """Synthesize once per session and environment (synth runs cdk-nag too)."""
+    """Synthesize once per session (per xdist worker) and environment (synth runs cdk-nag too)."""
     if env_name not in _TEMPLATES:
-        _TEMPLATES[env_name] = synth_templates(env_name)
+        outdir = Path(tempfile.mkdtemp(prefix=f"onceflow-{env_name}-assembly-"))
+        atexit.register(shutil.rmtree, outdir, ignore_errors=True)
+        _TEMPLATES[env_name] = synth_templates(env_name, outdir=str(outdir))
+        _ASSEMBLIES[env_name] = outdir
     return _TEMPLATES[env_name]
+
+
+def assembly_for(env_name: str) -> Path:
+    """The directory of that same synth: its cloud assembly (manifest, assets, cdk-nag's validation
+    report), for the tests that read it on disk instead of synthesizing the app once more."""
+    templates_for(env_name)
+    return _ASSEMBLIES[env_name]
 
 
 @pytest.fixture(scope="session")
