@@ -126,7 +126,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object | None) -> None:
     """xdist's controller: fold in what the finished worker's tests called (a worker lost to a crash
-    sends nothing, so its grants count as unused and strict fails, as it should on a broken run)."""
+    sends nothing; xdist fails that run anyway)."""
     from devtools.aws import call_audit
 
     record = getattr(node, "workeroutput", {}).get("iam_audit")
@@ -135,8 +135,6 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    from pathlib import Path
-
     from devtools.aws import call_audit
 
     audit = call_audit._active
