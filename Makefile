@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # `make` alone installs, as before; `help` is a target like the others.
 .DEFAULT_GOAL := install
-.PHONY: help install lock synth diff test lint typecheck cfn-lint docs demo serve smoke bench bootstrap deploy destroy clean
+.PHONY: help install lock synth diff test check lint typecheck cfn-lint docs demo serve smoke bench bootstrap deploy destroy clean
 
 # Each documented target carries `## what it does` on its rule line; `make help` prints those lines
 # and tests/unit/test_setup.py fails when a .PHONY target has none.
@@ -69,11 +69,21 @@ diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod;
 	$(PREFLIGHT) diff
 	npx cdk diff -c env=$(ENV) --no-notices
 
-# The quality gates run first (seconds), then the suite with the coverage floor on runtime/.
+# The tests run on pytest-xdist workers, one per core by default (TEST_WORKERS=1 for one process):
+# loadgroup keeps the tests that share a module-scoped fixture, and the local stack's, on one worker
+# (tests/conftest.py); coverage, snapshots and the IAM audit are merged across the workers.
+TEST_WORKERS ?= auto
+PARALLEL_TESTS = -n $(TEST_WORKERS) --dist loadgroup
+
+# The quality gates run first, then the suite with the coverage floor on runtime/.
 # --iam-audit=strict: a grant of a function's role that no test's calls used fails the run
 # (devtools/aws/call_audit.py); a call the role does not allow fails it in any run.
-test: lint typecheck cfn-lint docs ## lint, typecheck, cfn-lint, docs, then the whole pytest suite with the 90 % coverage floor on runtime/ and the IAM audit
-	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered --iam-audit=strict
+test: lint typecheck cfn-lint docs ## lint, typecheck, cfn-lint, docs, then the whole pytest suite in parallel with the 90 % coverage floor on runtime/ and the IAM audit
+	$(PY) -m pytest $(PARALLEL_TESTS) --cov --cov-report=term-missing:skip-covered --iam-audit=strict
+
+# The inner loop: the unit tests, without the coverage floor (which they alone do not reach).
+check: lint typecheck ## the inner loop: lint, typecheck and the unit tests (tests/unit, in parallel)
+	$(PY) -m pytest $(PARALLEL_TESTS) tests/unit
 
 lint: install ## ruff check + ruff format --check
 	$(VENV)/bin/ruff check .

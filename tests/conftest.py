@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +34,22 @@ for _name, _value in AWS_TEST_ENV.items():
     os.environ.setdefault(_name, _value)
 
 
+def _share_botocore_data_loader() -> None:
+    """One botocore data loader per data path for the whole process.
+
+    moto gives each embedded cloud a new boto3 default session, and every new session would parse
+    botocore's service models and endpoint rules (large JSON files) again: about a fifth of the fault
+    suites' time. The loader only reads botocore's own files, so sharing its cache changes no answer.
+    """
+    import botocore.loaders
+    import botocore.session
+
+    botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)  # type: ignore[attr-defined]
+
+
+_share_botocore_data_loader()
+
+
 @pytest.fixture(autouse=True)
 def aws_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in AWS_TEST_ENV.items():
@@ -36,6 +57,7 @@ def aws_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 _TEMPLATES: dict[str, dict[str, Template]] = {}
+_ASSEMBLIES: dict[str, Path] = {}
 
 
 # --- the embedded cloud's IAM: every call a function makes, checked against its role -----------------
@@ -64,10 +86,35 @@ def _entry_points() -> list[str]:
     return handler_paths()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `--dist loadgroup`), the tests of a module that share a
+    module-scoped fixture (a synth of their own, an installed wheel) go to one worker, so each such
+    fixture is built once per run; every other test goes wherever a worker is free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if isinstance(item, pytest.Function) and _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_a_module_fixture(item: pytest.Function) -> bool:
+    return any(definition.scope == "module" for definitions in item._fixtureinfo.name2fixturedefs.values() for definition in definitions)
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workeroutput")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from devtools.aws import call_audit
 
     audit = call_audit._active
+    if _is_xdist_worker(session.config):
+        # A worker saw only its share of the calls: the controller judges the merged records.
+        if audit is not None:
+            session.config.workeroutput["iam_audit"] = audit.recorded()  # type: ignore[attr-defined]
+        return
     if audit is None:
         return
     if audit.denials:
@@ -76,13 +123,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    from pathlib import Path
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """xdist's controller: fold in what the finished worker's tests called (a worker lost to a crash
+    sends nothing; xdist fails that run anyway)."""
+    from devtools.aws import call_audit
 
+    record = getattr(node, "workeroutput", {}).get("iam_audit")
+    if record is not None:
+        call_audit.merge_recorded(record)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     from devtools.aws import call_audit
 
     audit = call_audit._active
-    if audit is None:
+    if audit is None or _is_xdist_worker(config):
         return
     write = terminalreporter.write_line
     terminalreporter.section("embedded IAM: AWS calls per function against its role")
@@ -100,10 +156,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def templates_for(env_name: str) -> dict[str, Template]:
-    """Synthesize once per session and environment (synth runs cdk-nag too)."""
+    """Synthesize once per session (per xdist worker) and environment (synth runs cdk-nag too)."""
     if env_name not in _TEMPLATES:
-        _TEMPLATES[env_name] = synth_templates(env_name)
+        outdir = Path(tempfile.mkdtemp(prefix=f"onceflow-{env_name}-assembly-"))
+        atexit.register(shutil.rmtree, outdir, ignore_errors=True)
+        _TEMPLATES[env_name] = synth_templates(env_name, outdir=str(outdir))
+        _ASSEMBLIES[env_name] = outdir
     return _TEMPLATES[env_name]
+
+
+def assembly_for(env_name: str) -> Path:
+    """The directory of that same synth: its cloud assembly (manifest, assets, cdk-nag's validation
+    report), for the tests that read it on disk instead of synthesizing the app once more."""
+    templates_for(env_name)
+    return _ASSEMBLIES[env_name]
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,10 @@ function's synthesized role, and refused as AWS would refuse it.
   (`iam_needs.service_needs`: event sources, destinations, logs, traces) mark theirs. What remains
   is reported, and fails a complete run (`pytest --iam-audit=strict`, as `make test` runs it)
   unless `KEPT_UNEXERCISED` lists it with a reason.
+- **Parallel runs (pytest-xdist).** Each worker process audits the tests it ran; at its end it hands
+  `CallAudit.recorded()` to the controller, which folds every worker's record into one audit
+  (`merge_recorded`) and judges the run once: a grant counts as used if any worker used it, and a
+  denial in any worker is a denial of the run.
 
 Calls made outside any entry point (a test's set-up, a world seeding tables, the operator tools)
 run with the caller's own credentials and are not checked.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import pickle
 import sys
 import threading
 import types
@@ -177,6 +182,24 @@ class CallAudit:
         """Whether a GetObject/HeadObject of a missing key gets 404 (else S3 answers 403)."""
         return handler in self.functions and self._allowed(handler, Need("s3:ListBucket", bucket_arn(bucket)))
 
+    def recorded(self) -> bytes:
+        """Everything needed to judge this audit elsewhere: the roles and what was seen of them.
+
+        Pickled, because pytest-xdist carries only builtin types from a worker to the controller.
+        """
+        with self._lock:
+            return pickle.dumps((self.functions, self.catalog, dict(self.operations), dict(self.used), list(self.denials)))
+
+    def absorb(self, record: bytes) -> None:
+        """Add another audit's record (of the same templates) to what this one has seen."""
+        _, _, operations, used, denials = pickle.loads(record)
+        with self._lock:
+            for handler, counts in operations.items():
+                self.operations[handler].update(counts)
+            for handler, grants in used.items():
+                self.used[handler].update(grants)
+            self.denials.extend(denials)
+
     def unused_grants(self, handler: str) -> list[Grant]:
         used = self.used.get(handler, set())
         return [grant for grant in self.functions[handler].role.grants() if grant not in used]
@@ -221,6 +244,19 @@ def current() -> CallAudit | None:
             if _active is None:
                 _active = _audit_source()
     return _active
+
+
+def merge_recorded(record: bytes) -> CallAudit:
+    """Fold a worker's `CallAudit.recorded()` into the audit in force, which the first record creates
+    (the xdist controller runs no test, so it has none of its own and synthesizes nothing)."""
+    global _active
+    with _install_lock:
+        if _active is None:
+            functions, catalog, _, _, _ = pickle.loads(record)
+            _active = CallAudit(functions, catalog)
+        audit = _active
+    audit.absorb(record)
+    return audit
 
 
 def _access_denied(service: str, operation: str, message: str, status: int = 403, code: str | None = None) -> ClientError:

@@ -17,9 +17,10 @@ from aws_cdk import aws_sqs as sqs
 from constructs import IConstruct
 
 from app import build_app
-from devtools.aws.template_resources import cdk_context, synth_templates
+from devtools.aws.template_resources import cdk_context
 from onceflow.infra.compliance import acknowledge, add_compliance_checks
 from onceflow.infra.config import load_config
+from tests.conftest import assembly_for
 
 ENVS = ("dev", "prod")
 PLUGINS = {"AwsSolutions", "Serverless"}
@@ -187,11 +188,10 @@ def acknowledgements(app: App) -> list[tuple[IConstruct, str, str]]:
 
 
 @pytest.fixture(scope="module", params=ENVS)
-def synthesized(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """The real app synthesized (with cdk-nag) into a directory, so its validation report is readable."""
-    outdir = tmp_path_factory.mktemp(f"{request.param}-assembly")
-    synth_templates(str(request.param), outdir=str(outdir))
-    return str(request.param), outdir
+def synthesized(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    """The real app synthesized (with cdk-nag) into a directory, so its validation report is readable:
+    the session's synth of that environment."""
+    return str(request.param), assembly_for(str(request.param))
 
 
 @pytest.fixture(scope="module", params=ENVS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,3 +141,32 @@ def test_dev_and_prod_grant_the_same_actions_on_the_same_resources(
             prod_role = Role.of_function(prod, find_function(prod, handler))
             # Then the grants are the same, so what is allowed in dev is allowed in prod
             assert sorted(map(repr, dev_role.grants())) == sorted(map(repr, prod_role.grants())), handler
+
+
+def test_the_workers_records_of_a_parallel_run_are_judged_as_one_run(
+    moto_aws: None, runner_stats_template: Template, dev_templates: dict[str, Template], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two pytest-xdist workers' audits: the first saw the runner read its table, the second
+    # saw it refused a DescribeTable of it
+    world = RunnerStatsWorld.create(runner_stats_template)
+    table = world.settings.tables.run_stats
+    first, second = call_audit.CallAudit.from_templates(dev_templates), call_audit.CallAudit.from_templates(dev_templates)
+    assert first.check(RUNNER, "dynamodb", "GetItem", {"TableName": table, "Key": {"user_id": {"N": "7"}, "run_id": {"N": "1"}}}) is None
+    denial = second.check(RUNNER, "dynamodb", "DescribeTable", {"TableName": table})
+    assert denial is not None
+    used_by_first_alone = first.used[RUNNER] - second.used[RUNNER]
+    assert {grant.action for grant in used_by_first_alone} == {"dynamodb:GetItem"}
+    # When the controller, which ran no test and has no audit of its own, merges their records
+    monkeypatch.setattr(call_audit, "_active", None)
+    for worker in (first, second):
+        merged = call_audit.merge_recorded(worker.recorded())
+    # Then the run's audit is the merge: a grant either used is used, what neither used is unused,
+    # the second's denial is the run's, and the calls add up
+    assert call_audit._active is merged
+    assert set(merged.unused_grants(RUNNER)) == set(first.unused_grants(RUNNER)) & set(second.unused_grants(RUNNER))
+    assert not used_by_first_alone & set(merged.unused_grants(RUNNER))
+    assert denial in merged.denials
+    assert merged.operations[RUNNER] == Counter({"dynamodb:GetItem": 1, "dynamodb:DescribeTable": 1})
+    # and a grant neither used still fails a strict run
+    assert set(merged.unexplained_unused()) == set(first.unexplained_unused()) & set(second.unexplained_unused())
+    assert merged.unexplained_unused()

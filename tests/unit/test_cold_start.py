@@ -38,6 +38,26 @@ print(MARK + json.dumps({
 }))
 """
 
+# Every handler module given, imported one after the other into one interpreter; what was loaded
+# after each. For what must NOT be imported, this finds what one fresh interpreter per module would:
+# a module's import loads what it needs that is not loaded yet, so whatever a handler would pull in
+# on its own is present right after its own import at the latest (and the first handler that pulls
+# it in is named).
+IMPORTS_PROBE = """
+import importlib, json, sys
+after = {}
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+    from runtime.shared import observability
+    after[module] = {
+        "xray": sorted(name for name in sys.modules if name.split(".")[0] == "aws_xray_sdk"),
+        "tracer_created": type(observability.tracer).__name__ == "Tracer",
+        "mode": observability.TRACING_MODE.value,
+        "event_handler": "aws_lambda_powertools.event_handler" in sys.modules,
+    }
+print(MARK + json.dumps(after))
+"""
+
 # A handler wrapped by `instrumented`, invoked twice. The X-Ray recorder sends to a list instead of
 # the daemon; the handler body makes one (stubbed) SQS call through boto3.
 INVOCATION_PROBE = """
@@ -198,19 +218,20 @@ NO_SDK_MODES = [None, TracingMode.ACTIVE, TracingMode.OTEL, TracingMode.OFF]
 
 
 @pytest.mark.parametrize("mode", NO_SDK_MODES, ids=lambda mode: getattr(mode, "value", "unset"))
-@pytest.mark.parametrize("path", handler_paths())
-def test_no_handler_imports_the_xray_sdk_outside_the_sdk_mode(path: str, mode: TracingMode | None) -> None:
+def test_no_handler_imports_the_xray_sdk_outside_the_sdk_mode(mode: TracingMode | None) -> None:
     # Given a fresh interpreter in a Lambda-like environment, tracing not disabled for Powertools, in the default
     # mode as the factory sets it (or with no mode variable at all, as a function built elsewhere), or OTEL or OFF
-    module = path.rpartition(".")[0]
-    # When the handler module is imported, as Lambda's init phase does
-    imported = run_probe(IMPORT_PROBE, module, tracing=True, mode=mode)
-    # Then no module of the X-Ray SDK was imported, and no Tracer created
-    assert imported["xray"] == []
-    assert imported["tracer_created"] is False
-    assert imported["mode"] == (mode or TracingMode.ACTIVE).value
-    # And Powertools' event handler is not loaded, not even by the HTTP handlers (runtime/shared/http.py routes)
-    assert imported["event_handler"] is False
+    modules = [path.rpartition(".")[0] for path in handler_paths()]
+    # When every handler module is imported, as Lambda's init phase does, one after the other
+    imported = run_probe(IMPORTS_PROBE, *modules, tracing=True, mode=mode)
+    assert list(imported) == modules
+    for module, after in imported.items():
+        # Then, after each, no module of the X-Ray SDK was imported, and no Tracer created
+        assert after["xray"] == [], module
+        assert after["tracer_created"] is False, module
+        assert after["mode"] == (mode or TracingMode.ACTIVE).value, module
+        # And Powertools' event handler is not loaded, not even by the HTTP handlers (runtime/shared/http.py routes)
+        assert after["event_handler"] is False, module
 
 
 @pytest.mark.parametrize("path", handler_paths())

@@ -19,13 +19,14 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_kinesis as kinesis
 from aws_cdk.assertions import Match, Template
 
-from devtools.aws.template_resources import PROJECT_ROOT, load_assembly, resources_of_type, synth_templates
+from devtools.aws.template_resources import PROJECT_ROOT, load_assembly, resources_of_type
 from onceflow.infra.config import ConfigError, EnvConfig, load_config
 from onceflow.infra.runner_stats.construct import RunnerStatsPipeline
 from runtime.runner_stats import contract
 from runtime.runner_stats.contract import ENV_MESSAGES_TABLE, ENV_REJECTS_TABLE, ENV_RUN_STATS_TABLE, ENV_TENDENCY_TABLE, HANDLER
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.shared.contract import TRACING_MODE_VARIABLE
+from tests.conftest import assembly_for
 
 ENVS = ("dev", "prod")
 
@@ -445,11 +446,9 @@ def test_runtime_settings_parse_the_synthesized_environment(template_json: dict[
 
 
 @pytest.fixture(scope="module")
-def dev_assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A dev cloud assembly on disk (the session fixtures keep only the templates)."""
-    outdir = tmp_path_factory.mktemp("dev-assembly")
-    synth_templates("dev", outdir=str(outdir))
-    return outdir
+def dev_assembly() -> Path:
+    """The dev cloud assembly on disk: the directory of the session's dev synth."""
+    return assembly_for("dev")
 
 
 def zip_file_assets(assembly: Path) -> dict[str, dict[str, Any]]:

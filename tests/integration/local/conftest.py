@@ -41,11 +41,17 @@ def in_this_folder(item: pytest.Item | None) -> bool:
     return item is not None and LOCAL_TESTS in Path(item.path).resolve().parents
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Localhost only, for the tests of this folder (pytest-socket's allow_hosts marker)."""
+    """Localhost only, for the tests of this folder (pytest-socket's allow_hosts marker); under
+    pytest-xdist, all of them on one worker, one after the other, so the stack starts once and is
+    stopped after the last of them (see pytest_runtest_teardown)."""
+    parallel = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if in_this_folder(item):
             item.add_marker(pytest.mark.allow_hosts(LOCALHOST))
+            if parallel:
+                item.add_marker(pytest.mark.xdist_group("local-stack"))
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
