@@ -79,7 +79,7 @@ PARALLEL_TESTS = -n $(TEST_WORKERS) --dist loadgroup
 # --iam-audit=strict: a grant of a function's role that no test's calls used fails the run
 # (devtools/aws/call_audit.py); a call the role does not allow fails it in any run.
 test: lint typecheck cfn-lint docs ## lint, typecheck, cfn-lint, docs, then the whole pytest suite in parallel with the 90 % coverage floor on runtime/ and the IAM audit
-	$(PY) -m pytest $(PARALLEL_TESTS) --cov --cov-report=term-missing:skip-covered --iam-audit=strict
+	$(PY) -m pytest $(PARALLEL_TESTS) --durations=15 --cov --cov-report=term-missing:skip-covered --iam-audit=strict
 
 # The inner loop: the unit tests, without the coverage floor (which they alone do not reach).
 check: lint typecheck ## the inner loop: lint, typecheck and the unit tests (tests/unit, in parallel)
