@@ -29,7 +29,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, PartialCredentialsError, ProfileNotFound
 
-from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, local_cloud, missing_file
+from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, missing_file, running_local_cloud
 
 USAGE_EXIT_STATUS = 2
 OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes in the repository root
@@ -177,12 +177,9 @@ def local_cloud_of(path: Path, env: str) -> LocalCloud | None:
     """The embedded cloud an outputs file of `make serve` names, checked to be answering (None: a deployed environment's)."""
     document = read_outputs_file(path, env)
     try:
-        cloud = local_cloud(document, path)
-        if cloud is not None:
-            cloud.check_running(path)
+        return running_local_cloud(document, path)
     except LocalCloudError as err:
         raise UsageError(str(err)) from err
-    return cloud
 
 
 def resources_from_outputs_file(path: Path, env: str, kind: StackKind) -> dict[str, str]:

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from urllib.parse import quote, urlencode, urlsplit
 
 from onceflow.clients import extra
-from onceflow.clients.local import LOCAL_ENV, LocalCloudError, local_cloud, missing_file
+from onceflow.clients.local import LOCAL_ENV, LocalCloudError, missing_file, running_local_cloud
 from onceflow.runtime.event_log import contract
 
 # botocore (the `clients` extra) is imported where it is used, so that without the extra the CLI
@@ -1062,12 +1062,11 @@ def _local_session(path: Path, args: argparse.Namespace) -> boto3.session.Sessio
     """For an outputs file of `make serve`: a session with its region and dummy key pair where the
     command line and the environment name none (onceflow/clients/local.py); None for a deployed one's."""
     try:
-        cloud = local_cloud(json.loads(path.read_bytes()), path)
-        if cloud is None:
-            return None
-        cloud.check_running(path)
+        cloud = running_local_cloud(json.loads(path.read_bytes()), path)
     except LocalCloudError as err:
         raise ConfigurationError(str(err)) from err
+    if cloud is None:
+        return None
     import boto3
     from botocore.exceptions import ProfileNotFound
 

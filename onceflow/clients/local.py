@@ -111,6 +111,14 @@ def local_cloud(document: Mapping[str, Any], source: Path | str) -> LocalCloud |
     return cloud
 
 
+def running_local_cloud(document: Mapping[str, Any], source: Path | str) -> LocalCloud | None:
+    """The local cloud a parsed outputs file names, checked to be answering (None: a deployed environment's file)."""
+    cloud = local_cloud(document, source)
+    if cloud is not None:
+        cloud.check_running(source)
+    return cloud
+
+
 def missing_file(path: Path) -> str:
     """The one line for a `--env local` outputs file that does not exist."""
     return f"no outputs file {path.absolute()}: {START_SERVER} (it writes the file), or pass --outputs-file"

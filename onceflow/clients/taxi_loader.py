@@ -104,7 +104,7 @@ from typing import IO, Any, Protocol, TextIO
 from urllib.parse import quote
 
 from onceflow.clients import extra
-from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, local_cloud, missing_file
+from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, missing_file, running_local_cloud
 from onceflow.runtime.shared.consistency import deterministic_id
 from onceflow.runtime.taxi_etl import contract
 from onceflow.runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
@@ -1411,9 +1411,7 @@ def api_from_outputs(path: Path, env: str) -> TaxiStack:
     if missing:
         raise UsageError(f"stack {stacks[0]} in outputs file {path} has no outputs {missing}; {deploy}")
     try:
-        local = local_cloud(document, path)
-        if local is not None:
-            local.check_running(path)
+        local = running_local_cloud(document, path)
     except LocalCloudError as err:
         raise UsageError(str(err)) from err
     return TaxiStack(str(outputs[contract.OUTPUT_API_URL]), str(outputs[contract.OUTPUT_API_KEY_SECRET_ARN]), local)
