@@ -2,8 +2,9 @@
 
 `fast_transactions` must answer every TransactWriteItems exactly as moto's own implementation
 does (outcome, cancellation reasons, old items, final state), only without copying the tables.
-`VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. If a moto upgrade
-changes either, these tests fail instead of the suites that rely on the patches drifting quietly.
+`VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. `cached_action_names`
+lists a response class's actions once instead of on every request. If a moto upgrade changes any
+of them, these tests fail instead of the suites that rely on the patches drifting quietly.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from devtools.aws.clients import new_client
-from devtools.aws.moto_patches import VirtualClock, atomic_moto_dynamodb, fast_transactions
+from devtools.aws.moto_patches import VirtualClock, atomic_moto_dynamodb, cached_action_names, fast_transactions
 
 TABLES = ("Heads", "Entries")
 Step = Callable[[Any], dict[str, Any]]
@@ -264,3 +265,38 @@ def test_the_embedded_cloud_serves_dynamodb_requests_one_at_a_time() -> None:
         assert DynamoHandler.call_action is not unpatched
     # and on the way out moto is as it was
     assert DynamoHandler.call_action is unpatched
+
+
+def test_cached_action_names_lists_each_response_class_once_and_restores_moto(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+    from moto.core import responses
+    from moto.dynamodb.responses import DynamoHandler
+
+    # Given moto's own lister of a response class's actions, counted (the name the dispatch calls:
+    # a rename in moto would make the patch a no-op)
+    original = responses.method_names_from_class
+    listed: list[object] = []
+
+    def counted(clazz: object) -> Any:
+        listed.append(clazz)
+        return original(clazz)
+
+    monkeypatch.setattr(responses, "method_names_from_class", counted)
+    with mock_aws(), cached_action_names():
+        client = new_client("dynamodb")
+        # When six requests of four actions reach moto's DynamoDB
+        client.create_table(
+            TableName="cached",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        )
+        for key in ("a", "b", "c"):
+            client.put_item(TableName="cached", Item={"pk": {"S": key}})
+        item = client.get_item(TableName="cached", Key={"pk": {"S": "b"}})["Item"]
+        count = client.scan(TableName="cached", Select="COUNT")["Count"]
+        # Then each was dispatched to its action, and the handler's class was listed once
+        assert (item, count) == ({"pk": {"S": "b"}}, 3)
+        assert listed == [DynamoHandler]
+    # and moto's lister (here, the counted one) is back
+    assert responses.method_names_from_class is counted
