@@ -10,7 +10,9 @@
 - Threads: `atomic_moto_dynamodb` makes each DynamoDB request atomic across threads, as on
   DynamoDB (moto's are not), for handlers that run their calls on a pool.
 - Speed: `cached_action_names` keeps moto from listing a response class's methods with
-  `inspect.getmembers` on every request, about 3 % of the CPU of a test on moto.
+  `inspect.getmembers` on every request (about 3 % of the CPU of a test on moto), and
+  `cached_attribute_aliases` from working out again, for every member of every response, which
+  attribute names a model object may hold it under (up to a fifth of it).
 
 `embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests and AWS's
 service limits where moto does not enforce them (devtools/aws/service_limits.py). A bare mock_aws
@@ -190,6 +192,43 @@ def cached_action_names() -> Iterator[None]:
 
 
 @contextmanager
+def cached_attribute_aliases() -> Iterator[None]:
+    """moto's response serializer finds each member's value by trying the names its alias providers
+    give, building six providers per member of every item it answers with. Those names depend only
+    on the object's class (unless it carries a `Meta` of its own aliases), the member's shape and
+    its parent, and the member's name, so each combination is worked out once while this is on."""
+    from moto.core import serialize
+
+    known = set(serialize.DEFAULT_ALIAS_PROVIDERS)
+    originals = {picker: picker.__dict__["get_possible_keys"] for picker in (serialize.AttributePicker, serialize.XFormedAttributePicker)}
+    # The shape and its parent are kept in the value, so their ids cannot be reused while cached.
+    found: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
+
+    def cached(picker: type, original: Any) -> Any:
+        def get_possible_keys(self: Any, context: Any) -> Any:
+            providers = tuple(self.alias_providers)
+            if hasattr(context.obj, "Meta") or not known.issuperset(providers):
+                return original(self, context)
+            shape = context.shape
+            parent = getattr(shape, "parent", None)
+            key = (picker, providers, type(context.obj), id(shape), id(parent), context.key)
+            entry = found.get(key)
+            if entry is None:
+                entry = found[key] = (shape, parent, tuple(original(self, context)))
+            return entry[2]
+
+        return get_possible_keys
+
+    for picker, original in originals.items():
+        picker.get_possible_keys = cached(picker, original)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for picker, original in originals.items():
+            picker.get_possible_keys = original  # type: ignore[method-assign]
+
+
+@contextmanager
 def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
     """moto's mock_aws (with moto's `config`), DynamoDB requests atomic across threads and AWS's service
     limits enforced: the embedded cloud."""
@@ -197,5 +236,5 @@ def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
 
     from devtools.aws.service_limits import enforced_service_limits
 
-    with mock_aws(config=config), atomic_moto_dynamodb(), enforced_service_limits(), cached_action_names():
+    with mock_aws(config=config), atomic_moto_dynamodb(), enforced_service_limits(), cached_action_names(), cached_attribute_aliases():
         yield

@@ -222,7 +222,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
     from moto.core.config import default_user_config
     from moto.stepfunctions.parser.asl.utils import boto_client
 
-    from devtools.aws.moto_patches import atomic_moto_dynamodb, cached_action_names
+    from devtools.aws.moto_patches import atomic_moto_dynamodb, cached_action_names, cached_attribute_aliases
 
     config = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
     parser_log = logging.getLogger("moto.stepfunctions.parser")
@@ -234,6 +234,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         mock.patch.object(boto_client, "moto_server_port", lambda: str(port)),
         atomic_moto_dynamodb(),
         cached_action_names(),
+        cached_attribute_aliases(),
     ):
         try:
             yield

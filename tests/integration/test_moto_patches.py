@@ -10,15 +10,17 @@ of them, these tests fail instead of the suites that rely on the patches driftin
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from devtools.aws.clients import new_client
-from devtools.aws.moto_patches import VirtualClock, atomic_moto_dynamodb, cached_action_names, fast_transactions
+from devtools.aws.moto_patches import VirtualClock, atomic_moto_dynamodb, cached_action_names, cached_attribute_aliases, fast_transactions
 
 TABLES = ("Heads", "Entries")
 Step = Callable[[Any], dict[str, Any]]
@@ -300,3 +302,113 @@ def test_cached_action_names_lists_each_response_class_once_and_restores_moto(mo
         assert listed == [DynamoHandler]
     # and moto's lister (here, the counted one) is back
     assert responses.method_names_from_class is counted
+
+
+def varied_answers() -> list[Any]:
+    """What moto answers to requests of five services whose responses hold nested structures,
+    lists, maps, timestamps and binary values (volatile values: ids and times, made constant)."""
+    dynamodb, sqs, s3, kinesis = (new_client(service) for service in ("dynamodb", "sqs", "s3", "kinesis"))
+    answers: list[Any] = []
+    answers.append(
+        dynamodb.create_table(
+            TableName="varied",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": name, "AttributeType": "S"} for name in ("pk", "sk", "kind")],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by-kind",
+                    "KeySchema": [{"AttributeName": "kind", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+    )
+    for number in range(3):
+        item = {
+            "pk": {"S": "p"},
+            "sk": {"S": f"s{number}"},
+            "kind": {"S": "k"},
+            "nested": {"M": {"list": {"L": [{"N": str(number)}, {"B": b"\x00\x01"}, {"SS": ["a", "b"]}]}, "null": {"NULL": True}}},
+        }
+        answers.append(dynamodb.put_item(TableName="varied", Item=item, ReturnValues="ALL_OLD"))
+    answers.append(
+        dynamodb.update_item(
+            TableName="varied",
+            Key={"pk": {"S": "p"}, "sk": {"S": "s1"}},
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+            ReturnValues="ALL_NEW",
+        )
+    )
+    answers.append(dynamodb.query(TableName="varied", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "p"}}))
+    answers.append(
+        dynamodb.query(
+            TableName="varied",
+            IndexName="by-kind",
+            KeyConditionExpression="kind = :k",
+            ExpressionAttributeValues={":k": {"S": "k"}},
+            Limit=2,
+        )
+    )
+    answers.append(dynamodb.scan(TableName="varied", ConsistentRead=True))
+    answers.append(dynamodb.describe_table(TableName="varied"))
+    answers.append(dynamodb.batch_get_item(RequestItems={"varied": {"Keys": [{"pk": {"S": "p"}, "sk": {"S": "s0"}}]}}))
+    try:
+        dynamodb.put_item(
+            TableName="varied",
+            Item={"pk": {"S": "p"}, "sk": {"S": "s0"}},
+            ConditionExpression="attribute_not_exists(pk)",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ClientError as err:
+        answers.append(err.response)
+    url = sqs.create_queue(QueueName="varied", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
+    answers.append(sqs.send_message(QueueUrl=url, MessageBody="body", MessageAttributes={"a": {"DataType": "String", "StringValue": "v"}}))
+    answers.append(sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"], AttributeNames=["All"]))
+    answers.append(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]))
+    s3.create_bucket(Bucket="varied")
+    answers.append(s3.put_object(Bucket="varied", Key="a/b", Body=b"object"))
+    answers.append(s3.list_objects_v2(Bucket="varied", Prefix="a/"))
+    answers.append(s3.head_object(Bucket="varied", Key="a/b"))
+    kinesis.create_stream(StreamName="varied", ShardCount=1)
+    answers.append(kinesis.put_records(StreamName="varied", Records=[{"Data": b"d", "PartitionKey": "k"}]))
+    answers.append(kinesis.describe_stream_summary(StreamName="varied"))
+    return [constant_volatiles(answer) for answer in answers]
+
+
+VOLATILE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\d{4}-\d\d-\d\dT[\d:.]+|\d{10,}(\.\d+)?")
+
+
+def constant_volatiles(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: constant_volatiles(inner) for key, inner in value.items() if key not in ("ResponseMetadata", "ReceiptHandle")}
+    if isinstance(value, list):
+        return [constant_volatiles(inner) for inner in value]
+    if isinstance(value, datetime):
+        return "<time>"
+    if isinstance(value, str):
+        return VOLATILE.sub("<volatile>", value)
+    return value
+
+
+def test_cached_attribute_aliases_answer_exactly_as_moto_does() -> None:
+    from moto import mock_aws
+    from moto.core import serialize
+
+    # Given moto's answers to varied requests of five services
+    with mock_aws():
+        plain = varied_answers()
+    # When the same requests are answered twice with the aliases cached (the second time, from the cache)
+    originals = (serialize.AttributePicker.get_possible_keys, serialize.XFormedAttributePicker.get_possible_keys)
+    with cached_attribute_aliases():
+        assert serialize.XFormedAttributePicker.get_possible_keys is not originals[1]
+        with mock_aws():
+            cached = varied_answers()
+        with mock_aws():
+            from_the_cache = varied_answers()
+    # Then every answer is the same each time, and moto's pickers are back
+    assert cached == plain
+    assert from_the_cache == plain
+    assert (serialize.AttributePicker.get_possible_keys, serialize.XFormedAttributePicker.get_possible_keys) == originals

@@ -2,7 +2,7 @@
 `local_stack`): real HTTP on localhost to the taxi API, its real authorizer, the saga on moto's
 Step Functions, the trips and status tables in the embedded DynamoDB.
 
-250 real rows and a few that the saga flags go in once each, and the summary reports the flags
+60 real rows and a few that the saga flags go in once each, and the summary reports the flags
 with their reasons (exit 1: not every row stored); a loader that dies midway and runs again stores
 no row twice, and the batches it sends again (and every batch, once the checkpoint is gone) are
 answered as duplicates; a CRLF copy with a byte-order mark, or a re-saved copy, of a loaded file
@@ -14,7 +14,9 @@ in; --env reads the URL and the key's secret from the outputs file. With several
 reports what a clean one-at-a-time run reports, and two loaders of one file at once store every row
 once.
 
-Each test takes its own rows of the sample (content ids: a row another test stored is the same row)."""
+Each test takes its own rows of the sample (content ids: a row another test stored is the same row).
+The files are small and their batches smaller still: what is under test is how batches, crashes
+and reruns meet, not volume (tests/integration/taxi_etl/test_taxi_saga.py stores 2,000 rows)."""
 
 from __future__ import annotations
 
@@ -144,26 +146,26 @@ def assert_stored_once(local_stack: Any, report: LoadReport, rows: int) -> list[
 
 
 def test_every_valid_row_is_stored_once_and_flagged_rows_are_reported_with_their_reasons(local_stack: Any, tmp_path: Path) -> None:
-    # Given 250 real rows, two that fail validation and one that fails transformation
-    lines: list[str | bytes] = [HEADER, *ROWS[1500:1600], DROPOFF_BEFORE_PICKUP, *ROWS[1600:1700], SPRING_FORWARD_GAP]
-    lines += [*ROWS[1700:1750], DROPOFF_BEFORE_PICKUP.replace("16:30:00", "16:20:00")]
+    # Given 60 real rows, two that fail validation and one that fails transformation, in batches of 25 lines
+    lines: list[str | bytes] = [HEADER, *ROWS[1500:1525], DROPOFF_BEFORE_PICKUP, *ROWS[1600:1625], SPRING_FORWARD_GAP]
+    lines += [*ROWS[1700:1710], DROPOFF_BEFORE_PICKUP.replace("16:30:00", "16:20:00")]
     path = write(tmp_path / "october.csv", lines)
     # When the loader sends the file to the local API
-    report, out = load(path, api_of(local_stack))
+    report, out = load(path, api_of(local_stack), batch_lines=25)
     # Then every batch was accepted, none refused, and every row was read back settled
     assert report.failed == [] and report.refused_total == 0
     assert (report.batches, report.accepted, report.duplicates) == (3, 3, 0)
     states = report.states
     assert states is not None and states.pending == [] and states.unreadable == []
-    # and the 250 real rows are stored, each once, and the three others are not
-    assert states.stored == 250
-    assert_stored_once(local_stack, report, 250)
+    # and the 60 real rows are stored, each once, and the three others are not
+    assert states.stored == 60
+    assert_stored_once(local_stack, report, 60)
     # and the flagged rows are reported by phase, reason and detail, each with its line; not all stored: exit 1
     assert states.flagged == {("validation", 1, "dropoff_before_pickup"): 2, ("transformation", 2, "nonexistent_local_time"): 1}
     assert "      validation (reason 1) dropoff_before_pickup: 2" in out
     assert "      transformation (reason 2) nonexistent_local_time: 1" in out
     flagged_lines = sorted(int(line.split()[2]) for line in out if line.startswith("FLAGGED line"))
-    assert flagged_lines == [102, 203, 254]
+    assert flagged_lines == [27, 53, 64]
     assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
     # and the status tables hold the same codes
     dynamodb = local_stack.client("dynamodb")
@@ -177,34 +179,34 @@ def test_every_valid_row_is_stored_once_and_flagged_rows_are_reported_with_their
 
 
 def test_a_crash_midway_and_a_rerun_store_every_row_once_and_resent_batches_are_duplicates(local_stack: Any, tmp_path: Path) -> None:
-    # Given 250 other real rows, and a loader that dies right after the API answered its second batch
-    path = write(tmp_path / "crash.csv", [HEADER, *ROWS[300:550]])
+    # Given 60 other real rows in three batches, and a loader that dies right after the API answered its second batch
+    path = write(tmp_path / "crash.csv", [HEADER, *ROWS[300:360]])
     crashing = CrashAfter(api_of(local_stack), posts=2)
     with pytest.raises(SimulatedCrash):
-        load(path, crashing, in_flight=1)  # the serial loader; several in flight: the test after this one
+        load(path, crashing, batch_lines=25, in_flight=1)  # the serial loader; several in flight: the test after this one
     # and whose batches' executions have ended since (while one runs, the API answers its resend 202 with the same
     # ids, as StartExecution does: still one execution; once it has ended, 200 and "duplicate": true)
     wait_until_quiet(local_stack)
     # When it runs again
-    report, out = load(path, api_of(local_stack), in_flight=1)
+    report, out = load(path, api_of(local_stack), batch_lines=25, in_flight=1)
     # Then the first batch is skipped (acknowledged), the second is sent again and answered as a duplicate, the third is new,
     # and the read-back covers the rows of all three
     assert (report.skipped, report.duplicates, report.accepted) == (1, 1, 1)
     assert report.exit_status == 0
-    # and every row is stored once: 250 trips, none twice
-    assert report.states is not None and report.states.stored == 250 and report.states.flagged_total == 0
-    assert_stored_once(local_stack, report, 250)
+    # and every row is stored once: 60 trips, none twice
+    assert report.states is not None and report.states.stored == 60 and report.states.flagged_total == 0
+    assert_stored_once(local_stack, report, 60)
     # When every batch's execution has ended, and the checkpoint is lost and the file is loaded again
     wait_until_quiet(local_stack)
     (tmp_path / "crash.csv.onceflow-progress").unlink()
-    report, out = load(path, api_of(local_stack), read_back=False)
+    report, out = load(path, api_of(local_stack), batch_lines=25, read_back=False)
     # Then every batch is answered as a duplicate, and still no row is stored twice
     assert (report.skipped, report.duplicates, report.accepted) == (0, 3, 0)
     assert (
         "  batches          3  (3 sent: 0 accepted, 3 answered as duplicates; 0 acknowledged by an earlier run; 0 with no row; 0 not sent)"
         in out
     )
-    assert_stored_once(local_stack, report, 250)
+    assert_stored_once(local_stack, report, 60)
 
 
 def data_line_counts(out: list[str]) -> list[str]:
@@ -214,43 +216,43 @@ def data_line_counts(out: list[str]) -> list[str]:
 
 
 def test_a_crash_with_batches_in_flight_and_a_rerun_store_every_row_once_and_report_a_clean_run(local_stack: Any, tmp_path: Path) -> None:
-    # Given 250 other real rows and one the saga flags, in batches of 25, and a loader of four at a time that dies right after
-    # the API answered its third batch, with others in flight
+    # Given 60 other real rows and one the saga flags, in 11 batches of 6, and a loader of four at a time that dies right
+    # after the API answered its third batch, with others in flight
     flagged = DROPOFF_BEFORE_PICKUP.replace("16:30:00", "16:05:00")
-    path = write(tmp_path / "inflight.csv", [HEADER, *ROWS[850:975], flagged, *ROWS[975:1100]])
+    path = write(tmp_path / "inflight.csv", [HEADER, *ROWS[850:880], flagged, *ROWS[975:1005]])
     crashing = CrashAfter(api_of(local_stack), posts=3)
     with pytest.raises(SimulatedCrash):
-        load(path, crashing, batch_lines=25, in_flight=4)
+        load(path, crashing, batch_lines=6, in_flight=4)
     # Then the checkpoint holds acknowledged batches only, in the file's order: never a batch whose answer did not come back
     checkpoint = tmp_path / "inflight.csv.onceflow-progress"
     written = [json.loads(line)["execution"] for line in checkpoint.read_text().splitlines()[1:]]
     assert set(written) <= set(crashing.executions) and len(written) <= 3
     # When every execution has ended and the loader runs again, four at a time
     wait_until_quiet(local_stack)
-    report, out = load(path, api_of(local_stack), batch_lines=25, in_flight=4)
+    report, out = load(path, api_of(local_stack), batch_lines=6, in_flight=4)
     # Then every batch was acknowledged once in this run or the last, and every valid row is stored once
     assert report.skipped == len(written) and report.skipped + report.accepted + report.duplicates == report.batches == 11
-    assert report.failed == [] and report.states is not None and report.states.stored == 250
-    assert_stored_once(local_stack, report, 250)
+    assert report.failed == [] and report.states is not None and report.states.stored == 60
+    assert_stored_once(local_stack, report, 60)
     # and its report is what a clean run, one batch at a time, reports of the same file (no checkpoint: every batch again)
     wait_until_quiet(local_stack)
     checkpoint.unlink()
-    clean, clean_out = load(path, api_of(local_stack), batch_lines=25, in_flight=1)
+    clean, clean_out = load(path, api_of(local_stack), batch_lines=6, in_flight=1)
     assert clean.duplicates == 11 and ids_of(clean) == ids_of(report)
     assert data_line_counts(out) == data_line_counts(clean_out) and report.exit_status == clean.exit_status
     assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS and "    flagged        1" in out
 
 
 def test_two_loaders_of_one_file_at_once_store_every_row_once(local_stack: Any, tmp_path: Path) -> None:
-    # Given 300 other real rows, and two loaders of that file (one checkpoint), four batches of 50 in flight each
-    rows = [*ROWS[1100:1250], *ROWS[100:250]]
+    # Given 72 other real rows, and two loaders of that file (one checkpoint), four of its six batches in flight each
+    rows = [*ROWS[1100:1136], *ROWS[100:136]]
     path = write(tmp_path / "twice.csv", [HEADER, *rows])
     barrier = threading.Barrier(2)
     reports: list[LoadReport] = []
 
     def loader() -> None:
         barrier.wait(30)
-        report, _ = load(path, api_of(local_stack), batch_lines=50, in_flight=4)
+        report, _ = load(path, api_of(local_stack), batch_lines=13, in_flight=4)
         reports.append(report)
 
     # When both run at once against the local API
@@ -262,36 +264,38 @@ def test_two_loaders_of_one_file_at_once_store_every_row_once(local_stack: Any, 
     # Then both read every row back stored, by the same ids
     assert len(reports) == 2
     for report in reports:
-        assert report.failed == [] and report.exit_status == 0 and report.states is not None and report.states.stored == 300
+        assert report.failed == [] and report.exit_status == 0 and report.states is not None and report.states.stored == 72
     assert ids_of(reports[0]) == ids_of(reports[1])
-    # and the trips table holds each row once: 300 trips, none under two ids
-    assert_stored_once(local_stack, reports[0], 300)
+    # and the trips table holds each row once: 72 trips, none under two ids
+    assert_stored_once(local_stack, reports[0], 72)
 
 
 def test_a_crlf_copy_with_a_byte_order_mark_or_a_resaved_copy_of_a_loaded_file_adds_no_trip(local_stack: Any, tmp_path: Path) -> None:
-    # Given 150 real rows loaded in full, and every execution ended
-    rows = ROWS[1250:1400]
-    first, _ = load(write(tmp_path / "loaded.csv", [HEADER, *rows]), api_of(local_stack))
-    assert first.exit_status == 0 and first.states is not None and first.states.stored == 150
+    # Given 36 real rows loaded in full, in two batches (a batch's lines count the header), and every execution ended
+    rows = ROWS[1250:1286]
+    first, _ = load(write(tmp_path / "loaded.csv", [HEADER, *rows]), api_of(local_stack), batch_lines=19)
+    assert first.exit_status == 0 and first.states is not None and first.states.stored == 36
     wait_until_quiet(local_stack)
     before = trips_count(local_stack)
     # When a CRLF copy with a byte-order mark (another file: no checkpoint of its own) is loaded
     copy = write(tmp_path / "copy.csv", [b"\xef\xbb\xbf" + HEADER.encode(), *(row.encode() for row in rows)], ending=b"\r\n")
-    again, _ = load(copy, api_of(local_stack))
+    again, _ = load(copy, api_of(local_stack), batch_lines=19)
     # Then its rows have the first load's ids, its batches are the same executions (duplicates), and every row reads stored
     assert ids_of(again) == ids_of(first)
     assert (again.accepted, again.duplicates) == (0, 2)
-    assert again.exit_status == 0 and again.states is not None and again.states.stored == 150
-    # When a re-saved copy (other spellings of the same amounts, batches of 60) is loaded
-    resaved = write(tmp_path / "resaved.csv", [HEADER, *(row.replace(",0.5,", ",0.50,") for row in rows)])
-    third, _ = load(resaved, api_of(local_stack), batch_lines=60)
+    assert again.exit_status == 0 and again.states is not None and again.states.stored == 36
+    # When a re-saved copy (other spellings of the same amounts, batches of 13 lines) is loaded
+    resaved_rows = [row.replace(",0.5,", ",0.50,") for row in rows]
+    assert all(row != resaved for row, resaved in zip(rows, resaved_rows, strict=True))  # every row is spelled otherwise
+    resaved = write(tmp_path / "resaved.csv", [HEADER, *resaved_rows])
+    third, _ = load(resaved, api_of(local_stack), batch_lines=13)
     # Then it has the same ids too: new executions, whose store phase finds every trip already there
     assert ids_of(third) == ids_of(first) and third.accepted == 3
-    assert third.exit_status == 0 and third.states is not None and third.states.stored == 150
+    assert third.exit_status == 0 and third.states is not None and third.states.stored == 36
     # and the trips table holds not one item more
     wait_until_quiet(local_stack)
     assert trips_count(local_stack) == before
-    assert_stored_once(local_stack, third, 150)
+    assert_stored_once(local_stack, third, 36)
 
 
 def test_rows_loaded_then_posted_alone_to_trips_get_the_loaders_ids_and_start_nothing(local_stack: Any, tmp_path: Path) -> None:
@@ -319,22 +323,22 @@ def test_rows_loaded_then_posted_alone_to_trips_get_the_loaders_ids_and_start_no
 def test_a_truncated_last_line_is_refused_under_the_header_and_a_batch_over_the_apis_limit_is_split(
     local_stack: Any, tmp_path: Path
 ) -> None:
-    # Given the header, 199 real rows and a last line cut at its last comma, without a line ending (17 fields: alone,
+    # Given the header, 101 real rows and a last line cut at its last comma, without a line ending (17 fields: alone,
     # the shape of a 2017 trip), in one batch of 250 lines: the dev API takes at most 100 lines a batch
     truncated = ROWS[1900].rsplit(",", 1)[0]
-    path = write(tmp_path / "cut.csv", [HEADER, *ROWS[1800:1999], truncated], last_ending=False)
+    path = write(tmp_path / "cut.csv", [HEADER, *ROWS[1800:1901], truncated], last_ending=False)
     # When the loader sends it
     report, out = load(path, api_of(local_stack), batch_lines=250)
     # Then the cut line is refused by its line, naming the header's count, and not sent
     assert [line for line in out if line.startswith("REFUSED")] == [
-        "REFUSED line 201 has 17 columns, but the header (line 1) has 18 (a truncated or shifted row)"
+        "REFUSED line 103 has 17 columns, but the header (line 1) has 18 (a truncated or shifted row)"
     ]
-    # and the API's 413 (199 lines, the limit is 100) split the batch: its halves, each with the header, were accepted
+    # and the API's 413 (101 lines, the limit is 100) split the batch: its halves, each with the header, were accepted
     assert report.split == 1 and report.accepted == 2 and report.failed == []
-    assert any(line.startswith("SPLIT lines 2-200: HTTP 413 (the batch has 199 lines; the limit is 100)") for line in out)
-    # and the 199 rows are stored, once each; one line was not: exit 1
-    assert report.states is not None and report.states.stored == 199
-    assert_stored_once(local_stack, report, 199)
+    assert any(line.startswith("SPLIT lines 2-102: HTTP 413 (the batch has 101 lines; the limit is 100)") for line in out)
+    # and the 101 rows are stored, once each; one line was not: exit 1
+    assert report.states is not None and report.states.stored == 101
+    assert_stored_once(local_stack, report, 101)
     assert report.exit_status == taxi_loader.NOT_STORED_EXIT_STATUS
     assert "    refused        1  (each listed above as REFUSED; not stored)" in out
 
