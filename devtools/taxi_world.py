@@ -75,13 +75,14 @@ def embedded_saga_cloud(state_waits: list[float] | None = None) -> Iterator[list
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-    from devtools.aws.moto_patches import embedded_aws
+    from devtools.aws.moto_patches import cached_state_machines, embedded_aws
 
     waits: list[float] = []
     waited = state_waits if state_waits is not None else []
     logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)  # it logs every caught failure
     with (
         embedded_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}),
+        cached_state_machines(),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=waits.append)),
         mock.patch.object(WaitFunction, "_wait_interval", lambda function, env, wait_seconds: waited.append(wait_seconds)),
         mock.patch.object(ExecutionWorker, "start", lambda worker: worker._execution_logic()),

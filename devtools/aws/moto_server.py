@@ -222,7 +222,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
     from moto.core.config import default_user_config
     from moto.stepfunctions.parser.asl.utils import boto_client
 
-    from devtools.aws.moto_patches import atomic_moto_dynamodb, cached_action_names, cached_attribute_aliases
+    from devtools.aws.moto_patches import atomic_moto_dynamodb, cached_action_names, cached_attribute_aliases, cached_state_machines
 
     config = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
     parser_log = logging.getLogger("moto.stepfunctions.parser")
@@ -235,6 +235,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         atomic_moto_dynamodb(),
         cached_action_names(),
         cached_attribute_aliases(),
+        cached_state_machines(),
     ):
         try:
             yield

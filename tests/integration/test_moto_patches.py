@@ -412,3 +412,64 @@ def test_cached_attribute_aliases_answer_exactly_as_moto_does() -> None:
     assert cached == plain
     assert from_the_cache == plain
     assert (serialize.AttributePicker.get_possible_keys, serialize.XFormedAttributePicker.get_possible_keys) == originals
+
+
+BRANCHING = {
+    "StartAt": "Count",
+    "States": {
+        "Count": {"Type": "Pass", "Parameters": {"n.$": "$.n", "said.$": "States.Format('n={}', $.n)"}, "Next": "Size"},
+        "Size": {"Type": "Choice", "Choices": [{"Variable": "$.n", "NumericGreaterThan": 1, "Next": "Big"}], "Default": "Small"},
+        "Big": {"Type": "Pass", "Result": "big", "ResultPath": "$.size", "End": True},
+        "Small": {"Type": "Fail", "Error": "Small", "Cause": "n is at most 1"},
+    },
+}
+
+
+def executions_of_a_branching_machine() -> list[tuple[str, str | None, list[str]]]:
+    """Status, output and history of four executions of one state machine, through moto's executor."""
+    import json
+    import time
+
+    stepfunctions = new_client("stepfunctions")
+    arn = stepfunctions.create_state_machine(
+        name="branching", definition=json.dumps(BRANCHING), roleArn="arn:aws:iam::123456789012:role/sfn"
+    )["stateMachineArn"]
+    started = [
+        stepfunctions.start_execution(stateMachineArn=arn, name=f"n{n}", input=json.dumps({"n": n}))["executionArn"] for n in range(4)
+    ]
+    ended = []
+    for execution in started:
+        deadline = time.monotonic() + 30
+        while (described := stepfunctions.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        history = stepfunctions.get_execution_history(executionArn=execution)["events"]
+        ended.append((described["status"], described.get("output"), [event["type"] for event in history]))
+    return ended
+
+
+def test_cached_state_machines_parse_a_definition_once_and_run_as_moto_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+    from moto.core.config import default_user_config
+
+    from devtools.aws.moto_patches import cached_state_machines
+
+    parser: Any = importlib.import_module("moto.stepfunctions.parser.asl.parse.asl_parser").AmazonStateLanguageParser
+    monkeypatch.setitem(default_user_config, "stepfunctions", {"execute_state_machine": True})
+    # Given four executions of one state machine (two succeed, two fail) on moto as it is
+    with mock_aws():
+        plain = executions_of_a_branching_machine()
+    assert [status for status, _, _ in plain] == ["FAILED", "FAILED", "SUCCEEDED", "SUCCEEDED"]
+    # and moto's parser, counted
+    parse = parser.__dict__["parse"].__func__
+    parses: list[str] = []
+    monkeypatch.setattr(parser, "parse", staticmethod(lambda definition: parses.append(definition) or parse(definition)))
+    counted = parser.__dict__["parse"]
+    # When the same runs with the definitions cached
+    with cached_state_machines(), mock_aws():
+        cached = executions_of_a_branching_machine()
+    # Then every execution ended as before, with the same output and history, and the definition was parsed once
+    assert cached == plain
+    assert len(parses) == 1
+    # and moto's parser (here, the counted one) is back
+    assert parser.__dict__["parse"] is counted
