@@ -50,6 +50,10 @@ from tests.unit.test_taxi_loader import (
     write,
 )
 
+# Unmeasured (coverage's tracer doubles their CPU); every path they take is measured in lighter tests:
+# docs/development.md
+pytestmark = pytest.mark.no_cover
+
 WAIT = 5.0  # a test's longest wait for a sender thread; never reached when the loader is right
 
 

@@ -36,6 +36,10 @@ from onceflow.runtime.taxi_etl import contract
 from runtime.taxi_etl.store import STATUS_REASON
 from tests.integration.local.raw_http import request
 
+# Unmeasured (coverage's tracer doubles their CPU); every path they take is measured in lighter tests:
+# docs/development.md
+pytestmark = pytest.mark.no_cover
+
 SCHEMA_ROWS = schema_rows()
 HEADER, ROWS = sample_header(), sample_lines()
 WAIT_SECONDS = 120.0
