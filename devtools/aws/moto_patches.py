@@ -168,6 +168,14 @@ def atomic_moto_dynamodb() -> Iterator[None]:
         DynamoHandler.call_action = original  # type: ignore[method-assign]
 
 
+# What the cached_* patches work out, kept for the process: each value depends only on its key (moto's
+# service models, and so their shapes, are loaded once per process), so the next test starts warm.
+_ACTION_NAMES: dict[object, frozenset[str]] = {}
+# The shape and its parent are kept in the value, so their ids cannot be reused while cached.
+_ATTRIBUTE_ALIASES: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
+_STATE_MACHINES: dict[str, tuple[Any, Any]] = {}
+
+
 @contextmanager
 def cached_action_names() -> Iterator[None]:
     """moto's request dispatch asks which actions a response class has (every function on it) on each
@@ -177,12 +185,11 @@ def cached_action_names() -> Iterator[None]:
     # Untyped on purpose: moto imports the lister into its responses module, unexported.
     responses: Any = importlib.import_module("moto.core.responses")
     original = responses.method_names_from_class
-    listed: dict[object, frozenset[str]] = {}
 
     def method_names_from_class(clazz: object) -> frozenset[str]:
-        names = listed.get(clazz)
+        names = _ACTION_NAMES.get(clazz)
         if names is None:
-            names = listed[clazz] = frozenset(original(clazz))
+            names = _ACTION_NAMES[clazz] = frozenset(original(clazz))
         return names
 
     responses.method_names_from_class = method_names_from_class
@@ -202,8 +209,6 @@ def cached_attribute_aliases() -> Iterator[None]:
 
     known = set(serialize.DEFAULT_ALIAS_PROVIDERS)
     originals = {picker: picker.__dict__["get_possible_keys"] for picker in (serialize.AttributePicker, serialize.XFormedAttributePicker)}
-    # The shape and its parent are kept in the value, so their ids cannot be reused while cached.
-    found: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
 
     def cached(picker: type, original: Any) -> Any:
         def get_possible_keys(self: Any, context: Any) -> Any:
@@ -213,9 +218,9 @@ def cached_attribute_aliases() -> Iterator[None]:
             shape = context.shape
             parent = getattr(shape, "parent", None)
             key = (picker, providers, type(context.obj), id(shape), id(parent), context.key)
-            entry = found.get(key)
+            entry = _ATTRIBUTE_ALIASES.get(key)
             if entry is None:
-                entry = found[key] = (shape, parent, tuple(original(self, context)))
+                entry = _ATTRIBUTE_ALIASES[key] = (shape, parent, tuple(original(self, context)))
             return entry[2]
 
         return get_possible_keys
@@ -243,12 +248,11 @@ def cached_state_machines() -> Iterator[None]:
     parser: Any = importlib.import_module("moto.stepfunctions.parser.asl.parse.asl_parser").AmazonStateLanguageParser
     original = parser.__dict__["parse"]
     parse = original.__func__
-    parsed: dict[str, tuple[Any, Any]] = {}
 
     def cached_parse(definition: str) -> tuple[Any, Any]:
-        entry = parsed.get(definition)
+        entry = _STATE_MACHINES.get(definition)
         if entry is None:
-            entry = parsed[definition] = parse(definition)
+            entry = _STATE_MACHINES[definition] = parse(definition)
         program, tree = entry
         return copy.deepcopy(program), tree
 

@@ -19,8 +19,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from devtools.aws import moto_patches
 from devtools.aws.clients import new_client
-from devtools.aws.moto_patches import VirtualClock, atomic_moto_dynamodb, cached_action_names, cached_attribute_aliases, fast_transactions
+from devtools.aws.moto_patches import (
+    VirtualClock,
+    atomic_moto_dynamodb,
+    cached_action_names,
+    cached_attribute_aliases,
+    cached_state_machines,
+    fast_transactions,
+)
 
 TABLES = ("Heads", "Entries")
 Step = Callable[[Any], dict[str, Any]]
@@ -284,6 +292,7 @@ def test_cached_action_names_lists_each_response_class_once_and_restores_moto(mo
         return original(clazz)
 
     monkeypatch.setattr(responses, "method_names_from_class", counted)
+    monkeypatch.setattr(moto_patches, "_ACTION_NAMES", {})  # what earlier tests in this process listed
     with mock_aws(), cached_action_names():
         client = new_client("dynamodb")
         # When six requests of four actions reach moto's DynamoDB
@@ -393,7 +402,7 @@ def constant_volatiles(value: Any) -> Any:
     return value
 
 
-def test_cached_attribute_aliases_answer_exactly_as_moto_does() -> None:
+def test_cached_attribute_aliases_answer_exactly_as_moto_does(monkeypatch: pytest.MonkeyPatch) -> None:
     from moto import mock_aws
     from moto.core import serialize
 
@@ -401,6 +410,7 @@ def test_cached_attribute_aliases_answer_exactly_as_moto_does() -> None:
     with mock_aws():
         plain = varied_answers()
     # When the same requests are answered twice with the aliases cached (the second time, from the cache)
+    monkeypatch.setattr(moto_patches, "_ATTRIBUTE_ALIASES", {})
     originals = (serialize.AttributePicker.get_possible_keys, serialize.XFormedAttributePicker.get_possible_keys)
     with cached_attribute_aliases():
         assert serialize.XFormedAttributePicker.get_possible_keys is not originals[1]
@@ -452,8 +462,6 @@ def test_cached_state_machines_parse_a_definition_once_and_run_as_moto_does(monk
     from moto import mock_aws
     from moto.core.config import default_user_config
 
-    from devtools.aws.moto_patches import cached_state_machines
-
     parser: Any = importlib.import_module("moto.stepfunctions.parser.asl.parse.asl_parser").AmazonStateLanguageParser
     monkeypatch.setitem(default_user_config, "stepfunctions", {"execute_state_machine": True})
     # Given four executions of one state machine (two succeed, two fail) on moto as it is
@@ -464,6 +472,7 @@ def test_cached_state_machines_parse_a_definition_once_and_run_as_moto_does(monk
     parse = parser.__dict__["parse"].__func__
     parses: list[str] = []
     monkeypatch.setattr(parser, "parse", staticmethod(lambda definition: parses.append(definition) or parse(definition)))
+    monkeypatch.setattr(moto_patches, "_STATE_MACHINES", {})  # what earlier tests in this process parsed
     counted = parser.__dict__["parse"]
     # When the same runs with the definitions cached
     with cached_state_machines(), mock_aws():
