@@ -29,13 +29,18 @@ help: ## lists these targets
 install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (hashes checked), installs the project itself in editable mode (its console scripts in .venv/bin) and runs npm ci; does nothing when up to date
 
 # Re-runs only when the lock or pyproject.toml changed; otherwise `make install` does nothing. pip
-# checks every hash, so nothing outside the lock (pip-tools included) can come in. Then the project
-# itself, editable and without dependencies (the lock has them, and setuptools to build it), so
-# onceflow-taxi-load and onceflow-event-log are in .venv/bin and run the working tree's code.
+# checks every hash, so nothing outside the lock (pip-tools included) can come in. --no-deps: the
+# lock is the whole closure, so pip installs exactly its lines and resolves nothing (pip 23.2, as
+# Python 3.11's venv brings it, otherwise refuses the lock whenever a package newer than its pin
+# exists that another pin asks for with an extra, as pytest-cov asks for coverage[toml]); `pip
+# check` then fails on anything missing. Then the project itself, editable and without dependencies
+# (the lock has them, and setuptools to build it), so onceflow-taxi-load and onceflow-event-log are
+# in .venv/bin and run the working tree's code.
 $(STAMP): $(LOCK) pyproject.toml
 	@echo "make install: the locked Python packages into $(VENV) (2-3 minutes on a fresh machine)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip check
 	@echo "make install: onceflow itself, editable (its console scripts into $(VENV)/bin)"
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --no-index --editable .
 	touch $@

@@ -43,6 +43,7 @@ pytestmark = pytest.mark.no_cover
 SCHEMA_ROWS = schema_rows()
 HEADER, ROWS = sample_header(), sample_lines()
 WAIT_SECONDS = 120.0
+READ_BACK_PAUSE = 0.25  # the local stack settles a batch's rows within a second or two
 
 
 class SimulatedCrash(Exception):
@@ -93,8 +94,11 @@ def api_of(local_stack: Any) -> HttpTaxiApi:
 
 
 def load(path: Path, api: Any, **options: Any) -> tuple[LoadReport, list[str]]:
+    """The loader on `path`; its read-back pauses at most READ_BACK_PAUSE between passes (its growing
+    pauses, up to 5 s, are for a cloud; tests/unit/test_taxi_loader.py tests them on a fake clock)."""
     console = Console(io.StringIO(), io.StringIO(), False)
-    report = load_file(path, api, LoadOptions(wait_seconds=WAIT_SECONDS, **options), console=console)
+    options = LoadOptions(wait_seconds=WAIT_SECONDS, **options)
+    report = load_file(path, api, options, console=console, sleep=lambda seconds: time.sleep(min(seconds, READ_BACK_PAUSE)))
     return report, console.out.getvalue().splitlines()  # type: ignore[attr-defined]
 
 
