@@ -80,26 +80,30 @@ diff: install ## cdk diff of every stack against the deployed one (ENV=dev|prod;
 TEST_WORKERS ?= auto
 PARALLEL_TESTS = -n $(TEST_WORKERS) --dist loadgroup
 
+# Runs the gates $(1) (make targets, two at a time) beside pytest $(2). Their output is kept in
+# build/gates-$@.log and printed after the suite's; either failing fails the target.
+define gates_beside_suite
+	@mkdir -p build
+	@echo "make $@: $(1) run beside the suite; their output follows the suite's (build/gates-$@.log)"
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(1) > build/gates-$@.log 2>&1 & gates=$$!; \
+	$(PY) -m pytest $(PARALLEL_TESTS) $(2); suite=$$?; \
+	wait $$gates; gated=$$?; \
+	echo "make $@: the output of $(1):"; cat build/gates-$@.log; \
+	if [ $$gated -ne 0 ]; then echo "make $@: FAILED: a gate failed (above)"; fi; \
+	[ $$suite -eq 0 ] && [ $$gated -eq 0 ]
+endef
+
 # ruff first (a second, and the gate that fails most often), then the slower gates (mypy, about 40 s
 # from a fresh clone; both synths and cfn-lint; the docs) beside the suite, which has the coverage
-# floor on runtime/: on two cores that saves most of their minute. Their output is kept in
-# build/gates.log and printed after the suite's; either failing fails `make test`.
+# floor on runtime/: on two cores that saves most of their minute.
 # --iam-audit=strict: a grant of a function's role that no test's calls used fails the run
 # (devtools/aws/call_audit.py); a call the role does not allow fails it in any run.
 test: lint ## lint, then typecheck, cfn-lint and docs beside the whole pytest suite (in parallel, with the 90 % coverage floor on runtime/ and the IAM audit)
-	@mkdir -p build
-	@echo "make test: typecheck, cfn-lint and docs run beside the suite; their output follows the suite's (build/gates.log)"
-	@$(MAKE) --no-print-directory -j2 --output-sync=target typecheck cfn-lint docs > build/gates.log 2>&1 & gates=$$!; \
-	$(PY) -m pytest $(PARALLEL_TESTS) --durations=15 --cov --cov-report=term-missing:skip-covered --iam-audit=strict; suite=$$?; \
-	wait $$gates; gated=$$?; \
-	echo "make test: the gates' output (typecheck, cfn-lint, docs):"; cat build/gates.log; \
-	if [ $$gated -ne 0 ]; then echo "make test: FAILED: a gate failed (above)"; fi; \
-	[ $$suite -eq 0 ] && [ $$gated -eq 0 ]
+	$(call gates_beside_suite,typecheck cfn-lint docs,--durations=15 --cov --cov-report=term-missing:skip-covered --iam-audit=strict)
 
 # The inner loop: the unit tests, without the coverage floor (which they alone do not reach).
-check: install ## the inner loop: lint, typecheck and the unit tests (tests/unit, in parallel)
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck
-	$(PY) -m pytest $(PARALLEL_TESTS) tests/unit
+check: lint ## the inner loop: lint, then typecheck beside the unit tests (tests/unit, in parallel)
+	$(call gates_beside_suite,typecheck,tests/unit)
 
 lint: install ## ruff check + ruff format --check
 	$(VENV)/bin/ruff check .
