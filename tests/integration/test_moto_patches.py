@@ -314,7 +314,7 @@ def test_cached_action_names_lists_each_response_class_once_and_restores_moto(mo
 
 
 def varied_answers() -> list[Any]:
-    """What moto answers to requests of five services whose responses hold nested structures,
+    """What moto answers to requests of four services whose responses hold nested structures,
     lists, maps, timestamps and binary values (volatile values: ids and times, made constant)."""
     dynamodb, sqs, s3, kinesis = (new_client(service) for service in ("dynamodb", "sqs", "s3", "kinesis"))
     answers: list[Any] = []
@@ -406,7 +406,7 @@ def test_cached_attribute_aliases_answer_exactly_as_moto_does(monkeypatch: pytes
     from moto import mock_aws
     from moto.core import serialize
 
-    # Given moto's answers to varied requests of five services
+    # Given moto's answers to varied requests of four services
     with mock_aws():
         plain = varied_answers()
     # When the same requests are answered twice with the aliases cached (the second time, from the cache)
