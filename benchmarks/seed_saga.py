@@ -36,7 +36,8 @@ from typing import Any
 from unittest import mock
 
 from devtools.aws.capacity import CapacityMeter
-from devtools.taxi_world import ACCOUNT, client, embedded_saga_cloud, function_arn, state_transitions
+from devtools.aws.moto_fit import reaches_into_moto
+from devtools.taxi_world import ACCOUNT, LAMBDA_INVOKE, client, embedded_saga_cloud, function_arn, state_transitions
 from runtime.taxi_etl import contract as taxi_etl_contract
 from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 
@@ -224,6 +225,7 @@ def create_seed_tables(dynamodb: Any) -> None:
     )
 
 
+@reaches_into_moto(LAMBDA_INVOKE)
 @contextmanager
 def routed(routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]]) -> Iterator[None]:
     """moto's Lambda invocations of these function names go to the in-process stand-ins."""

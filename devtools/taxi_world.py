@@ -22,6 +22,7 @@ from unittest import mock
 
 from devtools.aws.clients import new_client
 from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
+from devtools.aws.moto_fit import Reach, reaches_into_moto
 from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from runtime.shared.aws import Clients
 from runtime.shared.observability import metrics
@@ -66,6 +67,24 @@ class Invocations:
     after: Callable[[str], None] | None = None
 
 
+# moto's Lambda invocation, which the worlds route to the in-process handlers.
+LAMBDA_INVOKE = Reach(
+    "moto.awslambda_simple.models",
+    "LambdaSimpleBackend.invoke",
+    ("self", "function_name", "qualifier", "body", "headers", "response_headers"),
+)
+
+
+@reaches_into_moto(
+    Reach("moto.stepfunctions.parser.asl.component.common.retry.retrier_decl", "time.sleep"),
+    Reach(
+        "moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function",
+        "WaitFunction._wait_interval",
+        ("self", "env", "wait_seconds"),
+    ),
+    Reach("moto.stepfunctions.parser.backend.execution_worker", "ExecutionWorker.start", ("self",)),
+    Reach("moto.stepfunctions.parser.backend.execution_worker", "ExecutionWorker._execution_logic", ("self",)),
+)
 @contextmanager
 def embedded_saga_cloud(state_waits: list[float] | None = None) -> Iterator[list[float]]:
     """moto executing state machines in-process and synchronously, its DynamoDB requests atomic across
@@ -166,6 +185,7 @@ class TaxiWorld:
 
         return run
 
+    @reaches_into_moto(LAMBDA_INVOKE)
     @contextmanager
     def routing(self) -> Iterator[None]:
         """Lambda tasks of the state machine go to the in-process handlers while this is open."""

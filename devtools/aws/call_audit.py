@@ -21,6 +21,9 @@ function's synthesized role, and refused as AWS would refuse it.
   (`merge_recorded`) and judges the run once: a grant counts as used if any worker used it, and a
   denial in any worker is a denial of the run.
 
+The checks are botocore's public events (before-parameter-build, before-call, after-call), registered
+on every botocore session made after `install`, the way moto registers its own request router.
+
 Calls made outside any entry point (a test's set-up, a world seeding tables, the operator tools)
 run with the caller's own credentials and are not checked.
 """
@@ -41,8 +44,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from botocore.client import BaseClient
-from botocore.exceptions import ClientError
+from botocore.awsrequest import AWSResponse
+from botocore.compat import HTTPHeaders
 
 from devtools.aws.iam_needs import ACCOUNT, Need, ResourceCatalog, ServiceNeed, bucket_arn, call_needs, service_needs
 from devtools.aws.iam_policy import Grant, Role, Template
@@ -228,7 +231,7 @@ def _kept_reason(handler: str, grant: Grant) -> str:
     return f" (kept: {reason})" if reason else ""
 
 
-# --- the botocore patch ---------------------------------------------------------------------------
+# --- botocore's events ---------------------------------------------------------------------------
 
 _active: CallAudit | None = None
 _audit_source: Callable[[], CallAudit] | None = None
@@ -259,43 +262,78 @@ def merge_recorded(record: bytes) -> CallAudit:
     return audit
 
 
-def _access_denied(service: str, operation: str, message: str, status: int = 403, code: str | None = None) -> ClientError:
-    error_code = code or _ACCESS_DENIED_CODES.get(service, "AccessDeniedException")
-    response: Any = {"Error": {"Code": error_code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
-    return ClientError(response, operation)
+# Keys this module keeps in botocore's per-call `context` dict, from one event of a call to the next.
+_API_PARAMS = "onceflow_audit_api_params"
+_AUDITED_AS = "onceflow_audited_as"
+_MISSING_KEY_OPERATIONS: Final = frozenset({"GetObject", "HeadObject"})
 
 
-def _audited_call(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def call(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
-        handler = _acting.get()
-        audit = current() if handler is not None else None
-        if audit is None or handler is None:
-            return original(client, operation_name, api_params)
-        service = client.meta.service_model.service_name
-        denial = audit.check(handler, service, operation_name, api_params)
-        if denial is not None:
-            raise _access_denied(
-                service,
-                operation_name,
-                f"User: arn:aws:sts::{ACCOUNT}:assumed-role/{audit.functions[handler].role.name if handler in audit.functions else '?'}/"
-                f"{handler} is not authorized to perform: {denial.need.action} on resource: {denial.need.resource} "
-                f"because no identity-based policy allows the {denial.need.action} action (embedded IAM: {denial.describe()})",
-            )
-        try:
-            return original(client, operation_name, api_params)
-        except ClientError as error:
-            missing_key = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 and operation_name in {
-                "GetObject",
-                "HeadObject",
-            }
-            if service == "s3" and missing_key and not audit.may_list(handler, str(api_params["Bucket"])):
-                # S3 hides whether a key exists from a caller that may not list the bucket.
-                code = "403" if operation_name == "HeadObject" else "AccessDenied"
-                raise _access_denied(service, operation_name, "Forbidden" if code == "403" else "Access Denied", code=code) from error
-            raise
+def _remember_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    """before-parameter-build: the call's own parameters (before-call sees only the serialized request)."""
+    if _acting.get() is not None:
+        context[_API_PARAMS] = params
 
-    return call
+
+def _check_call(model: Any, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+    """before-call: a call its function's role does not allow is answered AccessDenied here, as IAM
+    answers it; nothing is sent. botocore then raises the service's error for that answer."""
+    handler = _acting.get()
+    audit = current() if handler is not None else None
+    if audit is None or handler is None:
+        return None
+    service = model.service_model.service_name
+    denial = audit.check(handler, service, model.name, context.get(_API_PARAMS, {}))
+    if denial is None:
+        context[_AUDITED_AS] = handler
+        return None
+    role = audit.functions[handler].role.name if handler in audit.functions else "?"
+    message = (
+        f"User: arn:aws:sts::{ACCOUNT}:assumed-role/{role}/{handler} is not authorized to perform: {denial.need.action} on resource: "
+        f"{denial.need.resource} because no identity-based policy allows the {denial.need.action} action "
+        f"(embedded IAM: {denial.describe()})"
+    )
+    return _error_answer(403, _ACCESS_DENIED_CODES.get(service, "AccessDeniedException"), message)
+
+
+def _hide_missing_keys(http_response: AWSResponse, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+    """after-call (S3): S3 hides whether a key exists from a caller that may not list the bucket, answering
+    GetObject and HeadObject of a missing key 403 instead of 404 (moto always answers 404)."""
+    handler = context.get(_AUDITED_AS)
+    audit = current() if handler is not None else None
+    if audit is None or handler is None or model.name not in _MISSING_KEY_OPERATIONS or http_response.status_code != 404:
+        return
+    if audit.may_list(handler, str(context.get(_API_PARAMS, {}).get("Bucket", ""))):
+        return
+    head = model.name == "HeadObject"
+    http_response.status_code = 403
+    parsed["Error"] = {"Code": "403" if head else "AccessDenied", "Message": "Forbidden" if head else "Access Denied"}
+    parsed.setdefault("ResponseMetadata", {})["HTTPStatusCode"] = 403
+
+
+def _error_answer(status: int, code: str, message: str) -> tuple[AWSResponse, dict[str, Any]]:
+    """What a before-call handler returns for botocore to raise as the service's error."""
+    parsed = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return AWSResponse(url="", status_code=status, headers=HTTPHeaders(), raw=None), parsed
+
+
+# botocore's public events, on every session made from now on (each new session registers
+# BUILTIN_HANDLERS, as moto's own request router is registered): every client a handler builds.
+_EVENT_HANDLERS: Final[tuple[tuple[str, Callable[..., Any]], ...]] = (
+    ("before-parameter-build", _remember_params),
+    ("before-call", _check_call),
+    ("after-call.s3", _hide_missing_keys),
+)
+
+
+def _register_event_handlers() -> None:
+    """On every botocore session made from now on, and on boto3's default session if one exists already."""
+    import boto3
+    from botocore import handlers
+
+    handlers.BUILTIN_HANDLERS.extend(_EVENT_HANDLERS)
+    if boto3.DEFAULT_SESSION is not None:
+        for event, handler in _EVENT_HANDLERS:
+            boto3.DEFAULT_SESSION.events.register(event, handler)
 
 
 def _attribute(module: Any, handler: str) -> None:
@@ -368,8 +406,7 @@ def install(source: Callable[[], CallAudit], handlers: list[str]) -> None:
                 _finder.handlers[module_name] = handler
         if not _installed:
             sys.meta_path.insert(0, _finder)
-            original = getattr(BaseClient, "_make_api_call")  # noqa: B009 (private: no stub names it)
-            setattr(BaseClient, "_make_api_call", _audited_call(original))  # noqa: B010
+            _register_event_handlers()
             _installed = True
 
 

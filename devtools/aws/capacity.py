@@ -50,6 +50,7 @@ from decimal import Decimal, InvalidOperation
 from functools import partial
 from typing import Any
 
+from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
 from devtools.aws.moto_patches import MOTO_DYNAMODB_LOCK
 
 __all__ = ["CapacityMeter", "attribute_size", "item_size"]
@@ -295,6 +296,12 @@ class CapacityMeter:
 
     # -- moto backend look-ups (not API calls, so never billed) ----------------------------
 
+    @reaches_into_moto(
+        Reach("moto.dynamodb.models", "dynamodb_backends"),
+        Reach("moto.dynamodb.models", "DynamoDBBackend.get_table", ("self", "table_name")),
+        InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="hash_key_attr"),
+        InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="range_key_attr"),
+    )
     def _table(self, region: str, name: str) -> Any:
         from moto.dynamodb.models import dynamodb_backends  # moto only matters once a call is metered
 
@@ -313,6 +320,11 @@ class CapacityMeter:
 
         return key_of
 
+    @reaches_into_moto(
+        Reach("moto.dynamodb.models.dynamo_type", "DynamoType.__init__", ("self", "type_as_dict")),
+        Reach("moto.dynamodb.models.table", "Table.get_item", ("self", "hash_key", "range_key")),
+        Reach("moto.dynamodb.models.dynamo_type", "Item.to_json", ("self",)),
+    )
     def _stored_size(self, region: str, table_name: str, key: Mapping[str, Any]) -> int:
         from moto.dynamodb.models.dynamo_type import DynamoType
 

@@ -1,9 +1,9 @@
 """Network latency for the embedded cloud: every AWS call waits a fixed time, as a real call would.
 
 moto answers in microseconds, so on it a handler's wall time hides how many of its calls happen
-one after another. `Latency(delay_ms)` patches botocore's `BaseClient._make_api_call`, the one
-place every client call goes through (retries included, since botocore retries inside it), so
-the code under test cannot tell: each call sleeps `delay_ms` in its own thread, then runs.
+one after another. `Latency(delay_ms)` hooks botocore's public events of every call (registered on
+every session, as moto registers its own router), so the code under test cannot tell: each call
+sleeps `delay_ms` in its own thread before it is sent, then runs.
 Concurrent calls overlap their sleeps, as concurrent requests overlap on the network.
 
 Measured at delay 0 and delay L, the extra wall time divided by L is the serial depth: the
@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-
-from botocore.client import BaseClient
 
 
 @dataclass
@@ -51,48 +49,110 @@ class Latency:
 
     @contextmanager
     def installed(self) -> Iterator[Latency]:
-        original: Callable[..., Any] = getattr(BaseClient, "_make_api_call")  # noqa: B009 (private: no stub names it)
-        meter = self
-
-        def delayed(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
-            with meter._lock:
-                meter.calls[operation_name] += 1
-                meter._in_flight += 1
-                meter.peak_in_flight = max(meter.peak_in_flight, meter._in_flight)
-            try:
-                if meter.delay_ms:
-                    time.sleep(meter.delay_ms / 1000)
-                cpu_started = time.thread_time()
-                try:
-                    return original(client, operation_name, api_params)
-                finally:
-                    spent = time.thread_time() - cpu_started
-                    with meter._lock:
-                        meter.call_cpu_s += spent
-            finally:
-                with meter._lock:
-                    meter._in_flight -= 1
-
-        from moto.core.botocore_stubber import BotocoreStubber
-
-        answer: Callable[..., Any] = BotocoreStubber.__call__
-
-        def emulated(stubber: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
-            cpu_started = time.thread_time()
-            try:
-                return answer(stubber, *args, **kwargs)
-            finally:
-                spent = time.thread_time() - cpu_started
-                with meter._lock:
-                    meter.emulator_cpu_s += spent
-
-        setattr(BaseClient, "_make_api_call", delayed)  # noqa: B010
-        setattr(BotocoreStubber, "__call__", emulated)  # noqa: B010
+        """This meter counts and delays every call while open (one meter at a time)."""
+        global _meter
+        _register_event_handlers()
+        with _meter_lock:
+            if _meter is not None:
+                raise RuntimeError("another latency meter is installed")
+            _meter = self
         try:
             yield self
         finally:
-            setattr(BaseClient, "_make_api_call", original)  # noqa: B010
-            setattr(BotocoreStubber, "__call__", answer)  # noqa: B010
+            with _meter_lock:
+                _meter = None
+
+    def _call_started(self, operation: str) -> None:
+        with self._lock:
+            self.calls[operation] += 1
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            if self.delay_ms:
+                time.sleep(self.delay_ms / 1000)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _add(self, name: str, started: float | None) -> None:
+        if started is None:
+            return
+        spent = time.thread_time() - started
+        with self._lock:
+            setattr(self, name, getattr(self, name) + spent)
+
+
+# --- botocore's events ------------------------------------------------------------------------
+#
+# A call's CPU runs from provide-client-params (the first event of a call, before botocore builds,
+# validates and signs the request) to after-call or after-call-error; its delay is taken at
+# before-parameter-build, before the request is built (a botocore Stubber answers at before-call,
+# registered first, so a later event would not see stubbed calls); the embedded cloud's CPU runs
+# from before-send (registered first, so it starts before moto's own before-send handler answers)
+# to before-parse.
+
+_meter: Latency | None = None
+_meter_lock = threading.Lock()
+_registered = False
+_CPU_STARTED = "onceflow_latency_cpu_started"
+_emulator = threading.local()
+
+
+def _call_cpu_starts(context: dict[str, Any], **_: Any) -> None:
+    if _meter is not None:
+        context[_CPU_STARTED] = time.thread_time()
+
+
+def _call_waits(model: Any, **_: Any) -> None:
+    meter = _meter
+    if meter is not None:
+        meter._call_started(model.name)
+
+
+def _call_cpu_ends(context: dict[str, Any], **_: Any) -> None:
+    meter = _meter
+    if meter is not None:
+        meter._add("call_cpu_s", context.pop(_CPU_STARTED, None))
+
+
+def _emulator_starts(**_: Any) -> None:
+    _emulator.started = time.thread_time() if _meter is not None else None
+
+
+def _emulator_ends(**_: Any) -> None:
+    meter = _meter
+    if meter is not None:
+        meter._add("emulator_cpu_s", getattr(_emulator, "started", None))
+    _emulator.started = None
+
+
+def _register_event_handlers() -> None:
+    """On every botocore session made from now on (and boto3's default one, if it exists), once."""
+    global _registered
+    with _meter_lock:
+        if _registered:
+            return
+        import boto3
+        from botocore import handlers
+
+        specs: list[tuple[str, Callable[..., None], object]] = [
+            ("provide-client-params", _call_cpu_starts, None),
+            ("before-parameter-build", _call_waits, None),
+            ("after-call", _call_cpu_ends, None),
+            ("after-call-error", _call_cpu_ends, None),
+            ("before-send", _emulator_starts, handlers.REGISTER_FIRST),
+            ("before-parse", _emulator_ends, None),
+        ]
+        for event, handler, first in specs:
+            handlers.BUILTIN_HANDLERS.append((event, handler, first) if first else (event, handler))
+            if boto3.DEFAULT_SESSION is not None:
+                events = boto3.DEFAULT_SESSION.events
+                (events.register_first if first else events.register)(event, handler)
+        _registered = True
+
+
+# Registered when the meter's module is imported, before the code under test builds its clients.
+_register_event_handlers()
 
 
 @dataclass(frozen=True)

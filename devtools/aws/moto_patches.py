@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
+
 if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
@@ -117,6 +119,10 @@ class VirtualClock:
         with self._lock:
             self._now += seconds
 
+    @reaches_into_moto(
+        Reach("moto.sqs.models", "unix_time", ("dt",)),
+        Reach("moto.sqs.models", "unix_time_millis", ("dt",)),
+    )
     @contextmanager
     def driving_sqs(self) -> Iterator[VirtualClock]:
         """moto's SQS visibility timeouts and delays follow this clock."""
@@ -141,6 +147,7 @@ class VirtualClock:
 MOTO_DYNAMODB_LOCK = threading.RLock()
 
 
+@reaches_into_moto(Reach("moto.dynamodb.responses", "DynamoHandler.call_action", ("self",)))
 @contextmanager
 def atomic_moto_dynamodb() -> Iterator[None]:
     """Make each of moto's DynamoDB requests atomic across threads, as DynamoDB's are.
@@ -176,6 +183,7 @@ _ATTRIBUTE_ALIASES: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
 _STATE_MACHINES: dict[str, tuple[Any, Any]] = {}
 
 
+@reaches_into_moto(Reach("moto.core.responses", "method_names_from_class", ("clazz",)))
 @contextmanager
 def cached_action_names() -> Iterator[None]:
     """moto's request dispatch asks which actions a response class has (every function on it) on each
@@ -199,6 +207,15 @@ def cached_action_names() -> Iterator[None]:
         responses.method_names_from_class = original
 
 
+@reaches_into_moto(
+    Reach("moto.core.serialize", "DEFAULT_ALIAS_PROVIDERS"),
+    Reach("moto.core.serialize", "AttributePicker.get_possible_keys", ("self", "context")),
+    Reach("moto.core.serialize", "XFormedAttributePicker.get_possible_keys", ("self", "context")),
+    InstanceAttribute("moto.core.serialize", "AttributePicker", attribute="alias_providers"),
+    InstanceAttribute("moto.core.serialize", "AttributePickerContext", attribute="obj"),
+    InstanceAttribute("moto.core.serialize", "AttributePickerContext", attribute="shape"),
+    InstanceAttribute("moto.core.serialize", "AttributePickerContext", attribute="key"),
+)
 @contextmanager
 def cached_attribute_aliases() -> Iterator[None]:
     """moto's response serializer finds each member's value by trying the names its alias providers
@@ -234,6 +251,7 @@ def cached_attribute_aliases() -> Iterator[None]:
             picker.get_possible_keys = original  # type: ignore[method-assign]
 
 
+@reaches_into_moto(Reach("moto.stepfunctions.parser.asl.parse.asl_parser", "AmazonStateLanguageParser.parse", ("definition",)))
 @contextmanager
 def cached_state_machines() -> Iterator[None]:
     """moto's Step Functions parses the definition (ANTLR, then its own preprocessor) at the start of

@@ -37,6 +37,7 @@ from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from devtools.aws.http_server import HOST, BackgroundHttpServer
+from devtools.aws.moto_fit import Reach, reaches_into_moto
 from devtools.aws.sigv4 import LocalCredentials, Refused, is_presigned, verify_presigned
 
 DEFAULT_REGION = "us-east-1"
@@ -200,6 +201,11 @@ class MotoServer(BackgroundHttpServer):
     (access key -> key pair): what the signatures of presigned URLs are verified against; None: only
     their signed headers and expiry are checked."""
 
+    # moto's request router, as mock_aws uses it (its `process_request` answers a prepared request).
+    @reaches_into_moto(
+        Reach("moto.core.botocore_stubber", "BotocoreStubber.__init__", ("self",)),
+        Reach("moto.core.botocore_stubber", "BotocoreStubber.process_request", ("self", "request")),
+    )
     def __init__(self, port: int = 0, host: str = HOST, *, credentials: Mapping[str, LocalCredentials] | None = None) -> None:
         from moto.core.botocore_stubber import BotocoreStubber
 
@@ -213,6 +219,10 @@ class MotoServer(BackgroundHttpServer):
         return self.url
 
 
+@reaches_into_moto(
+    Reach("moto.core.config", "default_user_config", keys=("stepfunctions", "lambda")),
+    Reach("moto.stepfunctions.parser.asl.utils.boto_client", "moto_server_port", ()),
+)
 @contextlib.contextmanager
 def serving_state_machines(port: int) -> Iterator[None]:
     """moto runs the state machines it is given (Lambda tasks on its simple, docker-free backend,

@@ -40,6 +40,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final, TypeVar
 from unittest import mock
 
+from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
+
 # --- the numbers ----------------------------------------------------------------------------
 
 # Step Functions, "Quotas related to task executions" (docs.aws.amazon.com/step-functions/latest/dg/limits.html,
@@ -328,6 +330,11 @@ def _step_functions_limits() -> Iterator[None]:
         yield
 
 
+@reaches_into_moto(
+    Reach("moto.awslambda.responses", "LambdaResponse.invoke", ("self",)),
+    InstanceAttribute("moto.awslambda.responses", "LambdaResponse", attribute="body"),
+    InstanceAttribute("moto.awslambda.responses", "LambdaResponse", attribute="headers"),
+)
 @contextmanager
 def _lambda_limits() -> Iterator[None]:
     from moto.awslambda.responses import LambdaResponse
@@ -348,6 +355,14 @@ def _lambda_limits() -> Iterator[None]:
         yield
 
 
+@reaches_into_moto(
+    Reach("moto.sqs.exceptions", "BatchRequestTooLong.__init__", ("self", "length")),
+    Reach("moto.sqs.exceptions", "InvalidParameterValue.__init__", ("self", "message")),
+    Reach("moto.sqs.models", "SQSBackend.send_message", ("self", "queue_name", "message_body", "message_attributes")),
+    Reach("moto.sqs.models", "SQSBackend.send_message_batch", ("self", "queue_name", "entries")),
+    Reach("moto.sqs.models", "SQSBackend.get_queue", ("self", "queue_name")),
+    InstanceAttribute("moto.sqs.models", "Queue", attribute="maximum_message_size"),
+)
 @contextmanager
 def _sqs_limits() -> Iterator[None]:
     from moto.sqs.exceptions import BatchRequestTooLong, InvalidParameterValue
@@ -388,6 +403,14 @@ def _existing_item_bytes(handler: Any, table_name: str, key: Mapping[str, Any]) 
     return dynamodb_item_bytes(found.to_json()["Attributes"]) if found is not None else 0
 
 
+@reaches_into_moto(
+    Reach("moto.dynamodb.exceptions", "MockValidationException.__init__", ("self", "message")),
+    Reach("moto.dynamodb.responses", "DynamoHandler.transact_write_items", ("self",)),
+    InstanceAttribute("moto.dynamodb.responses", "DynamoHandler", attribute="body"),
+    InstanceAttribute("moto.dynamodb.responses", "DynamoHandler", attribute="dynamodb_backend"),
+    Reach("moto.dynamodb.models", "DynamoDBBackend.get_item", ("self", "table_name", "keys")),
+    Reach("moto.dynamodb.models.dynamo_type", "Item.to_json", ("self",)),
+)
 @contextmanager
 def _dynamodb_limits() -> Iterator[None]:
     from moto.dynamodb.exceptions import MockValidationException

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devtools.aws.faults import SimulatedCrash
+from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
 from devtools.aws.service_limits import fitting_batch
 
 
@@ -91,6 +92,14 @@ class SqsEventSource:
                 self.stats.deleted += 1
 
 
+@reaches_into_moto(
+    Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
+    Reach("moto.sqs.models", "sqs_backends"),
+    InstanceAttribute("moto.sqs.models", "SQSBackend", attribute="queues"),
+    InstanceAttribute("moto.sqs.models", "Queue", attribute="_messages"),
+    InstanceAttribute("moto.sqs.models", "Message", attribute="visible_at"),
+    InstanceAttribute("moto.sqs.models", "Message", attribute="delayed_until"),
+)
 def next_visible_at(queue_url: str) -> float | None:
     """When the earliest hidden or delayed message of a moto queue becomes receivable (epoch s)."""
     from moto.core.models import DEFAULT_ACCOUNT_ID

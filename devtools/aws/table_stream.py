@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
+
 
 @dataclass(frozen=True)
 class StreamRecord:
@@ -60,6 +62,14 @@ class TableStream:
     dropped: int = 0
     _next: int = 0
 
+    @reaches_into_moto(
+        Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
+        Reach("moto.dynamodb.models", "dynamodb_backends"),
+        Reach("moto.dynamodb.models", "DynamoDBBackend.get_table", ("self", "table_name")),
+        InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="stream_shard"),
+        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="items"),
+        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="starting_sequence_number"),
+    )
     def poll(self) -> list[StreamRecord]:
         from moto.core.models import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
@@ -82,6 +92,14 @@ class TableStream:
             found.append(StreamRecord(record["dynamodb"]["SequenceNumber"], record))
         return found
 
+    @reaches_into_moto(
+        Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
+        Reach("moto.dynamodb.models", "dynamodb_backends"),
+        Reach("moto.dynamodb.models", "DynamoDBBackend.get_table", ("self", "table_name")),
+        InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="stream_shard"),
+        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="items"),
+        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="starting_sequence_number"),
+    )
     def trim(self, keep: int) -> int:
         """Drop from moto's shard the records this stream has read, but the last `keep`: on AWS a
         stream keeps records 24 hours, moto keeps them all, which a long-running local server cannot

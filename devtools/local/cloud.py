@@ -30,6 +30,7 @@ from unittest import mock
 from devtools.aws.esm import EventSourceMapping, KinesisShard, ListShard
 from devtools.aws.esm import Invoke as EventInvoke
 from devtools.aws.lambda_context import ClockedLambdaContext, as_lambda_context
+from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
 from devtools.aws.sigv4 import LocalCredentials, Refused, verify_authorization
 from devtools.aws.sqs_esm import SqsEventSource
 from devtools.aws.table_stream import StreamRecord, TableStream, dynamodb_stream_event, filter_patterns
@@ -433,6 +434,13 @@ class LocalRunnerStats:
         return cls(cloud, poll)
 
 
+@reaches_into_moto(
+    Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
+    Reach("moto.kinesis.models", "kinesis_backends"),
+    InstanceAttribute("moto.kinesis.models", "KinesisBackend", attribute="streams"),
+    InstanceAttribute("moto.kinesis.models", "Stream", attribute="shards"),
+    InstanceAttribute("moto.kinesis.models", "Shard", attribute="records"),
+)
 def trim_kinesis_shard(stream_name: str, shard_id: str, checkpoint: str | None, keep: int) -> int:
     """Drop from moto's shard the records up to `checkpoint` (delivered), but the last `keep` (at least
     one: moto numbers a new record after the last it holds); returns how many were dropped."""
@@ -450,6 +458,13 @@ def trim_kinesis_shard(stream_name: str, shard_id: str, checkpoint: str | None, 
     return len(dropped)
 
 
+@reaches_into_moto(
+    Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
+    Reach("moto.stepfunctions.parser.models", "stepfunctions_parser_backends"),
+    InstanceAttribute("moto.stepfunctions.models", "StepFunctionBackend", attribute="state_machines"),
+    InstanceAttribute("moto.stepfunctions.models", "StateMachineInstance", attribute="executions"),
+    InstanceAttribute("moto.stepfunctions.parser.backend.execution", "Execution", attribute="exec_status"),
+)
 def trim_executions(keep: int) -> int:
     """Drop each state machine's oldest closed executions but the last `keep`; returns how many.
     Removed one by one, so an execution started meanwhile on another thread is never lost."""
