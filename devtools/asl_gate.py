@@ -485,7 +485,10 @@ def check(assemblies: Sequence[Path]) -> tuple[list[StateMachine], list[Finding]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.asl_gate", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.asl_gate",
+        description="Checks every state machine definition of the cloud assemblies (see devtools/asl_gate.py).",
+    )
     parser.add_argument(
         "assemblies", nargs="+", type=Path, help="cloud assembly directories (cdk synth -o DIR), e.g. cdk.out/dev cdk.out/prod"
     )
