@@ -1,12 +1,14 @@
-"""The set-up files agree with each other: every .PHONY target of the Makefile is in `make help`, and
+"""The set-up files agree with each other: every .PHONY target of the Makefile is in `make help`,
 requirements-dev.lock (what `make install` installs, hashes checked) pins every requirement of
-requirements-dev.txt (and of requirements.txt, which it includes) within its specifier.
+requirements-dev.txt (and of requirements.txt, which it includes) within its specifier, and
+package-lock.json (what `npm ci` installs) has every package of package.json at its exact pin.
 
 Pure file parsing: no make, no pip, no network.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = ROOT / "Makefile"
 LOCK = ROOT / "requirements-dev.lock"
+PACKAGE_JSON = ROOT / "package.json"
+PACKAGE_LOCK = ROOT / "package-lock.json"
 
 # The very pattern `make help`'s awk matches: a rule line carrying `## what it does`.
 HELP_LINE = re.compile(r"^([a-zA-Z_-]+):.*## (.*)$")
@@ -113,3 +117,18 @@ def test_every_pin_of_the_lock_has_hashes_and_the_build_backend_is_pinned() -> N
     # And the lock names no index or find-links of the machine that compiled it
     index_options = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
     assert [line for line in LOCK.read_text().splitlines() if line.startswith(index_options)] == []
+
+
+# --- package.json and package-lock.json ----------------------------------------------------------
+
+
+def test_every_npm_package_is_pinned_exactly_and_locked_at_that_version() -> None:
+    # Given package.json's devDependencies (the CDK CLI, asl-validator for the definition gate)
+    wanted: dict[str, str] = json.loads(PACKAGE_JSON.read_text())["devDependencies"]
+    assert {"aws-cdk", "asl-validator"} <= wanted.keys()
+    # Then each is an exact version, no range (`npm install --save-exact`)
+    assert [f"{name}@{version}" for name, version in wanted.items() if not re.fullmatch(r"\d+\.\d+\.\d+", version)] == []
+    # And package-lock.json, which `npm ci` installs, has the same pins and installs each at its pin
+    lock = json.loads(PACKAGE_LOCK.read_text())["packages"]
+    assert lock[""]["devDependencies"] == wanted, "package-lock.json is stale: run `npm install`"
+    assert {name: lock[f"node_modules/{name}"]["version"] for name in wanted} == wanted
