@@ -42,12 +42,12 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer, read_body
+from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyAwareHandler, read_body
 from devtools.aws.sigv4 import S3_SIGV2_REFUSED, LocalCredentials, Refused, is_presigned, is_signature_v2, verify_presigned
 
 DEFAULT_REGION = "us-east-1"
@@ -135,7 +135,7 @@ def _as_bytes(body: Any) -> bytes:
     return b"".join(part if isinstance(part, bytes) else str(part).encode() for part in body)
 
 
-class _MotoRequestHandler(BaseHTTPRequestHandler):
+class _MotoRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs expect; every answer carries Content-Length
     server: _MotoHttpServer
 
@@ -196,15 +196,14 @@ class _MotoRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _refuse(self, refused: Refused) -> None:
-        """S3's error, and the connection closed: the request's body, if any, was not read."""
+        """S3's error, before the request's body (if any) was read."""
         request_id = uuid.uuid4().hex[:16].upper()
         data = s3_error(refused, request_id)
         self.send_response(refused.status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("x-amz-request-id", request_id)
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.close_connection = True
+        self.leave_body_unread()
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

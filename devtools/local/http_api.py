@@ -35,11 +35,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyTooLarge, authority, declared_length, read_body
+from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyAwareHandler, BodyTooLarge, authority, declared_length, read_body
 from devtools.aws.service_limits import (
     HTTP_API_INTEGRATION_TIMEOUT_SECONDS,
     HTTP_API_PAYLOAD_BYTES,
@@ -317,7 +317,7 @@ def lambda_response(result: Any) -> HttpResponse:
     return HttpResponse(int(result["statusCode"]), headers, data)
 
 
-class _ApiRequestHandler(BaseHTTPRequestHandler):
+class _ApiRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"
     server: _ApiHttpServer
 
@@ -340,29 +340,27 @@ class _ApiRequestHandler(BaseHTTPRequestHandler):
         client never sends the body."""
         length = declared_length(self)
         if length is not None and http_api_length_refusal(length) is not None:
-            self._respond(self.server.api.handle(self._request(unread_length=length)), close=True)
+            self._respond(self.server.api.handle(self._request(unread_length=length)), body_unread=True)
             return False
         return super().handle_expect_100()
 
     def _serve(self) -> None:
         # The body is read up to the HTTP API's payload quota and no further: a Content-Length over it is
-        # not read at all, a chunked body stops at the chunk that passes it. The connection then closes,
-        # since the unread rest would otherwise be taken for the next request.
+        # not read at all, a chunked body stops at the chunk that passes it.
         try:
-            request, close = self._request(read_body(self, HTTP_API_PAYLOAD_BYTES)), False
+            request, body_unread = self._request(read_body(self, HTTP_API_PAYLOAD_BYTES)), False
         except BodyTooLarge as too_large:
-            request, close = self._request(unread_length=too_large.length), True
-        self._respond(self.server.api.handle(request), close=close)
+            request, body_unread = self._request(unread_length=too_large.length), True
+        self._respond(self.server.api.handle(request), body_unread=body_unread)
 
-    def _respond(self, response: HttpResponse, *, close: bool) -> None:
+    def _respond(self, response: HttpResponse, *, body_unread: bool) -> None:
         self.send_response(response.status)
         for name, value in response.headers:
             if name.lower() not in ("content-length", "transfer-encoding", "connection"):
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
+        if body_unread:
+            self.leave_body_unread()
         self.end_headers()
         if self.command != "HEAD" and response.body:
             self.wfile.write(response.body)
