@@ -16,10 +16,12 @@ integration that fails -> 500 {"message":"Internal Server Error"}. The authoriza
 request's SigV4 signature verified against the local key pair (devtools/aws/sigv4.py; IAM policies
 are not evaluated), a refusal answered 403 with API Gateway's message and x-amzn-errortype; for the
 taxi API, the real Lambda authorizer). AWS's limits (devtools/aws/service_limits.py): a body over
-the HTTP API's 10 MB -> 413 {"message":"Request Entity Too Large"} before anything runs, and so is an
-event over Lambda's 6 MB; a response over Lambda's 6 MB -> 500; an integration that takes longer than
-the HTTP API's 30 s -> 503 {"message":"Service Unavailable"} (the function itself runs on, as on
-AWS). Not emulated: throttling, CORS, authorizer result caching.
+the HTTP API's 10 MB -> 413 {"message":"Request Entity Too Large"} before anything runs and before the
+server reads past 10 MB (a larger Content-Length is not read at all, a chunked body stops at the chunk
+that passes it; the connection then closes), and so is an event over Lambda's 6 MB; a response over
+Lambda's 6 MB -> 500; an integration that takes longer than the HTTP API's 30 s -> 503
+{"message":"Service Unavailable"} (the function itself runs on, as on AWS). Not emulated:
+throttling, CORS, authorizer result caching.
 """
 
 from __future__ import annotations
