@@ -453,20 +453,18 @@ def test_the_layers_checked_are_every_layer_the_apps_functions_use(dev_templates
     bootstrap_version = bootstrap_requirement("dev").parameter
     assert layers.adot_layer_arns is None
     # When each synthesized stack's functions' layers and SSM-typed parameters are read
+    layer_sources: set[str] = set()
     for name, template in dev_templates.items():
         ssm_parameters = {
             key: spec["Default"] for key, spec in template.get("Parameters", {}).items() if spec["Type"].startswith("AWS::SSM::Parameter::")
         }
-        layer_refs = [
-            layer
-            for function in resources_of_type(template, "AWS::Lambda::Function").values()
-            for layer in function["Properties"].get("Layers", [])
-        ]
-        # Then every layer is the Powertools parameter the preflight reads, and every SSM parameter the stack
-        # resolves at deploy is that one or the bootstrap version the preflight reads too
-        assert {ssm_parameters[layer["Ref"]] for layer in layer_refs} <= {layers.powertools_parameter}, name
+        functions = resources_of_type(template, "AWS::Lambda::Function").values()
+        layer_sources |= {ssm_parameters[layer["Ref"]] for function in functions for layer in function["Properties"].get("Layers", [])}
+        # Then every SSM parameter a stack resolves at deploy is one the preflight reads, and no stack maps an ADOT layer
         assert set(ssm_parameters.values()) <= {layers.powertools_parameter, bootstrap_version}, name
         assert "AdotPythonLayer" not in template.get("Mappings", {}), name
+    # and every function's layers resolve from the Powertools parameter the preflight reads
+    assert layer_sources == {layers.powertools_parameter}
 
 
 # --- make deploy ---------------------------------------------------------------------------------
