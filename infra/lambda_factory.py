@@ -79,14 +79,19 @@ def runtime_code(scope: Construct) -> lambda_.Code:
     return code
 
 
+def powertools_parameter(common: CommonProps) -> str:
+    """The public SSM parameter Powertools publishes its layer's ARN under, in each region where it
+    publishes the layer: /aws/service/powertools/python/<architecture>/<runtime>/<version>
+    (ops/preflight.py checks that it resolves in the target region)."""
+    return f"/aws/service/powertools/python/{ARCHITECTURE.name}/{PYTHON_RUNTIME.name}/{common.powertools_layer_version}"
+
+
 def powertools_layer(scope: Construct, common: CommonProps) -> lambda_.ILayerVersion:
     """The AWS-managed Powertools layer for this runtime and architecture, by region."""
     stack = Stack.of(scope)
     layer = getattr(stack, _LAYER_ATTRIBUTE, None)
     if layer is None:
-        python = PYTHON_RUNTIME.name  # "python3.14"
-        parameter = f"/aws/service/powertools/python/arm64/{python}/{common.powertools_layer_version}"
-        arn = ssm.StringParameter.value_for_string_parameter(stack, parameter)
+        arn = ssm.StringParameter.value_for_string_parameter(stack, powertools_parameter(common))
         layer = lambda_.LayerVersion.from_layer_version_arn(stack, "PowertoolsLayer", arn)
         setattr(stack, _LAYER_ATTRIBUTE, layer)
     return layer
@@ -106,11 +111,16 @@ def adot_layer(scope: Construct, common: CommonProps) -> lambda_.ILayerVersion:
     return layer
 
 
+def uses_adot_layer(common: CommonProps) -> bool:
+    """Whether the functions run with the ADOT layer (`adot_layer`): in the OTEL tracing mode."""
+    return common.tracing is TracingMode.OTEL
+
+
 def tracing_configuration(scope: Construct, common: CommonProps) -> tuple[lambda_.Tracing, list[lambda_.ILayerVersion], dict[str, str]]:
     """Lambda's tracing setting, the extra layers and the variables of the construct's tracing mode."""
     mode = common.tracing
     environment = {TRACING_MODE_VARIABLE: mode.value}
-    if mode is not TracingMode.OTEL:
+    if not uses_adot_layer(common):
         return (lambda_.Tracing.ACTIVE if mode.lambda_active_tracing else lambda_.Tracing.DISABLED), [], environment
     # Spans go to X-Ray through Lambda's daemon (active tracing); Application Signals stays off, since it
     # needs its own managed policy and bills per span.

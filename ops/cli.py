@@ -30,6 +30,7 @@ from typing import Any
 from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError, PartialCredentialsError, ProfileNotFound
 
 from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, missing_file, running_local_cloud
+from runtime.shared.aws import s3_addressing
 
 USAGE_EXIT_STATUS = 2
 OUTPUTS_FILE = "cdk-outputs-{env}.json"  # what `make deploy ENV=<env>` writes in the repository root
@@ -115,12 +116,15 @@ class AwsSession:
             if session.get_credentials() is None:
                 raise UsageError("no AWS credentials: pass --profile, or set AWS_PROFILE or the AWS_ACCESS_KEY_ID variables")
             self._session = session
-        if self.endpoint_url is None:
-            return self._session.client(service)
+        if service != "s3":
+            return self._session.client(service, endpoint_url=self.endpoint_url)
         from botocore.config import Config
 
-        # Path-style S3 and SigV4 presigned URLs: the embedded cloud is one host, not a bucket per subdomain.
-        config = Config(s3={"addressing_style": "path"}, signature_version="s3v4" if service == "s3" else None)
+        if self.endpoint_url is None:
+            # The bucket's regional virtual-hosted endpoint, as the functions address it (runtime/shared/aws.py).
+            return self._session.client(service, config=Config(signature_version="s3v4", s3=s3_addressing()))
+        # Path-style: the embedded cloud is one host, not a bucket per subdomain.
+        config = Config(signature_version="s3v4", s3={"addressing_style": "path"})
         return self._session.client(service, endpoint_url=self.endpoint_url, config=config)
 
 

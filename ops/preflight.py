@@ -19,6 +19,15 @@ missing set-up ends in one line saying what to do, in seconds, instead of the CL
    and lets the command go on: the recommended least-privilege set-up only lets the deployer
    assume the bootstrap roles, and the CDK CLI reads the parameter itself through the deploy role,
    failing with its own message if the version is too old. Refusing there would block a working set-up.
+4. Every layer the functions use resolves in the region (for bootstrap too: a region the stacks
+   cannot deploy to is not worth bootstrapping). The Powertools layer comes from the public SSM
+   parameter /aws/service/powertools/python/<architecture>/<runtime>/<version>, which Powertools
+   publishes only in the regions (and for the releases) it builds the layer for; elsewhere the
+   change set fails at deploy. The name comes from the code that puts it in the templates
+   (infra/lambda_factory.py's powertools_parameter, for the environment's CommonProps), and the
+   check reads it. In the `otel` tracing mode the ADOT layer is pinned per region
+   (CommonProps.adot_layer_arns): the region must have an entry. Credentials that may not read the
+   parameter get a warning, as for the bootstrap version.
 
 The region is the one the CDK CLI uses: --region, else the environment's in infra/config.py, else
 AWS_REGION, else AWS_DEFAULT_REGION or the profile's. The CLI would fall back to us-east-1 without
@@ -37,7 +46,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -94,6 +103,14 @@ class BootstrapRequirement:
 
     parameter: str  # the SSM parameter holding its version, /cdk-bootstrap/<qualifier>/version
     min_version: int
+
+
+@dataclass(frozen=True)
+class LayerRequirement:
+    """Where the layers the environment's functions use resolve, per region."""
+
+    powertools_parameter: str  # the public SSM parameter of the Powertools layer's ARN
+    adot_layer_arns: Mapping[str, str] | None = None  # the ADOT layer per region, when the functions use it
 
 
 @dataclass(frozen=True)
@@ -228,6 +245,40 @@ def check_bootstrap(ssm: Any, requirement: BootstrapRequirement, target: Target,
     return f"{where}: CDK bootstrap version {version} (needs {requirement.min_version} or later)"
 
 
+def check_layers(ssm: Any, layers: LayerRequirement, target: Target, region: str) -> str:
+    """A summary when every layer resolves in `region`; UsageError saying what to do when one does not.
+    A warning on stderr, and the command goes on, when the Powertools parameter may not be read."""
+    parameter = layers.powertools_parameter
+    releases = parameter.rsplit("/", 1)[0]
+    try:
+        arn = str(ssm.get_parameter(Name=parameter)["Parameter"]["Value"])
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code == "ParameterNotFound":
+            raise UsageError(
+                f"the Powertools layer the functions use is not published in region {region} (no public SSM parameter {parameter}): "
+                f"deploy to a region where it is, or set powertools_layer_version in infra/config.py to a release published in {region} "
+                f"(`aws ssm get-parameters-by-path --path {releases} --region {region}` lists them)"
+            ) from error
+        if code in ACCESS_DENIED:
+            print(
+                f"{target.label}: warning: not allowed to read {parameter} in region {region}, so whether the Powertools layer "
+                "is published there is not checked here (CloudFormation resolves it at deploy)",
+                file=sys.stderr,
+            )
+            return f"Powertools layer not checked in {region} (access denied)"
+        raise
+    if layers.adot_layer_arns is not None and region not in layers.adot_layer_arns:
+        raise UsageError(
+            f"tracing mode otel uses the ADOT layer, pinned per region in CommonProps.adot_layer_arns (infra/common.py's "
+            f"ADOT_PYTHON_LAYER_ARNS), which has none for {region}: add its ARN "
+            f"(`aws lambda list-layer-versions --layer-name AWSOpenTelemetryDistroPython --region {region}` prints it), "
+            "or use another tracing mode"
+        )
+    adot = f", ADOT layer {layers.adot_layer_arns[region].partition(':layer:')[2]}" if layers.adot_layer_arns is not None else ""
+    return f"Powertools layer {arn.partition(':layer:')[2]}{adot}"
+
+
 def cdk_context(env: str) -> dict[str, Any]:
     """The context `cdk -c env=<env>` synthesizes with: cdk.json's, then cdk.context.json's, then env."""
     context: dict[str, Any] = dict(json.loads((ROOT / "cdk.json").read_text()).get("context", {}))
@@ -253,6 +304,18 @@ def bootstrap_requirement(env: str) -> BootstrapRequirement:
     return BootstrapRequirement(parameter=parameter, min_version=int(version))
 
 
+def layer_requirement(env: str) -> LayerRequirement:
+    """The layers of the environment's functions, from the code that adds them to the templates."""
+    from onceflow.infra.config import ConfigError, load_config
+    from onceflow.infra.lambda_factory import powertools_parameter, uses_adot_layer
+
+    try:
+        common = load_config(env).common
+    except ConfigError as error:
+        raise UsageError(str(error)) from error
+    return LayerRequirement(powertools_parameter(common), dict(common.adot_layer_arns) if uses_adot_layer(common) else None)
+
+
 def pinned(env: str) -> tuple[str | None, str | None]:
     """The account and region infra/config.py gives the environment (None: the credentials decide)."""
     from onceflow.infra.config import ConfigError, load_config
@@ -270,10 +333,12 @@ def preflight(
     session: Any = None,
     pins: Callable[[str], tuple[str | None, str | None]] = pinned,
     requirement: BootstrapRequirement | None = None,
+    layers: LayerRequirement | None = None,
 ) -> str:
     """The preflight of `target`: a summary, or UsageError with one actionable message. For
     `bootstrap`, the summary is the environment to bootstrap, aws://<account>/<region>.
-    `session` replaces the SDK session of --profile; `pins` infra/config.py; `requirement` the probe synth."""
+    `session` replaces the SDK session of --profile; `pins` infra/config.py; `requirement` the probe
+    synth; `layers` the environment's layers."""
     source = None
     try:
         if session is None:
@@ -282,11 +347,12 @@ def preflight(
         target = replace(target, account_pin=account_pin, region_pin=region_pin)
         region = region_of(target, session)
         account, arn = caller_account(session.client("sts", region_name=region, config=CLIENT_CONFIG), target)
+        ssm = session.client("ssm", region_name=region, config=CLIENT_CONFIG)
+        layers_found = check_layers(ssm, layers or layer_requirement(target.env), target, region)
         if target.command == "bootstrap":
             return f"aws://{account}/{region}"
         requirement = requirement or bootstrap_requirement(target.env)
-        ssm = session.client("ssm", region_name=region, config=CLIENT_CONFIG)
-        return f"{arn}; " + check_bootstrap(ssm, requirement, target, account, region)
+        return f"{arn}; " + check_bootstrap(ssm, requirement, target, account, region) + f"; {layers_found}"
     except (BotoCoreError, ClientError) as error:
         raise UsageError(explain(error, target, source)) from error
 
@@ -294,7 +360,7 @@ def preflight(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ops.preflight",
-        description="Check AWS credentials and the CDK bootstrap before `make diff`, `make deploy` or `make bootstrap`.",
+        description="Check AWS credentials, the CDK bootstrap and the layers before `make diff`, `make deploy` or `make bootstrap`.",
     )
     parser.add_argument("--command", choices=COMMANDS, required=True, help="the make target about to run")
     parser.add_argument("--env", default="dev", help="the environment of infra/config.py (default: dev)")

@@ -10,14 +10,25 @@ AWS endpoint (S3 path-style), and moto's request router (`BotocoreStubber.proces
 `mock_aws` uses) answers it. The `Host` header is kept, so the URLs moto hands out (SQS queue URLs)
 point back at this server.
 
-A request to an S3 presigned URL (X-Amz-Signature or X-Amz-Credential in its query, no Authorization
-header) is checked first, as S3 checks it (devtools/aws/sigv4.py): every header its
-X-Amz-SignedHeaders names must be sent (the event log's upload URLs sign `If-None-Match: *`, so
-leaving it out cannot replace an object), no x-amz-* header may be sent unsigned, the URL must not
-have expired (X-Amz-Date + X-Amz-Expires), and, given the server's key pairs (`credentials`), the
-signature is recomputed and compared. A refusal is S3's XML error (SignatureDoesNotMatch, AccessDenied
-"Request has expired", InvalidAccessKeyId, ...) and moto never sees the request. Requests signed in
-their Authorization header are not verified: moto takes any key pair.
+An S3 request's authentication is checked first, on its request line and headers, as S3 checks it in a
+Region that takes only SigV4, and the body of a refused request is never read (the connection closes
+after the refusal; `Expect: 100-continue` gets the refusal instead of 100 Continue):
+- SigV2, an `Authorization: AWS <key>:<signature>` header or a presigned URL's AWSAccessKeyId,
+  Signature and Expires: 400 InvalidRequest "The authorization mechanism you have provided is not
+  supported. Please use AWS4-HMAC-SHA256.";
+- a SigV4 presigned URL (X-Amz-Signature or X-Amz-Credential in its query, no Authorization header),
+  checked by devtools/aws/sigv4.py: every header its X-Amz-SignedHeaders names must be sent (the event
+  log's upload URLs sign `If-None-Match: *`, so leaving it out cannot replace an object), no x-amz-*
+  header may be sent unsigned, the URL must not have expired (X-Amz-Date + X-Amz-Expires), and, given
+  the server's key pairs (`credentials`), the signature is recomputed and compared; a refusal is S3's
+  XML error (SignatureDoesNotMatch, AccessDenied "Request has expired", InvalidAccessKeyId, ...);
+- no authentication at all (but a CORS preflight): 403 AccessDenied, as for a bucket that blocks
+  public access (browser POST uploads, signed in the form, are not served).
+Requests signed in a SigV4 Authorization header are not verified: moto takes any key pair.
+
+A virtual-hosted request (Host `<bucket>.s3.<region>.amazonaws.com`, as the functions address S3 on
+AWS) is served as well when it reaches the server with that Host header: moto reads the bucket from it.
+The embedded cloud's own clients are path-style on the server's endpoint (no DNS names the bucket hosts).
 
 `serving_state_machines` sets moto up to run the state machines it is given (its Step Functions
 executor on its own threads, calling Lambda back through this server, where `TaxiWorld.routing`
@@ -31,14 +42,14 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer
+from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyAwareHandler, read_body
 from devtools.aws.moto_fit import Reach, reaches_into_moto
-from devtools.aws.sigv4 import LocalCredentials, Refused, is_presigned, verify_presigned
+from devtools.aws.sigv4 import S3_SIGV2_REFUSED, LocalCredentials, Refused, is_presigned, is_signature_v2, verify_presigned
 
 DEFAULT_REGION = "us-east-1"
 # Services whose endpoint is not `<signing name>.<region>.amazonaws.com`.
@@ -47,6 +58,8 @@ SIGV4 = "AWS4-HMAC-SHA256"
 S3_URL = "http://s3."
 FORM_TYPE = "application/x-www-form-urlencoded"
 S3_DEFAULT_TYPE = "binary/octet-stream"
+# S3's answer to a request with no authentication for a bucket that blocks public access.
+S3_ANONYMOUS_REFUSED = Refused(403, "AccessDenied", "Access Denied")
 
 
 def credential_scope(headers: Mapping[str, str], query: str) -> tuple[str, str] | None:
@@ -90,18 +103,27 @@ def s3_error(refused: Refused, request_id: str) -> bytes:
     return f'<?xml version="1.0" encoding="UTF-8"?>\n<Error>{inner}</Error>'.encode()
 
 
-def presigned_refusal(
+def authentication_refusal(
     method: str, target: str, headers: list[tuple[str, str]], credentials: Mapping[str, LocalCredentials] | None
 ) -> Refused | None:
-    """S3's refusal of a request to a presigned URL (None: it passes, or it is not an S3 presigned request)."""
-    lowered = {name.lower() for name, _ in headers}
-    if "authorization" in lowered or not is_presigned(target):
-        return None
-    scope = credential_scope({}, target.partition("?")[2])
+    """S3's refusal of a request on its authentication alone, decided before its body is read (None: it
+    goes on to moto). Requests to another service, and S3 requests signed in a SigV4 Authorization
+    header, are not checked here (moto takes any key pair)."""
+    by_name = {name.lower(): value for name, value in headers}
+    query = target.partition("?")[2]
+    scope = credential_scope(by_name, query)
     if scope is not None and scope[1] != "s3":
         return None
-    verdict = verify_presigned(method, target, headers, keys=credentials, now=datetime.now(UTC))
-    return verdict if isinstance(verdict, Refused) else None
+    if is_signature_v2(target, by_name):
+        return S3_SIGV2_REFUSED
+    if "authorization" in by_name:
+        return None
+    if is_presigned(target):
+        verdict = verify_presigned(method, target, headers, keys=credentials, now=datetime.now(UTC))
+        return verdict if isinstance(verdict, Refused) else None
+    # Anonymous: the buckets block public access and grant nothing to everyone, so S3 refuses it (a
+    # CORS preflight, OPTIONS, is moto's to answer).
+    return None if method == "OPTIONS" else S3_ANONYMOUS_REFUSED
 
 
 def _as_bytes(body: Any) -> bytes:
@@ -114,36 +136,34 @@ def _as_bytes(body: Any) -> bytes:
     return b"".join(part if isinstance(part, bytes) else str(part).encode() for part in body)
 
 
-class _MotoRequestHandler(BaseHTTPRequestHandler):
+class _MotoRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs expect; every answer carries Content-Length
     server: _MotoHttpServer
 
     def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
         """Silent: an SDK makes many calls, and moto's answers are not what the console is for."""
 
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+    def _refusal(self) -> Refused | None:
+        return authentication_refusal(self.command, self.path, list(self.headers.items()), self.server.credentials)
+
+    def handle_expect_100(self) -> bool:
+        """`Expect: 100-continue` refused on its headers: the refusal instead of 100 Continue, so the body is never sent."""
+        refused = self._refusal()
+        if refused is not None:
+            self._refuse(refused)
+            return False
+        return super().handle_expect_100()
 
     def _dispatch(self) -> None:
         from botocore.awsrequest import AWSPreparedRequest
         from botocore.compat import HTTPHeaders
 
-        body = self._read_body()
-        refused = presigned_refusal(self.command, self.path, list(self.headers.items()), self.server.credentials)
+        # Authentication first, then the body: a refused request's body is never read.
+        refused = self._refusal()
         if refused is not None:
             self._refuse(refused)
             return
+        body = read_body(self)
         url = aws_url(self.path, {name.lower(): value for name, value in self.headers.items()})
         headers = HTTPHeaders()
         for name, value in self.headers.items():
@@ -177,12 +197,14 @@ class _MotoRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _refuse(self, refused: Refused) -> None:
+        """S3's error, before the request's body (if any) was read."""
         request_id = uuid.uuid4().hex[:16].upper()
         data = s3_error(refused, request_id)
         self.send_response(refused.status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("x-amz-request-id", request_id)
         self.send_header("Content-Length", str(len(data)))
+        self.leave_body_unread()
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

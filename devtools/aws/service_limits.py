@@ -24,7 +24,7 @@ What this module adds (`enforced_service_limits`, entered by moto_patches.embedd
 
 The in-process invocations (the local HTTP API, the stream and queue event source mappings)
 do not go through moto; they call `check_lambda_request`, `check_lambda_response`,
-`fitting_batch` and `http_api_refusal` from here.
+`fitting_batch` and `http_api_refusal` (`http_api_length_refusal`) from here.
 """
 
 from __future__ import annotations
@@ -218,7 +218,12 @@ def fitting_batch(records: Sequence[_Record], to_event: Callable[[Sequence[_Reco
 
 def http_api_refusal(body: bytes) -> tuple[int, dict[str, str]] | None:
     """What an HTTP API answers itself for a request body over its 10 MB payload quota, before any integration."""
-    if len(body) > HTTP_API_PAYLOAD_BYTES:
+    return http_api_length_refusal(len(body))
+
+
+def http_api_length_refusal(length: int) -> tuple[int, dict[str, str]] | None:
+    """http_api_refusal of a body of `length` bytes (one the local server stopped reading at the quota)."""
+    if length > HTTP_API_PAYLOAD_BYTES:
         return 413, {"message": "Request Entity Too Large"}
     return None
 

@@ -350,6 +350,25 @@ def is_presigned(target: str) -> bool:
     return "X-Amz-Signature" in query or "X-Amz-Credential" in query
 
 
+# S3 takes only SigV4 in the Regions launched since January 2014, and for buckets created after June 24,
+# 2020 anywhere (Amazon S3 API Reference, "Appendix: Authenticating requests (AWS signature version 2)",
+# and "Specifying the Signature Version in request authentication"); a SigV2 request there, in its
+# Authorization header or a presigned URL's query, is answered with this.
+S3_SIGV2_REFUSED = Refused(
+    400, "InvalidRequest", "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+)
+SIGV2_QUERY_PARAMETERS = ("AWSAccessKeyId", "Signature")
+
+
+def is_signature_v2(target: str, headers: Mapping[str, str]) -> bool:
+    """Whether an S3 request (headers by lower-case name) is signed with SigV2: an `Authorization: AWS
+    <key>:<signature>` header, or a presigned URL's AWSAccessKeyId or Signature (with Expires) in its query."""
+    if headers.get("authorization", "").startswith("AWS "):
+        return True
+    query = query_values(target.partition("?")[2])
+    return not is_presigned(target) and any(name in query for name in SIGV2_QUERY_PARAMETERS)
+
+
 def verify_presigned(
     method: str,
     target: str,

@@ -36,7 +36,7 @@ from devtools.aws.sqs_esm import SqsEventSource
 from devtools.aws.table_stream import StreamRecord, TableStream, dynamodb_stream_event, filter_patterns
 from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
 from devtools.local.http_api import ACCOUNT, Authorize, Denied, HttpRequest, Integration, Invoke, Route
-from runtime.shared.aws import RETRY_MAX_ATTEMPTS, RETRY_MODE, Clients
+from runtime.shared.aws import Clients, client_config
 from runtime.shared.observability import metrics
 
 REGION = "us-east-1"
@@ -72,8 +72,10 @@ AUTHORIZER_EVENT_KEYS = (
 
 
 class EndpointClients:
-    """SDK clients of the embedded cloud at `endpoint`: the local key pair, one region, S3 path-style
-    and SigV4 (so a presigned URL names the endpoint and carries the signed headers)."""
+    """SDK clients of the embedded cloud at `endpoint`: the local key pair, one region, and the functions'
+    own config (runtime/shared/aws.py: SigV4, so a presigned URL carries the signed headers), but S3
+    path-style: the server is one host, so a presigned URL is <endpoint>/<bucket>/<key> where AWS's is
+    <bucket>.s3.<region>.amazonaws.com/<key>, and names no bucket host that would need DNS."""
 
     def __init__(self, endpoint: str, region: str = REGION) -> None:
         import boto3
@@ -86,12 +88,9 @@ class EndpointClients:
     def client(self, service: str) -> Any:
         from botocore.config import Config
 
-        config = Config(
-            max_pool_connections=POOL_CONNECTIONS,
-            retries={"mode": RETRY_MODE, "max_attempts": RETRY_MAX_ATTEMPTS},
-            s3={"addressing_style": "path"},
-            signature_version="s3v4" if service == "s3" else None,
-        )
+        config = client_config(service, pool_connections=POOL_CONNECTIONS)
+        if service == "s3":
+            config = config.merge(Config(s3={"addressing_style": "path"}))
         with self._lock:
             factory: Any = self._session.client
             return factory(service, endpoint_url=self.endpoint, config=config)

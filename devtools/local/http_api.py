@@ -16,10 +16,12 @@ integration that fails -> 500 {"message":"Internal Server Error"}. The authoriza
 request's SigV4 signature verified against the local key pair (devtools/aws/sigv4.py; IAM policies
 are not evaluated), a refusal answered 403 with API Gateway's message and x-amzn-errortype; for the
 taxi API, the real Lambda authorizer). AWS's limits (devtools/aws/service_limits.py): a body over
-the HTTP API's 10 MB -> 413 {"message":"Request Entity Too Large"} before anything runs, and so is an
-event over Lambda's 6 MB; a response over Lambda's 6 MB -> 500; an integration that takes longer than
-the HTTP API's 30 s -> 503 {"message":"Service Unavailable"} (the function itself runs on, as on
-AWS). Not emulated: throttling, CORS, authorizer result caching.
+the HTTP API's 10 MB -> 413 {"message":"Request Entity Too Large"} before anything runs and before the
+server reads past 10 MB (a larger Content-Length is not read at all, a chunked body stops at the chunk
+that passes it; the connection then closes), and so is an event over Lambda's 6 MB; a response over
+Lambda's 6 MB -> 500; an integration that takes longer than the HTTP API's 30 s -> 503
+{"message":"Service Unavailable"} (the function itself runs on, as on AWS). Not emulated:
+throttling, CORS, authorizer result caching.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 import sys
 import threading
 import time
@@ -36,16 +37,18 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer, authority
+from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyAwareHandler, BodyTooLarge, authority, declared_length, read_body
 from devtools.aws.service_limits import (
     HTTP_API_INTEGRATION_TIMEOUT_SECONDS,
+    HTTP_API_PAYLOAD_BYTES,
     LambdaPayloadTooLarge,
     check_lambda_request,
     check_lambda_response,
+    http_api_length_refusal,
     http_api_refusal,
 )
 
@@ -88,6 +91,8 @@ class HttpRequest:
     body: bytes = b""
     source_ip: str = "127.0.0.1"
     host: str = "localhost"
+    # A body the server stopped reading at the payload quota: its length so far (then `body` is empty).
+    unread_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -258,7 +263,7 @@ class HttpApi:
         return response
 
     def _answer(self, request: HttpRequest, request_id: str) -> HttpResponse:
-        refused = http_api_refusal(request.body)
+        refused = http_api_refusal(request.body) if request.unread_length is None else http_api_length_refusal(request.unread_length)
         if refused is not None:
             return HttpResponse.json(*refused)
         path = request.target.partition("?")[0]
@@ -314,46 +319,50 @@ def lambda_response(result: Any) -> HttpResponse:
     return HttpResponse(int(result["statusCode"]), headers, data)
 
 
-_CHUNK_SIZE_LINE = re.compile(rb"^([0-9A-Fa-f]+)")
-
-
-class _ApiRequestHandler(BaseHTTPRequestHandler):
+class _ApiRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"
     server: _ApiHttpServer
 
     def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
         """Silent: the API's access log (HttpApi.access_log) says what each request became."""
 
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks: list[bytes] = []
-            while True:
-                matched = _CHUNK_SIZE_LINE.match(self.rfile.readline())
-                size = int(matched.group(1), 16) if matched else 0
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _serve(self) -> None:
-        request = HttpRequest(
+    def _request(self, body: bytes = b"", unread_length: int | None = None) -> HttpRequest:
+        return HttpRequest(
             method=self.command,
             target=self.path,
             headers=list(self.headers.items()),
-            body=self._read_body(),
+            body=body,
             source_ip=self.client_address[0],
             host=self.headers.get("Host") or authority(self.server),
+            unread_length=unread_length,
         )
-        response = self.server.api.handle(request)
+
+    def handle_expect_100(self) -> bool:
+        """`Expect: 100-continue` with a Content-Length over the quota: the 413 instead of 100 Continue, so the
+        client never sends the body."""
+        length = declared_length(self)
+        if length is not None and http_api_length_refusal(length) is not None:
+            self._respond(self.server.api.handle(self._request(unread_length=length)), body_unread=True)
+            return False
+        return super().handle_expect_100()
+
+    def _serve(self) -> None:
+        # The body is read up to the HTTP API's payload quota and no further: a Content-Length over it is
+        # not read at all, a chunked body stops at the chunk that passes it.
+        try:
+            request, body_unread = self._request(read_body(self, HTTP_API_PAYLOAD_BYTES)), False
+        except BodyTooLarge as too_large:
+            request, body_unread = self._request(unread_length=too_large.length), True
+        self._respond(self.server.api.handle(request), body_unread=body_unread)
+
+    def _respond(self, response: HttpResponse, *, body_unread: bool) -> None:
         self.send_response(response.status)
         for name, value in response.headers:
             if name.lower() not in ("content-length", "transfer-encoding", "connection"):
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
+        if body_unread:
+            self.leave_body_unread()
         self.end_headers()
         if self.command != "HEAD" and response.body:
             self.wfile.write(response.body)

@@ -13,6 +13,7 @@ from runtime.shared.attributes import from_attributes
 from runtime.shared.concurrency import map_bounded
 
 if TYPE_CHECKING:
+    from botocore.config import _S3Dict
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
@@ -33,6 +34,18 @@ RETRY_MODE: Final = "standard"
 RETRY_MAX_ATTEMPTS: Final = 3
 
 
+def s3_addressing() -> _S3Dict:
+    """botocore's `s3` setting of every S3 client the project builds for AWS: each request and presigned
+    URL goes to the bucket's regional virtual-hosted endpoint, <bucket>.s3.<region>.amazonaws.com.
+
+    botocore's default presigns at the legacy global endpoint <bucket>.s3.amazonaws.com (in us-east-1
+    its requests go there too). S3 answers it for a new bucket with 307 Temporary Redirect until DNS
+    has propagated, and with 400 in Regions launched after March 20, 2019 (Amazon S3 User Guide,
+    "Virtual hosting of buckets"); the client of a presigned URL follows no redirect.
+    """
+    return {"addressing_style": "virtual", "us_east_1_regional_endpoint": "regional"}
+
+
 def client_config(service: str, *, pool_connections: int = DEFAULT_POOL_CONNECTIONS, validate_parameters: bool = True) -> Any:
     """The botocore Config every function's clients are built with (and the embedded cloud's, to measure them).
 
@@ -48,6 +61,7 @@ def client_config(service: str, *, pool_connections: int = DEFAULT_POOL_CONNECTI
         retries={"mode": RETRY_MODE, "max_attempts": RETRY_MAX_ATTEMPTS},
         # SigV4 for presigned URLs: the event log's pending tag is a signed header of an upload URL.
         signature_version="s3v4" if service == "s3" else None,
+        s3=s3_addressing() if service == "s3" else None,
         parameter_validation=validate_parameters,
     )
 

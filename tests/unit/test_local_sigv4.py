@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 from xml.etree import ElementTree
 
 import boto3
 import pytest
-from botocore.auth import SigV4Auth
+from botocore.auth import HmacV1Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from devtools.aws.moto_server import presigned_refusal, s3_error
+from devtools.aws.moto_server import authentication_refusal, s3_error
 from devtools.aws.sigv4 import (
     API_INVALID_TOKEN,
     API_SIGNATURE_MISMATCH,
@@ -40,6 +40,7 @@ API = "http://127.0.0.1:8411"
 S3_ENDPOINT = "http://127.0.0.1:8410"
 LOCAL = LocalCredentials("local-key", "local-secret")
 KEYS = key_ring(LOCAL)
+S3_SIGV2_MESSAGE = "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
 BODY = json.dumps({"request_id": "r-0001", "position": 1, "event": {"kind": "SetCell", "cell": "A1", "value": "1"}}).encode()
 
 Headers = list[tuple[str, str]]
@@ -335,17 +336,58 @@ def test_a_presigned_url_used_otherwise_than_signed_is_refused_as_s3_refuses_it(
         assert verdict.message == "Request has expired"
 
 
-def test_only_presigned_s3_requests_are_checked_by_the_moto_server_and_a_refusal_is_s3s_xml() -> None:
+def test_the_moto_server_checks_s3s_presigned_and_unsigned_requests_and_a_refusal_is_s3s_xml() -> None:
     # Given an upload URL used without its signed If-None-Match, a header-signed request and an unsigned one
     target, headers = presigned_put()
     without = [(name, value) for name, value in headers if name != "If-None-Match"]
     # When the moto server looks at them
-    refused = presigned_refusal("PUT", target, without, KEYS)
-    # Then only the presigned one is refused (moto takes the others), as S3's XML error
-    assert presigned_refusal("PUT", target, [*without, ("Authorization", "AWS4-HMAC-SHA256 ...")], KEYS) is None
-    assert presigned_refusal("PUT", "/payloads/p", without, KEYS) is None
-    assert presigned_refusal("PUT", target, headers, KEYS) is None
+    refused = authentication_refusal("PUT", target, without, KEYS)
+    # Then the presigned one is refused, the header-signed one goes on to moto (which takes any key pair)
+    assert authentication_refusal("PUT", target, [*without, ("Authorization", "AWS4-HMAC-SHA256 ...")], KEYS) is None
+    assert authentication_refusal("PUT", target, headers, KEYS) is None
+    # and the unsigned one is S3's answer for a bucket that blocks public access (moto used to store it), but
+    # for a CORS preflight
+    assert authentication_refusal("PUT", "/payloads/p", without, KEYS) == Refused(403, "AccessDenied", "Access Denied")
+    assert authentication_refusal("OPTIONS", "/payloads/p", [("Origin", "http://localhost")], KEYS) is None
     assert refused is not None
     error = ElementTree.fromstring(s3_error(refused, "REQ1"))
     assert (error.tag, error.findtext("Code"), error.findtext("RequestId")) == ("Error", "SignatureDoesNotMatch", "REQ1")
     assert error.findtext("AWSAccessKeyId") == LOCAL.access_key
+
+
+def sigv2_s3(secret: str = LOCAL.secret_key) -> Any:
+    """An S3 client that signs with SigV2 (botocore's `s3` signature version), on the local endpoint."""
+    return boto3.client(
+        "s3",
+        endpoint_url=S3_ENDPOINT,
+        region_name=REGION,
+        aws_access_key_id=LOCAL.access_key,
+        aws_secret_access_key=secret,
+        config=Config(s3={"addressing_style": "path"}, signature_version="s3"),
+    )
+
+
+def test_sigv2_is_refused_as_in_a_sigv4_only_region_whatever_its_secret() -> None:
+    # Given a SigV2 presigned PUT (AWSAccessKeyId, Signature, Expires), with the right secret and a wrong one,
+    # and a request signed with SigV2 in its Authorization header (AWS <key>:<signature>)
+    urls = [
+        urlsplit(sigv2_s3(secret).generate_presigned_url("put_object", Params={"Bucket": "payloads", "Key": "p/r"}))
+        for secret in (LOCAL.secret_key, "not-the-secret")
+    ]
+    assert all({"AWSAccessKeyId", "Signature", "Expires"} <= set(parse_qs(url.query)) for url in urls)
+    header_signed = AWSRequest(method="PUT", url=f"{S3_ENDPOINT}/payloads/p/r", data=b"bytes")
+    HmacV1Auth(Credentials(LOCAL.access_key, LOCAL.secret_key)).add_auth(header_signed)
+    assert header_signed.headers["Authorization"].startswith(f"AWS {LOCAL.access_key}:")
+    # When the moto server looks at them
+    verdicts = [authentication_refusal("PUT", f"{url.path}?{url.query}", [("Host", url.netloc)], KEYS) for url in urls]
+    verdicts.append(authentication_refusal("PUT", "/payloads/p/r", list(header_signed.headers.items()), KEYS))
+    # Then each is S3's 400 InvalidRequest naming the one mechanism it takes (before: the presigned ones went to moto)
+    assert verdicts == [Refused(400, "InvalidRequest", S3_SIGV2_MESSAGE)] * 3
+
+
+def test_requests_to_other_services_are_left_to_moto() -> None:
+    # Given a DynamoDB request signed in its Authorization header with a key the server does not know
+    request = AWSRequest(method="POST", url=f"{S3_ENDPOINT}/", data=b"{}", headers={"X-Amz-Target": "DynamoDB_20120810.ListTables"})
+    SigV4Auth(Credentials("ak", "sk"), "dynamodb", REGION).add_auth(request)
+    # Then the moto server does not check it (moto's own executor calls Lambda with such keys)
+    assert authentication_refusal("POST", "/", list(request.headers.items()), KEYS) is None

@@ -122,6 +122,28 @@ def test_a_profile_supplies_region_and_credentials(no_aws_setup: pytest.MonkeyPa
     assert client.meta.region_name == "eu-west-1"
 
 
+@pytest.mark.parametrize("region", ["ap-east-1", "us-east-1"])
+def test_a_tools_s3_client_uses_the_buckets_regional_endpoint(region: str, no_aws_setup: pytest.MonkeyPatch) -> None:
+    # Given keys and a region (ap-east-1 opened after S3's global endpoint stopped serving new Regions)
+    no_aws_setup.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    no_aws_setup.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    # When a tool's S3 client presigns a URL (no call)
+    url = AwsSession(region=region).client("s3").generate_presigned_url("get_object", Params={"Bucket": "onceflow-data", "Key": "k"})
+    # Then it names the bucket's regional virtual-hosted endpoint, not s3.amazonaws.com
+    assert url.startswith(f"https://onceflow-data.s3.{region}.amazonaws.com/k?")
+
+
+def test_a_tools_s3_client_of_the_local_cloud_is_path_style(no_aws_setup: pytest.MonkeyPatch) -> None:
+    # Given a session pointed at the embedded cloud's one endpoint
+    no_aws_setup.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    no_aws_setup.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    session = AwsSession(region="us-east-1", endpoint_url="http://127.0.0.1:8410")
+    # When its S3 client presigns a URL
+    url = session.client("s3").generate_presigned_url("get_object", Params={"Bucket": "onceflow-data", "Key": "k"})
+    # Then the bucket is the path's first segment on that endpoint, and the URL is SigV4
+    assert url.startswith("http://127.0.0.1:8410/onceflow-data/k?") and "X-Amz-Signature=" in url
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

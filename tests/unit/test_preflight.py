@@ -3,7 +3,8 @@ the CDK CLI, a missing or broken AWS set-up ends in one line naming the fix, in 
 
 The SDK runs for real: credentials from real (temporary) config files, an SSO session from a real
 token cache, STS and SSM on the embedded cloud (moto), and botocore's Stubber for the answers moto
-does not give (expired keys, access denied)."""
+does not give (expired keys, access denied). moto has none of AWS's public /aws/service/powertools
+parameters (and refuses to store one): `powertools_published` answers them, for us-east-1 only."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
@@ -27,14 +29,27 @@ from botocore.exceptions import (
 )
 from botocore.stub import Stubber
 
-from devtools.aws.template_resources import Template
+from devtools.aws.template_resources import Template, resources_of_type
 from ops.cli import USAGE_EXIT_STATUS, UsageError
-from ops.preflight import BootstrapRequirement, Target, bootstrap_requirement, explain, main, preflight
+from ops.preflight import (
+    BootstrapRequirement,
+    LayerRequirement,
+    Target,
+    bootstrap_requirement,
+    explain,
+    layer_requirement,
+    main,
+    preflight,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = Target(command="deploy", env="dev")
 REQUIREMENT = BootstrapRequirement(parameter="/cdk-bootstrap/hnb659fds/version", min_version=6)
 MOTO_ACCOUNT = "123456789012"  # the account moto's STS answers with
+POWERTOOLS = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+LAYERS = LayerRequirement(powertools_parameter=POWERTOOLS)
+ADOT_ARN = "arn:aws:lambda:us-east-1:615299751070:layer:AWSOpenTelemetryDistroPython:25"
+POWERTOOLS_REGIONS = {"us-east-1"}  # where `powertools_published` publishes the layer
 NO_CREDENTIALS = "no AWS credentials found"
 CREDENTIAL_VARIABLES = (
     "AWS_PROFILE",
@@ -69,9 +84,37 @@ def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
+def published_layer_arn(region: str) -> str:
+    return f"arn:aws:lambda:{region}:017000801446:layer:AWSLambdaPowertoolsPythonV3-python314-arm64:30"
+
+
 @pytest.fixture
-def embedded() -> Iterator[Any]:
-    """The embedded cloud, and a session whose credentials are conftest's test keys."""
+def powertools_published() -> Iterator[None]:
+    """Every SDK session made from now on answers GetParameter of a /aws/service/powertools/ name in
+    POWERTOOLS_REGIONS as AWS does (the layer's ARN), before the call reaches moto; elsewhere moto
+    answers ParameterNotFound, as AWS does in a region Powertools does not publish in."""
+    import botocore.handlers
+
+    def answer(params: dict[str, Any], request_signer: Any, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        name = json.loads(params["body"])["Name"]
+        region = request_signer.region_name
+        if not name.startswith("/aws/service/powertools/") or region not in POWERTOOLS_REGIONS:
+            return None
+        parameter = {"Name": name, "Type": "String", "Value": published_layer_arn(region), "Version": 1, "DataType": "text"}
+        return AWSResponse(f"https://ssm.{region}.amazonaws.com/", 200, {}, None), {"Parameter": parameter}
+
+    # In the list itself: moto, imported later, appends its own handler to it (a copy would lose it when restored).
+    handler = ("before-call.ssm.GetParameter", answer)
+    botocore.handlers.BUILTIN_HANDLERS.append(handler)
+    try:
+        yield
+    finally:
+        botocore.handlers.BUILTIN_HANDLERS.remove(handler)
+
+
+@pytest.fixture
+def embedded(powertools_published: None) -> Iterator[Any]:
+    """The embedded cloud, and a session whose credentials are conftest's test keys; the Powertools layer is published in us-east-1."""
     from devtools.aws.moto_patches import embedded_aws
 
     with embedded_aws():
@@ -268,9 +311,10 @@ def test_a_version_parameter_that_may_not_be_read_warns_and_goes_on(capsys: Any)
     ssm = boto3.client("ssm", region_name="us-east-1")
     with Stubber(sts) as sts_stub, Stubber(ssm) as ssm_stub:
         sts_stub.add_response("get_caller_identity", {"Account": MOTO_ACCOUNT, "Arn": f"arn:aws:iam::{MOTO_ACCOUNT}:user/deployer"})
+        ssm_stub.add_response("get_parameter", {"Parameter": {"Name": POWERTOOLS, "Value": published_layer_arn("us-east-1")}})
         ssm_stub.add_client_error("get_parameter", "AccessDeniedException", "not authorized to perform: ssm:GetParameter", 400)
         # When the deploy preflight runs
-        summary = preflight(DEPLOY, session=StubbedSession(sts=sts, ssm=ssm), pins=no_pins, requirement=REQUIREMENT)
+        summary = preflight(DEPLOY, session=StubbedSession(sts=sts, ssm=ssm), pins=no_pins, requirement=REQUIREMENT, layers=LAYERS)
     # Then it goes on (the CDK CLI checks through its deploy role) and warns once on stderr
     assert "bootstrap version not checked (access denied)" in summary
     warning = capsys.readouterr().err.strip().splitlines()
@@ -305,6 +349,122 @@ def test_main_passes_a_bootstrapped_environment(embedded: Any, capsys: Any) -> N
     # Then it passes with one summary line
     assert status == 0
     assert err[-1].startswith("make deploy ENV=dev: preflight passed:")
+
+
+# --- layers --------------------------------------------------------------------------------------
+
+
+def layer_check(target: Target, layers: LayerRequirement, *ssm_answers: dict[str, Any] | str) -> str:
+    """The preflight of `target` with stubbed STS and SSM: SSM answers each GetParameter in turn
+    (a dict: the parameter; a string: that error code)."""
+    sts = boto3.client("sts", region_name="us-east-1")
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    with Stubber(sts) as sts_stub, Stubber(ssm) as ssm_stub:
+        sts_stub.add_response("get_caller_identity", {"Account": MOTO_ACCOUNT, "Arn": f"arn:aws:iam::{MOTO_ACCOUNT}:user/deployer"})
+        for ssm_answer in ssm_answers:
+            if isinstance(ssm_answer, str):
+                ssm_stub.add_client_error("get_parameter", ssm_answer, ssm_answer, 400)
+            else:
+                ssm_stub.add_response("get_parameter", {"Parameter": ssm_answer})
+        return preflight(target, session=StubbedSession(sts=sts, ssm=ssm), pins=no_pins, requirement=REQUIREMENT, layers=layers)
+
+
+def test_a_region_without_the_powertools_layer_says_what_to_do() -> None:
+    # Given a bootstrapped region where Powertools does not publish its layer (no public SSM parameter):
+    # before, the preflight passed it and the change set failed at deploy
+    # When the deploy preflight runs
+    with pytest.raises(UsageError) as refused:
+        layer_check(replace_region(DEPLOY, "ap-southeast-7"), LAYERS, "ParameterNotFound")
+    # Then one line names the region and the parameter, and how to find a release published there
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"not published in region ap-southeast-7 (no public SSM parameter {POWERTOOLS})" in message
+    assert "`aws ssm get-parameters-by-path --path /aws/service/powertools/python/arm64/python3.14 --region ap-southeast-7`" in message
+
+
+def test_a_region_with_the_powertools_layer_passes_and_names_it() -> None:
+    # Given a bootstrapped region where the layer is published
+    summary = layer_check(
+        DEPLOY,
+        LAYERS,
+        {"Name": POWERTOOLS, "Value": published_layer_arn("us-east-1")},
+        {"Name": REQUIREMENT.parameter, "Value": "30"},
+    )
+    # Then the summary names the layer version it resolves to
+    assert summary.endswith("; Powertools layer AWSLambdaPowertoolsPythonV3-python314-arm64:30")
+
+
+def test_a_powertools_parameter_that_may_not_be_read_warns_and_goes_on(capsys: Any) -> None:
+    # Given credentials that may not read the public parameter (CloudFormation resolves it at deploy)
+    summary = layer_check(DEPLOY, LAYERS, "AccessDeniedException", {"Name": REQUIREMENT.parameter, "Value": "30"})
+    # Then the command goes on, with one warning
+    assert "Powertools layer not checked in us-east-1 (access denied)" in summary
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith(f"make deploy ENV=dev: warning: not allowed to read {POWERTOOLS}")
+
+
+def test_otel_tracing_in_a_region_without_a_pinned_adot_layer_says_what_to_do() -> None:
+    # Given the otel tracing mode, whose ADOT layer is pinned for us-east-1 only, and a region with Powertools
+    otel = LayerRequirement(powertools_parameter=POWERTOOLS, adot_layer_arns={"us-east-1": ADOT_ARN})
+    published = {"Name": POWERTOOLS, "Value": published_layer_arn("eu-west-1")}
+    # When the diff preflight runs for eu-west-1
+    with pytest.raises(UsageError) as refused:
+        layer_check(replace_region(Target(command="diff", env="dev"), "eu-west-1"), otel, published)
+    # Then one line says to pin that region's ADOT layer, and how to find it
+    message = str(refused.value)
+    assert "CommonProps.adot_layer_arns" in message and "which has none for eu-west-1" in message
+    assert "`aws lambda list-layer-versions --layer-name AWSOpenTelemetryDistroPython --region eu-west-1`" in message
+    # and in us-east-1 it passes, naming both layers
+    summary = layer_check(DEPLOY, otel, published, {"Name": REQUIREMENT.parameter, "Value": "30"})
+    assert summary.endswith("Powertools layer AWSLambdaPowertoolsPythonV3-python314-arm64:30, ADOT layer AWSOpenTelemetryDistroPython:25")
+
+
+def replace_region(target: Target, region: str) -> Target:
+    return Target(command=target.command, env=target.env, region=region)
+
+
+def test_bootstrap_of_a_region_without_the_powertools_layer_is_refused(embedded: Any) -> None:
+    # Given the embedded cloud, where the layer is published in us-east-1 only
+    # When `make bootstrap` is checked for ap-southeast-7 and for us-east-1
+    with pytest.raises(UsageError) as refused:
+        preflight(Target(command="bootstrap", env="dev", region="ap-southeast-7"), session=embedded, pins=no_pins)
+    summary = preflight(Target(command="bootstrap", env="dev", region="us-east-1"), session=embedded, pins=no_pins)
+    # Then the first is refused before anything is bootstrapped, the second goes on
+    assert "not published in region ap-southeast-7" in str(refused.value)
+    assert summary == f"aws://{MOTO_ACCOUNT}/us-east-1"
+
+
+def test_main_stops_a_deploy_to_a_region_without_the_powertools_layer(embedded: Any, capsys: Any) -> None:
+    # Given the embedded cloud, where the layer is published in us-east-1 only
+    # When the whole preflight runs for ap-southeast-7 (infra/config.py's dev: the layer its functions use)
+    status, err = run_main(["--command", "deploy", "--env", "dev", "--region", "ap-southeast-7"], capsys)
+    # Then it exits 2 with one line naming the parameter the dev functions resolve
+    assert status == USAGE_EXIT_STATUS
+    (line,) = [line for line in err if line.startswith("make ")]
+    assert line.startswith(
+        f"make deploy ENV=dev: the Powertools layer the functions use is not published in region ap-southeast-7 "
+        f"(no public SSM parameter {layer_requirement('dev').powertools_parameter})"
+    )
+
+
+def test_the_layers_checked_are_every_layer_the_apps_functions_use(dev_templates: dict[str, Template]) -> None:
+    # Given what the preflight checks for dev: its Powertools parameter, no ADOT layer (dev traces with Lambda's active tracing)
+    layers = layer_requirement("dev")
+    bootstrap_version = bootstrap_requirement("dev").parameter
+    assert layers.adot_layer_arns is None
+    # When each synthesized stack's functions' layers and SSM-typed parameters are read
+    layer_sources: set[str] = set()
+    for name, template in dev_templates.items():
+        ssm_parameters = {
+            key: spec["Default"] for key, spec in template.get("Parameters", {}).items() if spec["Type"].startswith("AWS::SSM::Parameter::")
+        }
+        functions = resources_of_type(template, "AWS::Lambda::Function").values()
+        layer_sources |= {ssm_parameters[layer["Ref"]] for function in functions for layer in function["Properties"].get("Layers", [])}
+        # Then every SSM parameter a stack resolves at deploy is one the preflight reads, and no stack maps an ADOT layer
+        assert set(ssm_parameters.values()) <= {layers.powertools_parameter, bootstrap_version}, name
+        assert "AdotPythonLayer" not in template.get("Mappings", {}), name
+    # and every function's layers resolve from the Powertools parameter the preflight reads
+    assert layer_sources == {layers.powertools_parameter}
 
 
 # --- make deploy ---------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
-"""runtime/shared/aws.py: the one BatchGetItem policy and the lazily built clients. No network:
-the DynamoDB client is a scripted fake that answers BatchGetItem as DynamoDB does."""
+"""runtime/shared/aws.py: the one BatchGetItem policy, the lazily built clients, and S3 at the
+bucket's regional endpoint. No network: the DynamoDB client is a scripted fake that answers
+BatchGetItem as DynamoDB does, and S3's requests are answered by a before-send handler."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
+import boto3
 import pytest
 
 from runtime.shared.aws import (
@@ -101,3 +104,75 @@ def test_injected_clients_are_used_and_none_is_built_at_construction() -> None:
     # Then the injected one is used, and nothing else was built
     assert clients.dynamodb is injected
     assert set(clients._clients) == {"dynamodb"}
+
+
+# --- S3 at the bucket's regional endpoint ------------------------------------------------------------
+
+BUCKET = "onceflow-payloads"
+# eu-west-1: opened before March 20, 2019, where S3's legacy global endpoint answers a new bucket with
+# 307 redirects; ap-east-1: opened after it, where the global endpoint does not serve the bucket at all;
+# us-east-1: where botocore's default sends even ordinary requests to the global endpoint.
+REGIONS = ["eu-west-1", "ap-east-1", "us-east-1"]
+
+
+class EmptyBody:
+    """The raw body of a canned response (botocore reads it as a stream)."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield b""
+
+
+def s3_hosts(s3: Any) -> dict[str, str]:
+    """The host of each way a function reaches S3: the event log's presigned upload and download URLs
+    (runtime/event_log/objects.py) and an ordinary request (HeadObject), captured by a before-send
+    handler that answers it, so nothing goes to the network."""
+    from botocore.awsrequest import AWSResponse
+
+    from runtime.event_log.objects import S3Objects
+
+    sent: list[str] = []
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        sent.append(request.url)
+        return AWSResponse(request.url, 200, {"Content-Length": "11"}, EmptyBody())
+
+    s3.meta.events.register("before-send.s3", answer)
+    objects = S3Objects(BUCKET, client=s3)
+    upload = objects.upload_url("payloads/log-1/r-1", "onceflow-pending=true", 900)
+    download = objects.download_url("snapshots/log-1/root.json", 900)
+    assert objects.size("payloads/log-1/r-1") == 11  # the canned answer was parsed: the request was made
+    return {"upload": urlsplit(upload).netloc, "download": urlsplit(download).netloc, "request": urlsplit(sent[0]).netloc}
+
+
+def as_a_function_in(region: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment Lambda gives a function in `region`, with no endpoint override."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_S3_US_EAST_1_REGIONAL_ENDPOINT", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_REGION", region)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", region)
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_the_functions_s3_client_uses_the_buckets_regional_virtual_hosted_endpoint(region: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the S3 client a function builds (Clients, client_config) in the region, with no endpoint override
+    as_a_function_in(region, monkeypatch)
+    s3 = Clients().s3
+    # When it presigns an upload and a download as the event log does, and makes a request
+    hosts = s3_hosts(s3)
+    # Then every one names the bucket's regional virtual-hosted endpoint
+    assert hosts == dict.fromkeys(["upload", "download", "request"], f"{BUCKET}.s3.{region}.amazonaws.com")
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_the_functions_former_s3_config_presigned_at_the_global_endpoint(region: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the S3 client as the functions built it before: SigV4, no addressing setting
+    from botocore.config import Config
+
+    as_a_function_in(region, monkeypatch)
+    former = boto3.client("s3", config=Config(signature_version="s3v4"))
+    # When it presigns the same URLs
+    hosts = s3_hosts(former)
+    # Then they named S3's legacy global endpoint, which the test above now refuses
+    assert hosts["upload"] == hosts["download"] == f"{BUCKET}.s3.amazonaws.com"
+    # (an ordinary request already went to the regional endpoint outside us-east-1)
+    assert hosts["request"] == (f"{BUCKET}.s3.amazonaws.com" if region == "us-east-1" else f"{BUCKET}.s3.{region}.amazonaws.com")

@@ -169,3 +169,97 @@ def test_a_presigned_upload_is_held_to_its_signed_if_none_match(local_stack: Loc
     assert local_stack.client("s3").get_object(Bucket=bucket, Key=upload["object_key"])["Body"].read() == first
     # and with the header, a second PUT is S3's 412: the object is only ever created
     assert send(upload["upload_url"], "PUT", replacement, with_headers)[0] == 412
+
+
+def new_upload(stack: LocalStack, prefix: str) -> dict[str, Any]:
+    """An upload URL from the event-log API for a fresh log, and the headers it signs."""
+    log_id = fresh(prefix)
+    url = f"{stack.event_log_url}/logs/{log_id}/payloads"
+    body = json.dumps({"request_id": f"{log_id}-big"}).encode()
+    status, _, answer = send(url, "POST", body, signed_headers(stack, "POST", url, body))
+    assert status == 200
+    upload: dict[str, Any] = json.loads(answer)
+    return upload
+
+
+def stored(stack: LocalStack, key: str) -> tuple[bytes, list[dict[str, str]]]:
+    """An object's bytes and tags in the event log's bucket."""
+    s3 = stack.client("s3")
+    bucket = stack.outputs["Onceflow-local-EventLog"][event_log_contract.OUTPUT_BUCKET]
+    return s3.get_object(Bucket=bucket, Key=key)["Body"].read(), s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
+
+
+def test_a_sigv2_presigned_put_is_refused_and_the_stored_payload_and_its_tag_stay(local_stack: LocalStack) -> None:
+    # Given a payload uploaded through its SigV4 upload URL: stored, and tagged pending
+    import boto3
+    from botocore.config import Config
+
+    upload = new_upload(local_stack, "sigv2")
+    payload = b"the uploaded bytes " * 50
+    created = send(upload["upload_url"], "PUT", payload, [("Host", urlsplit(upload["upload_url"]).netloc), *upload["headers"].items()])
+    assert created[0] == 200
+    before = stored(local_stack, upload["object_key"])
+    assert before[1] != []
+    bucket = local_stack.outputs["Onceflow-local-EventLog"][event_log_contract.OUTPUT_BUCKET]
+    # When a SigV2 presigned PUT of the same key (AWSAccessKeyId, Signature, Expires), signed with a wrong
+    # secret and with the right one, replaces the bytes without the tag
+    answers = []
+    for secret in ("not-the-secret", local_stack.secret_access_key):
+        sigv2 = boto3.client(
+            "s3",
+            endpoint_url=local_stack.moto_endpoint,
+            region_name=local_stack.region,
+            aws_access_key_id=local_stack.access_key_id,
+            aws_secret_access_key=secret,
+            config=Config(s3={"addressing_style": "path"}, signature_version="s3"),
+        )
+        url = sigv2.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": upload["object_key"]})
+        assert "AWSAccessKeyId=" in url and "X-Amz-" not in url
+        answers.append(send(url, "PUT", b"replaced", [("Host", urlsplit(url).netloc)]))
+    # Then each is S3's 400 InvalidRequest of a SigV4-only Region (before: the first replaced the payload and its tag)
+    for status, headers, answer in answers:
+        error = ElementTree.fromstring(answer)
+        assert (status, error.findtext("Code")) == (400, "InvalidRequest")
+        assert error.findtext("Message") == "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+        assert headers["connection"] == "close"
+    # and the stored bytes and their pending tag are unchanged, and still read back through a SigV4 URL
+    assert stored(local_stack, upload["object_key"]) == before
+    download = local_stack.client("s3").generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": upload["object_key"]})
+    status, _, read_back = send(download, "GET", None, [("Host", urlsplit(download).netloc)])
+    assert (status, read_back) == (200, payload)
+
+
+def test_a_virtual_hosted_url_as_the_functions_sign_it_on_aws_is_served_with_its_own_host(local_stack: LocalStack) -> None:
+    # Given an S3 client built as the functions build theirs on AWS (client_config: the bucket's regional
+    # virtual-hosted endpoint, no endpoint override), with the stack's key pair
+    import boto3
+
+    from runtime.event_log.objects import S3Objects
+    from runtime.shared.aws import client_config
+
+    session = boto3.session.Session(
+        aws_access_key_id=local_stack.access_key_id, aws_secret_access_key=local_stack.secret_access_key, region_name=local_stack.region
+    )
+    bucket = local_stack.outputs["Onceflow-local-EventLog"][event_log_contract.OUTPUT_BUCKET]
+    objects = S3Objects(bucket, client=session.client("s3", config=client_config("s3")))
+    key = f"payloads/{fresh('virtual-hosted')}"
+    upload, download = objects.upload_url(key, "pending=1", 300), objects.download_url(key, 300)
+    host = f"{bucket}.s3.{local_stack.region}.amazonaws.com"
+    assert urlsplit(upload).netloc == urlsplit(download).netloc == host
+
+    def to_the_local_server(url: str, method: str, body: bytes | None, headers: Headers) -> tuple[int, dict[str, str], bytes]:
+        """The request as DNS or a proxy for the bucket's host would deliver it: to the moto server, with its Host."""
+        parts = urlsplit(url)
+        return send(f"{local_stack.moto_endpoint}{parts.path}?{parts.query}", method, body, [("Host", parts.netloc), *headers])
+
+    # When the upload and the download are sent to the local S3 with the URLs' own host
+    created = to_the_local_server(upload, "PUT", b"virtual bytes", [("x-amz-tagging", "pending=1"), ("If-None-Match", "*")])
+    read_back = to_the_local_server(download, "GET", None, [])
+    # Then the object is stored, tagged, and read back
+    assert created[0] == 200
+    assert (read_back[0], read_back[2]) == (200, b"virtual bytes")
+    assert stored(local_stack, key) == (b"virtual bytes", [{"Key": "pending", "Value": "1"}])
+    # and the host is signed: the same URL sent for another bucket's host is refused
+    parts = urlsplit(download)
+    moved = send(f"{local_stack.moto_endpoint}{parts.path}?{parts.query}", "GET", None, [("Host", f"other-{host}")])
+    assert (moved[0], ElementTree.fromstring(moved[2]).findtext("Code")) == (403, "SignatureDoesNotMatch")
