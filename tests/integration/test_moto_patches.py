@@ -152,6 +152,82 @@ def test_fast_transactions_answer_exactly_as_moto_does() -> None:
     assert [reason["Code"] for reason in plain_outcomes[3]["reasons"]] == ["None", "ConditionalCheckFailed"]
 
 
+def head_update(expression: str, values: dict[str, Any] | None = None, *, key: str = "log", condition: str | None = None) -> dict[str, Any]:
+    update: dict[str, Any] = {"TableName": "Heads", "Key": {"pk": {"S": key}}, "UpdateExpression": expression}
+    if "#text" in expression:
+        update["ExpressionAttributeNames"] = {"#text": "text"}
+    if values:
+        update["ExpressionAttributeValues"] = values
+    if condition:
+        update["ConditionExpression"] = condition
+    return {"Update": update}
+
+
+ONE = {":one": {"N": "1"}}
+# An append's Put of a new entry, then an Update of the head that DynamoDB refuses.
+REFUSED_SECOND_ITEMS = {
+    "adds a number to a string": head_update("ADD #text :one", ONE),
+    "adds a number to a string with SET": head_update("SET #text = #text + :one", ONE),
+    "sets a key attribute": head_update("SET pk = :other", {":other": {"S": "other"}}),
+    "uses a value it does not define": head_update("SET next = :missing", ONE),
+    "reads an attribute the item does not have": head_update("SET next = absent"),
+    "appends to a string": head_update("SET #text = list_append(#text, :list)", {":list": {"L": [{"S": "a"}]}}),
+    "adds a string to an item it creates": head_update("ADD next :text", {":text": {"S": "a"}}, key="new-log"),
+    "holds a condition that fails": head_update("SET next = :one", ONE, condition="attribute_not_exists(pk)"),
+}
+
+
+def refused_transactions(patch: AbstractContextManager[None]) -> dict[str, tuple[dict[str, Any], dict[str, list[dict[str, Any]]], int]]:
+    """Each refused transaction's outcome, the tables after it and the stream records it made."""
+    from moto import mock_aws
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    answers = {}
+    with mock_aws(), patch:
+        client = new_client("dynamodb")
+        for table in TABLES:
+            client.create_table(
+                TableName=table,
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+                StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+            )
+        client.put_item(TableName="Heads", Item={"pk": {"S": "log"}, "text": {"S": "hello"}})
+        backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+
+        def stream_records() -> int:  # moto's own transaction puts back a copy of each table, stream included
+            return sum(len(backend.get_table(table).stream_shard.items) for table in TABLES)
+
+        for case, second in REFUSED_SECOND_ITEMS.items():
+            before = stream_records()
+            answer = outcome(client, [put("Entries", f"log#{case}", value={"S": "entry"}), second])
+            answers[case] = (answer, final_state(client), stream_records() - before)
+    return answers
+
+
+def test_a_transaction_whose_last_item_is_refused_writes_nothing_as_moto_and_dynamodb() -> None:
+    # Given a Put of a new entry followed by an Update of the head that is refused, in each way DynamoDB refuses one
+    # When each transaction runs against moto as shipped and against the patched backend
+    plain = refused_transactions(nullcontext())
+    fast = refused_transactions(fast_transactions())
+    # Then each is refused with the same error (and cancellation reasons) as moto's own, and nothing is written:
+    # no entry, the head as it was, no stream record (the Put was written first, before this patch checked updates)
+    untouched = {"Heads": [{"pk": {"S": "log"}, "text": {"S": "hello"}}], "Entries": []}
+    for case, (answer, state, records) in fast.items():
+        assert answer == plain[case][0], case
+        assert answer["error"] is not None, case
+        assert (state, records) == (untouched, 0), case
+        assert plain[case][1:] == (untouched, 0), case
+    # and the failed condition is the last item's cancellation reason; the refused expressions refuse the request
+    assert fast["holds a condition that fails"][0] == {
+        "error": "TransactionCanceledException",
+        "reasons": [{"Code": "None"}, {"Code": "ConditionalCheckFailed"}],
+    }
+    assert {answer["error"] for case, (answer, _, _) in fast.items() if case != "holds a condition that fails"} == {"ValidationException"}
+
+
 def test_fast_transactions_restore_moto_on_exit() -> None:
     from moto.dynamodb.models import DynamoDBBackend
 
@@ -482,3 +558,204 @@ def test_cached_state_machines_parse_a_definition_once_and_run_as_moto_does(monk
     assert len(parses) == 1
     # and moto's parser (here, the counted one) is back
     assert parser.__dict__["parse"] is counted
+
+
+# --- Step Functions as AWS runs it (step_functions_as_aws, entered by embedded_aws) ----------------
+
+LAMBDA = "arn:aws:lambda:us-east-1:123456789012:function:phase"
+CHECK = {"Variable": "$.hasPassed", "BooleanEquals": True, "Next": "Passed"}
+GUARDED_CHOICE = {
+    "StartAt": "Guard",
+    "States": {
+        "Guard": {"Type": "Choice", "Choices": [{"Variable": "$.checked", "IsPresent": True, "Next": "Check"}], "Default": "Unchecked"},
+        "Check": {"Type": "Choice", "Choices": [CHECK], "Default": "NotPassed"},
+        "Passed": {"Type": "Succeed"},
+        "NotPassed": {"Type": "Pass", "Result": "not passed", "End": True},
+        "Unchecked": {"Type": "Pass", "Result": "unchecked", "End": True},
+    },
+}
+# The same Choice inside a Parallel whose Catch takes States.ALL.
+CAUGHT_CHOICE = {
+    "StartAt": "Branch",
+    "States": {
+        "Branch": {
+            "Type": "Parallel",
+            "Branches": [{"StartAt": "Check", "States": {k: GUARDED_CHOICE["States"][k] for k in ("Check", "Passed", "NotPassed")}}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}],
+            "End": True,
+        },
+        "Caught": {"Type": "Pass", "Result": "caught", "End": True},
+    },
+}
+
+
+def lambda_task(parameters: dict[str, Any], caught: str) -> dict[str, Any]:
+    """A Lambda task with `parameters`, retried and caught on `caught`."""
+    return {
+        "StartAt": "Task",
+        "States": {
+            "Task": {
+                "Type": "Task",
+                "Resource": LAMBDA,
+                "Parameters": parameters,
+                "Retry": [{"ErrorEquals": [caught], "MaxAttempts": 2}],
+                "Catch": [{"ErrorEquals": [caught], "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "Result": "caught", "End": True},
+        },
+    }
+
+
+Execution = tuple[str, str | None, str, list[str]]
+
+
+@pytest.fixture
+def executing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """moto executes state machines, a Retry's wait is not slept, and Lambda answers {"ok": true}; yields the
+    payloads it was invoked with."""
+    import types
+
+    from moto.core.config import default_user_config
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    invoked: list[str] = []
+
+    def invoke(backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+        invoked.append(str(body))
+        return b'{"ok": true}'
+
+    monkeypatch.setitem(default_user_config, "stepfunctions", {"execute_state_machine": True})
+    monkeypatch.setitem(default_user_config, "lambda", {"use_docker": False})
+    monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=lambda seconds: None))
+    monkeypatch.setattr("moto.awslambda_simple.models.LambdaSimpleBackend.invoke", invoke)
+    return invoked
+
+
+def execute(definition: dict[str, Any], execution_input: dict[str, Any]) -> Execution:
+    """Status, error, cause and the states entered, of one execution of `definition`."""
+    import json
+    import time
+
+    stepfunctions = new_client("stepfunctions")
+    arn = stepfunctions.create_state_machine(
+        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
+    )["stateMachineArn"]
+    execution = stepfunctions.start_execution(stateMachineArn=arn, name="e", input=json.dumps(execution_input))["executionArn"]
+    deadline = time.monotonic() + 30
+    while (described := stepfunctions.describe_execution(executionArn=execution))["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    history = stepfunctions.get_execution_history(executionArn=execution)["events"]
+    entered = [event["stateEnteredEventDetails"]["name"] for event in history if "stateEnteredEventDetails" in event]
+    return described["status"], described.get("error"), described.get("cause", ""), entered
+
+
+def on_moto_and_on_the_embedded_cloud(definition: dict[str, Any], execution_input: dict[str, Any]) -> tuple[Execution, Execution]:
+    from moto import mock_aws
+
+    from devtools.aws.moto_patches import embedded_aws
+
+    with mock_aws():
+        plain = execute(definition, execution_input)
+    with embedded_aws():
+        embedded = execute(definition, execution_input)
+    return plain, embedded
+
+
+def test_a_choice_on_a_missing_path_fails_with_states_runtime_where_moto_took_the_default(executing: list[str]) -> None:
+    # Given a Choice on $.hasPassed, reached (past an IsPresent guard on $.checked) by a state without it
+    missing = {"checked": True}
+    # When it runs on moto as shipped and on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(GUARDED_CHOICE, missing)
+    # Then moto read the rule as false and took the Default (the old behaviour, refused now) ...
+    assert plain[:2] == ("SUCCEEDED", None) and plain[3] == ["Guard", "Check", "NotPassed"]
+    # ... where the embedded cloud fails the execution in the Choice with States.Runtime, naming the path, as AWS does
+    status, error, cause, entered = embedded
+    assert (status, error, entered) == ("FAILED", "States.Runtime", ["Guard", "Check"])
+    assert "Invalid path '$.hasPassed': The choice state's condition path references an invalid value." in cause
+    assert "the state 'Check'" in cause
+
+
+@pytest.mark.parametrize(
+    ("execution_input", "entered"),
+    [({}, ["Guard", "Unchecked"]), ({"checked": True, "hasPassed": True}, ["Guard", "Check", "Passed"])],
+)
+def test_is_present_on_a_missing_path_and_a_rule_on_a_present_one_still_choose(
+    executing: list[str], execution_input: dict[str, Any], entered: list[str]
+) -> None:
+    # Given the guarded Choice and an input it can decide on: IsPresent tests a missing path without failing
+    # When it runs on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(GUARDED_CHOICE, execution_input)
+    # Then it succeeds on the branch moto takes too
+    assert embedded == plain == ("SUCCEEDED", None, "", entered)
+
+
+def test_a_states_all_catch_around_a_choice_on_a_missing_path_does_not_catch_it(executing: list[str]) -> None:
+    # Given the Choice on $.hasPassed inside a Parallel whose Catch takes States.ALL, and an input without it
+    # When it runs on moto as shipped and on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(CAUGHT_CHOICE, {})
+    # Then moto's branch took the Default and succeeded; the embedded cloud's execution fails with States.Runtime,
+    # never entering the catcher's state
+    assert plain[:2] == ("SUCCEEDED", None) and plain[3] == ["Branch", "Check", "NotPassed"]
+    assert embedded[:2] == ("FAILED", "States.Runtime") and "Caught" not in embedded[3]
+
+
+@pytest.mark.parametrize("caught", ["States.ALL", "States.Runtime"])
+def test_a_lambda_task_parameter_on_a_missing_path_is_states_runtime_neither_retried_nor_caught(executing: list[str], caught: str) -> None:
+    # Given a Lambda task whose Parameters read $.hasPassed, retried and caught on `caught` (AWS: States.Runtime
+    # "isn't retriable, and will always cause the execution to fail"), and an input without it
+    definition = lambda_task({"flag.$": "$.hasPassed"}, caught)
+    # When it runs on moto as shipped and on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(definition, {})
+    # Then moto called it the function's failure ("Exception"): States.ALL retried it and caught it
+    if caught == "States.ALL":
+        assert plain[:2] == ("SUCCEEDED", None) and plain[3] == ["Task", "Caught"]
+    else:
+        assert plain[:2] == ("FAILED", "Exception")
+    # and the embedded cloud fails the execution with States.Runtime at once, naming the path; the function never ran
+    status, error, cause, entered = embedded
+    assert (status, error, entered) == ("FAILED", "States.Runtime", ["Task"])
+    assert "The JSONPath '$.hasPassed' could not be found" in cause
+    assert executing == []
+
+
+def test_a_lambda_task_that_fails_is_still_retried_and_caught_on_states_all(executing: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a Lambda task retried twice and caught on States.ALL, and a function that always fails
+    invoked: list[str] = []
+
+    def failing(backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+        invoked.append(str(body))
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return b'{"errorType": "PhaseCrashed", "errorMessage": "injected"}'
+
+    monkeypatch.setattr("moto.awslambda_simple.models.LambdaSimpleBackend.invoke", failing)
+    # When it runs on the embedded cloud
+    from devtools.aws.moto_patches import embedded_aws
+
+    with embedded_aws():
+        status, error, _, entered = execute(lambda_task({"flag.$": "$.hasPassed"}, "States.ALL"), {"hasPassed": True})
+    # Then the function's own error is retried (three attempts) and caught, as on AWS
+    assert (status, error, entered) == ("SUCCEEDED", None, ["Task", "Caught"])
+    assert len(invoked) == 3
+
+
+def test_step_functions_as_aws_restores_moto_on_exit() -> None:
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import ComparisonVariable
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
+
+    from devtools.aws.moto_patches import step_functions_as_aws
+
+    # Given moto's own Choice comparison, Lambda task failure and error matching (the names the patch replaces)
+    originals = (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body)
+    # When the patch is entered and left
+    with step_functions_as_aws():
+        assert all(
+            patched is not original
+            for patched, original in zip(
+                (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body), originals, strict=True
+            )
+        )
+    # Then moto's are back
+    assert (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body) == originals
