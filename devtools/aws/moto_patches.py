@@ -4,7 +4,8 @@
   failed condition. That makes an append cost O(size of the log), so a 50,000-event log takes
   hours. DynamoDB applies all items or none; `fast_transactions` checks every item against the
   state before the transaction (its condition, then its expression or item as moto would refuse
-  them) and writes only when every one passes, with no copy of a table.
+  them) and writes only when every one passes, with no copy of a table: an Update is run once, on
+  a copy of its one item, which is what it writes.
 - Time: moto's SQS reads the wall clock for visibility timeouts and delays. `VirtualClock`
   replaces that clock, so a test can jump over a 30-minute visibility timeout or a lease, and
   the snapshot worker is given the same clock.
@@ -37,16 +38,12 @@ if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
 
-# A condition that holds for no item: moto's Table.put_item checks the item before its condition, so a put
-# under it checks the item and writes nothing.
-_NO_ITEM = "attribute_exists(#key) AND attribute_not_exists(#key)"
-
-
 @contextmanager
 def fast_transactions() -> Iterator[None]:
-    """TransactWriteItems without copying the tables: every item's condition, and then everything else moto
-    would refuse in it (an Update's expression run on a copy of its one item, a Put's item checked), against
-    the state before the transaction; only when all of them pass is any item written."""
+    """TransactWriteItems without copying the tables. Every item is checked against the state before the
+    transaction: its condition, then everything else moto would refuse in it (an Update's expression is run on
+    a copy of its one item, a Put's item goes through moto's checks). Only when every item passes is any
+    written, each Update as the copy it was run on."""
     import copy
 
     from moto.dynamodb.comparisons import get_filter_expression
@@ -69,16 +66,19 @@ def fast_transactions() -> Iterator[None]:
     original = DynamoDBBackend.transact_write_items
 
     def put_checked(table: Any, attributes: dict[str, Any]) -> bool:
-        """Raise what moto's put_item refuses in the item (its key's types, its values, its key and item sizes);
-        False if it wrote it instead."""
+        """Raise what moto's Table.put_item refuses in the item (its key's types, its values, its key and item
+        sizes); False if it wrote it instead. put_item checks the item before its conditions, and this legacy
+        Expected condition holds for no item (the hash key equal to a boolean, a type no key has), costing no
+        expression to parse."""
+        never = {table.hash_key_attr: {"ComparisonOperator": "EQ", "AttributeValueList": [{"BOOL": True}]}}
         try:
-            table.put_item(attributes, condition_expression=_NO_ITEM, expression_attribute_names={"#key": table.hash_key_attr})
+            table.put_item(attributes, expected=never)
         except ConditionalCheckFailed:
             return True
         return False
 
-    def check_update(backend: Any, table: Any, key: dict[str, Any], current: Any, op: dict[str, Any]) -> None:
-        """Raise what moto's update_item refuses in the update: its steps after the condition, on a copy of the item."""
+    def updated_item(backend: Any, table: Any, key: dict[str, Any], current: Any, op: dict[str, Any]) -> Any:
+        """The item as moto's update_item leaves it (its steps after the condition), run on a copy; raises what it refuses."""
         names: Any = op.get("ExpressionAttributeNames")  # None when absent, as moto's own transaction passes them
         values: Any = op.get("ExpressionAttributeValues")
         expression = UpdateExpressionParser.make(op["UpdateExpression"])
@@ -92,21 +92,36 @@ def fast_transactions() -> Iterator[None]:
         if current is None:  # moto checks the expression against no attributes, then runs it on the key alone
             hash_value, range_value = backend.get_keys_value(table, key)
             validated(Item(hash_value, range_value, attrs={}))
-            current = Item(hash_value, range_value, attrs=dict(key))
-        item = copy.deepcopy(current)
+            item = Item(hash_value, range_value, attrs=dict(key))
+        else:
+            item = copy.deepcopy(current)
         checked = validated(item)
         checked.normalize()
         try:
             UpdateExpressionExecutor(checked, item, names).execute()
         except ItemSizeTooLarge:
             raise ItemSizeToUpdateTooLarge() from None
+        return item
+
+    def write_update(backend: Any, table: Any, key: dict[str, Any], current: Any, updated: Any) -> None:
+        """Store an update's result as moto's update_item stores it: a new item's key is put first (a stream record
+        of its own), then the item is replaced, with a stream record of the change."""
+        hash_value, range_value = backend.get_keys_value(table, key)
+        if current is None:
+            table.put_item(dict(key))
+        if range_value is None:
+            table.items[hash_value] = updated
+        else:
+            table.items[hash_value][range_value] = updated
+        if table.stream_shard is not None:
+            table.stream_shard.add(current, updated)
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         if len(transact_items) > 100:
             raise TooManyTransactionsException()
         seen: set[tuple[str, str]] = set()
         reasons: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
-        plan: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        plan: list[tuple[str, dict[str, Any], dict[str, Any], Any, Any]] = []
         for item in transact_items:
             if len(item) > 1:
                 raise TransactWriteSingleOpException
@@ -132,12 +147,12 @@ def fast_transactions() -> Iterator[None]:
                     )
                     reasons.append(("ConditionalCheckFailed", "The conditional request failed", old))
                     continue
-            written = False
+            updated, written = None, False
             try:
                 if op_type == "Put":
                     written = not put_checked(table, op["Item"])
                 elif op_type == "Update":
-                    check_update(self, table, key, current, op)
+                    updated = updated_item(self, table, key, current, op)
             except MockValidationException:
                 raise  # the whole request is refused, as moto's own transaction does
             except Exception as refusal:  # any other refusal cancels the transaction with it as the item's reason, as moto's does
@@ -149,27 +164,16 @@ def fast_transactions() -> Iterator[None]:
                     f"moto's put_item wrote an item to {table_name} under a condition no item meets: fast_transactions needs updating"
                 )
             reasons.append((None, None, None))
-            plan.append((op_type, op, key))
+            plan.append((op_type, op, key, current, updated))
         if any(code is not None for code, _, _ in reasons):
             raise TransactionCanceledException(reasons)
-        for applied, (op_type, op, key) in enumerate(plan):  # every item was checked against the state before
-            names = op.get("ExpressionAttributeNames")
-            values = op.get("ExpressionAttributeValues")
-            try:
-                if op_type == "Put":
-                    self.put_item(op["TableName"], op["Item"])
-                elif op_type == "Delete":
-                    self.delete_item(op["TableName"], key)
-                elif op_type == "Update":
-                    self.update_item(
-                        op["TableName"],
-                        key,
-                        update_expression=op["UpdateExpression"],
-                        expression_attribute_names=names,
-                        expression_attribute_values=values,
-                    )
-            except Exception as error:  # a refusal the checks above missed: the transaction is half written
-                raise RuntimeError(f"fast_transactions wrote {applied} of {len(plan)} items before moto refused one: {error!r}") from error
+        for op_type, op, key, current, updated in plan:  # every item was checked against the state before
+            if op_type == "Put":
+                self.put_item(op["TableName"], op["Item"])
+            elif op_type == "Delete":
+                self.delete_item(op["TableName"], key)
+            elif op_type == "Update":
+                write_update(self, self.get_table(op["TableName"]), key, current, updated)
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     try:

@@ -30,8 +30,35 @@ from devtools.aws.moto_patches import (
     fast_transactions,
 )
 
-TABLES = ("Heads", "Entries")
+# Each table's key: a partition key alone, or with a sort key (the event log's entries are keyed so).
+KEYS = {"Heads": ("pk",), "Entries": ("pk",), "Segments": ("pk", "sk")}
+TABLES = tuple(KEYS)
 Step = Callable[[Any], dict[str, Any]]
+
+
+def create_tables(client: Any) -> None:
+    for table, key in KEYS.items():
+        client.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": name, "KeyType": kind} for name, kind in zip(key, ("HASH", "RANGE"), strict=False)],
+            AttributeDefinitions=[{"AttributeName": name, "AttributeType": kind} for name, kind in zip(key, ("S", "N"), strict=False)],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+
+
+def stream_records() -> list[tuple[str, Any, Any, Any]]:
+    """Every record of the tables' streams, in order: its event, keys and images."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+    records = []
+    for table in TABLES:
+        for record in backend.get_table(table).stream_shard.items:  # moto's own transaction puts back a copy of each table
+            body = record.record["dynamodb"]
+            records.append((record.record["eventName"], body["Keys"], body.get("NewImage"), body.get("OldImage")))
+    return records
 
 
 def put(table: str, key: str, *, return_old: bool = False, **attributes: Any) -> dict[str, Any]:
@@ -105,36 +132,73 @@ def scenario(client: Any) -> list[dict[str, Any]]:
         [put("Entries", "log#9"), {"Delete": {"TableName": "Entries", "Key": {"pk": {"S": "log#9"}}}}],
         # over DynamoDB's 100 actions
         [put("Entries", f"many#{index}") for index in range(101)],
+        # an update that creates its item, beside a put
+        [
+            {
+                "Update": {
+                    "TableName": "Heads",
+                    "Key": {"pk": {"S": "other"}},
+                    "UpdateExpression": "SET #next = :one",
+                    "ExpressionAttributeNames": {"#next": "next"},
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+            put("Entries", "other#1", value={"S": "a"}),
+        ],
+        # items under a sort key: a put, and an update that creates its item
+        [
+            {"Put": {"TableName": "Segments", "Item": {"pk": {"S": "log"}, "sk": {"N": "1"}, "n": {"N": "1"}}}},
+            {
+                "Update": {
+                    "TableName": "Segments",
+                    "Key": {"pk": {"S": "log"}, "sk": {"N": "2"}},
+                    "UpdateExpression": "SET n = :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+        ],
+        # and an update of one of them, under its condition
+        [
+            {
+                "Update": {
+                    "TableName": "Segments",
+                    "Key": {"pk": {"S": "log"}, "sk": {"N": "1"}},
+                    "UpdateExpression": "ADD n :one",
+                    "ConditionExpression": "n = :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+        ],
     ]
     return [outcome(client, items) for items in steps]
 
 
 def final_state(client: Any) -> dict[str, list[dict[str, Any]]]:
-    return {table: sorted(client.scan(TableName=table)["Items"], key=lambda item: item["pk"]["S"]) for table in TABLES}
+    def key(item: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(str(item[name]) for name in ("pk", "sk") if name in item)
+
+    return {table: sorted(client.scan(TableName=table)["Items"], key=key) for table in TABLES}
 
 
-def run_scenario(patch: AbstractContextManager[None]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def run_scenario(
+    patch: AbstractContextManager[None],
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[tuple[str, Any, Any, Any]]]:
     from moto import mock_aws
 
     with mock_aws(), patch:
         client = new_client("dynamodb")
-        for table in TABLES:
-            client.create_table(
-                TableName=table,
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        return scenario(client), final_state(client)
+        create_tables(client)
+        return scenario(client), final_state(client), stream_records()
 
 
 def test_fast_transactions_answer_exactly_as_moto_does() -> None:
     # Given the same transactions against moto as shipped and against the patched backend
-    plain_outcomes, plain_state = run_scenario(nullcontext())
-    fast_outcomes, fast_state = run_scenario(fast_transactions())
-    # Then every outcome, cancellation reason and old item, and the final tables, are the same
+    plain_outcomes, plain_state, plain_records = run_scenario(nullcontext())
+    fast_outcomes, fast_state, fast_records = run_scenario(fast_transactions())
+    # Then every outcome, cancellation reason and old item, the final tables and their stream records are the same
     assert fast_outcomes == plain_outcomes
     assert fast_state == plain_state
+    assert fast_records == plain_records
     # And the scenario exercised what it claims: successes, cancellations with old items, and both validation errors
     errors = [step["error"] for step in plain_outcomes]
     assert errors == [
@@ -145,7 +209,11 @@ def test_fast_transactions_answer_exactly_as_moto_does() -> None:
         None,
         "ValidationException",
         "ValidationException",
+        None,
+        None,
+        None,
     ]
+    assert plain_state["Segments"][0]["n"] == {"N": "2"} and plain_state["Heads"][1] == {"pk": {"S": "other"}, "next": {"N": "1"}}
     stale = plain_outcomes[2]["reasons"]
     assert [reason["Code"] for reason in stale] == ["ConditionalCheckFailed", "ConditionalCheckFailed"]
     assert stale[0]["Item"]["value"] == {"S": "b"} and stale[1]["Item"]["next"] == {"N": "3"}
@@ -180,30 +248,16 @@ REFUSED_SECOND_ITEMS = {
 def refused_transactions(patch: AbstractContextManager[None]) -> dict[str, tuple[dict[str, Any], dict[str, list[dict[str, Any]]], int]]:
     """Each refused transaction's outcome, the tables after it and the stream records it made."""
     from moto import mock_aws
-    from moto.core.models import DEFAULT_ACCOUNT_ID
-    from moto.dynamodb.models import dynamodb_backends
 
     answers = {}
     with mock_aws(), patch:
         client = new_client("dynamodb")
-        for table in TABLES:
-            client.create_table(
-                TableName=table,
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-                StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-            )
+        create_tables(client)
         client.put_item(TableName="Heads", Item={"pk": {"S": "log"}, "text": {"S": "hello"}})
-        backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
-
-        def stream_records() -> int:  # moto's own transaction puts back a copy of each table, stream included
-            return sum(len(backend.get_table(table).stream_shard.items) for table in TABLES)
-
         for case, second in REFUSED_SECOND_ITEMS.items():
-            before = stream_records()
+            before = len(stream_records())
             answer = outcome(client, [put("Entries", f"log#{case}", value={"S": "entry"}), second])
-            answers[case] = (answer, final_state(client), stream_records() - before)
+            answers[case] = (answer, final_state(client), len(stream_records()) - before)
     return answers
 
 
@@ -214,7 +268,7 @@ def test_a_transaction_whose_last_item_is_refused_writes_nothing_as_moto_and_dyn
     fast = refused_transactions(fast_transactions())
     # Then each is refused with the same error (and cancellation reasons) as moto's own, and nothing is written:
     # no entry, the head as it was, no stream record (the Put was written first, before this patch checked updates)
-    untouched = {"Heads": [{"pk": {"S": "log"}, "text": {"S": "hello"}}], "Entries": []}
+    untouched = {"Heads": [{"pk": {"S": "log"}, "text": {"S": "hello"}}], "Entries": [], "Segments": []}
     for case, (answer, state, records) in fast.items():
         assert answer == plain[case][0], case
         assert answer["error"] is not None, case
