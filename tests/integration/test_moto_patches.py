@@ -1,9 +1,11 @@
 """The corrections to moto (devtools/aws/moto_patches.py), checked against unpatched moto.
 
 `fast_transactions` must answer every TransactWriteItems exactly as moto's own implementation
-does (outcome, cancellation reasons, old items, final state), only without copying the tables.
+does (outcome, cancellation reasons, old items, final state, stream records), only without copying
+the tables, and write nothing of a transaction that one item's refusal cancels.
 `VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. `cached_action_names`
-lists a response class's actions once instead of on every request. If a moto upgrade changes any
+lists a response class's actions once instead of on every request. `step_functions_as_aws` must
+fail what AWS fails where moto succeeded (shown on moto as shipped). If a moto upgrade changes any
 of them, these tests fail instead of the suites that rely on the patches drifting quietly.
 """
 
@@ -792,6 +794,23 @@ def test_a_lambda_task_that_fails_is_still_retried_and_caught_on_states_all(exec
     # Then the function's own error is retried (three attempts) and caught, as on AWS
     assert (status, error, entered) == ("SUCCEEDED", None, ["Task", "Caught"])
     assert len(invoked) == 3
+
+
+def test_the_embedded_cloud_and_the_local_server_run_state_machines_as_aws() -> None:
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import ComparisonVariable
+
+    from devtools.aws.moto_patches import embedded_aws
+    from devtools.aws.moto_server import serving_state_machines
+
+    # Given moto's own Choice comparison
+    unpatched = ComparisonVariable._eval_body
+    # When the embedded cloud is entered, and the local server's state machines are set up
+    # Then each has the comparison that fails a missing path, and moto's is back afterwards
+    with embedded_aws():
+        assert ComparisonVariable._eval_body is not unpatched
+    with serving_state_machines(port=8410):
+        assert ComparisonVariable._eval_body is not unpatched
+    assert ComparisonVariable._eval_body is unpatched
 
 
 def test_step_functions_as_aws_restores_moto_on_exit() -> None:
