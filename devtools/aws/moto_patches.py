@@ -2,22 +2,28 @@
 
 - Transactions: moto deep-copies every table a TransactWriteItems touches, to roll back on a
   failed condition. That makes an append cost O(size of the log), so a 50,000-event log takes
-  hours. DynamoDB checks every condition against the state before the transaction and then
-  applies all items or none; `fast_transactions` does exactly that, with no copy.
+  hours. DynamoDB applies all items or none; `fast_transactions` checks every item against the
+  state before the transaction (its condition, then its expression or item as moto would refuse
+  them) and writes only when every one passes, with no copy of a table: an Update is run once, on
+  a copy of its one item, which is what it writes.
 - Time: moto's SQS reads the wall clock for visibility timeouts and delays. `VirtualClock`
   replaces that clock, so a test can jump over a 30-minute visibility timeout or a lease, and
   the snapshot worker is given the same clock.
 - Threads: `atomic_moto_dynamodb` makes each DynamoDB request atomic across threads, as on
   DynamoDB (moto's are not), for handlers that run their calls on a pool.
+- Step Functions: `step_functions_as_aws` fails a Choice rule, or a Lambda task's Parameters or
+  ResultSelector, on a missing path with States.Runtime, and lets no retrier or catcher take
+  States.Runtime (nor States.ALL take States.DataLimitExceeded), as AWS does.
 - Speed: `cached_action_names` keeps moto from listing a response class's methods with
   `inspect.getmembers` on every request (about 3 % of the CPU of a test on moto), and
   `cached_attribute_aliases` from working out again, for every member of every response, which
   attribute names a model object may hold it under (up to a fifth of it). `cached_state_machines`
   parses each state machine definition once instead of at every execution (about 0.1 s each).
 
-`embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests and AWS's
-service limits where moto does not enforce them (devtools/aws/service_limits.py). A bare mock_aws
-runs a pooled handler on moto's unsafe tables (a test checks none is left).
+`embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests, AWS's
+service limits where moto does not enforce them (devtools/aws/service_limits.py) and Step Functions'
+error handling. A bare mock_aws runs a pooled handler on moto's unsafe tables (a test checks none is
+left).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from devtools.aws.moto_fit import InstanceAttribute, Reach, reaches_into_moto
 
@@ -35,23 +42,88 @@ if TYPE_CHECKING:
 
 @contextmanager
 def fast_transactions() -> Iterator[None]:
+    """TransactWriteItems without copying the tables. Every item is checked against the state before the
+    transaction: its condition, then everything else moto would refuse in it (an Update's expression is run on
+    a copy of its one item, a Put's item goes through moto's checks). Only when every item passes is any
+    written, each Update as the copy it was run on."""
+    import copy
+
     from moto.dynamodb.comparisons import get_filter_expression
     from moto.dynamodb.exceptions import (
+        ConditionalCheckFailed,
+        ItemSizeTooLarge,
+        ItemSizeToUpdateTooLarge,
+        MockValidationException,
         MultipleTransactionsException,
         TooManyTransactionsException,
         TransactionCanceledException,
         TransactWriteSingleOpException,
     )
     from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
+    from moto.dynamodb.parsing.validators import UpdateExpressionValidator
 
     original = DynamoDBBackend.transact_write_items
+
+    def put_checked(table: Any, attributes: dict[str, Any]) -> bool:
+        """Raise what moto's Table.put_item refuses in the item (its key's types, its values, its key and item
+        sizes); False if it wrote it instead. put_item checks the item before its conditions, and this legacy
+        Expected condition holds for no item (the hash key equal to a boolean, a type no key has), costing no
+        expression to parse."""
+        never = {table.hash_key_attr: {"ComparisonOperator": "EQ", "AttributeValueList": [{"BOOL": True}]}}
+        try:
+            table.put_item(attributes, expected=never)
+        except ConditionalCheckFailed:
+            return True
+        return False
+
+    def updated_item(backend: Any, table: Any, key: dict[str, Any], current: Any, op: dict[str, Any]) -> Any:
+        """The item as moto's update_item leaves it (its steps after the condition), run on a copy; raises what it refuses."""
+        names: Any = op.get("ExpressionAttributeNames")  # None when absent, as moto's own transaction passes them
+        values: Any = op.get("ExpressionAttributeValues")
+        expression = UpdateExpressionParser.make(op["UpdateExpression"])
+
+        def validated(item: Any) -> Any:
+            validator = UpdateExpressionValidator(
+                expression, expression_attribute_names=names, expression_attribute_values=values, item=item, table=table
+            )
+            return validator.validate()
+
+        if current is None:  # moto checks the expression against no attributes, then runs it on the key alone
+            hash_value, range_value = backend.get_keys_value(table, key)
+            validated(Item(hash_value, range_value, attrs={}))
+            item = Item(hash_value, range_value, attrs=dict(key))
+        else:
+            item = copy.deepcopy(current)
+        checked = validated(item)
+        checked.normalize()
+        try:
+            UpdateExpressionExecutor(checked, item, names).execute()
+        except ItemSizeTooLarge:
+            raise ItemSizeToUpdateTooLarge() from None
+        return item
+
+    def write_update(backend: Any, table: Any, key: dict[str, Any], current: Any, updated: Any) -> None:
+        """Store an update's result as moto's update_item stores it: a new item's key is put first (a stream record
+        of its own), then the item is replaced, with a stream record of the change."""
+        hash_value, range_value = backend.get_keys_value(table, key)
+        if current is None:
+            table.put_item(dict(key))
+        if range_value is None:
+            table.items[hash_value] = updated
+        else:
+            table.items[hash_value][range_value] = updated
+        if table.stream_shard is not None:
+            table.stream_shard.add(current, updated)
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         if len(transact_items) > 100:
             raise TooManyTransactionsException()
         seen: set[tuple[str, str]] = set()
         reasons: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
-        plan: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        plan: list[tuple[str, dict[str, Any], dict[str, Any], Any, Any]] = []
         for item in transact_items:
             if len(item) > 1:
                 raise TransactWriteSingleOpException
@@ -77,25 +149,33 @@ def fast_transactions() -> Iterator[None]:
                     )
                     reasons.append(("ConditionalCheckFailed", "The conditional request failed", old))
                     continue
+            updated, written = None, False
+            try:
+                if op_type == "Put":
+                    written = not put_checked(table, op["Item"])
+                elif op_type == "Update":
+                    updated = updated_item(self, table, key, current, op)
+            except MockValidationException:
+                raise  # the whole request is refused, as moto's own transaction does
+            except Exception as refusal:  # any other refusal cancels the transaction with it as the item's reason, as moto's does
+                reasons.append((type(refusal).__name__, str(refusal), None))
+                continue
+            if written:
+                table_name = op["TableName"]
+                raise RuntimeError(
+                    f"moto's put_item wrote an item to {table_name} under a condition no item meets: fast_transactions needs updating"
+                )
             reasons.append((None, None, None))
-            plan.append((op_type, op, key))
+            plan.append((op_type, op, key, current, updated))
         if any(code is not None for code, _, _ in reasons):
             raise TransactionCanceledException(reasons)
-        for op_type, op, key in plan:  # every condition held against the state before
-            names = op.get("ExpressionAttributeNames")
-            values = op.get("ExpressionAttributeValues")
+        for op_type, op, key, current, updated in plan:  # every item was checked against the state before
             if op_type == "Put":
                 self.put_item(op["TableName"], op["Item"])
             elif op_type == "Delete":
                 self.delete_item(op["TableName"], key)
             elif op_type == "Update":
-                self.update_item(
-                    op["TableName"],
-                    key,
-                    update_expression=op["UpdateExpression"],
-                    expression_attribute_names=names,
-                    expression_attribute_values=values,
-                )
+                write_update(self, self.get_table(op["TableName"]), key, current, updated)
 
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     try:
@@ -281,13 +361,101 @@ def cached_state_machines() -> Iterator[None]:
         parser.parse = original
 
 
+def _states_runtime_failure(env: Any, cause: str, *, lambda_task: bool = False) -> Any:
+    """What Step Functions fails an execution with when its data does not fit the definition's paths
+    (moto's FailureEventException, carrying its FailureEvent)."""
+    from moto.stepfunctions.parser.api import HistoryEventType
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+
+    error_type = StatesErrorNameType.StatesRuntime
+    failure = {"error": error_type.to_name(), "cause": cause}
+    # moto's EventDetails, a TypedDict of every kind of event detail, of which one is given
+    details: Any = {"lambdaFunctionFailedEventDetails": failure} if lambda_task else {"executionFailedEventDetails": failure}
+    return FailureEventException(
+        failure_event=FailureEvent(
+            env=env,
+            error_name=StatesErrorName(typ=error_type),
+            event_type=HistoryEventType.LambdaFunctionFailed if lambda_task else HistoryEventType.ExecutionFailed,
+            event_details=details,
+        )
+    )
+
+
+@contextmanager
+def step_functions_as_aws() -> Iterator[None]:
+    """Step Functions' error handling where moto's interpreter is laxer (Step Functions Developer Guide,
+    "Handling errors in Step Functions workflows" and "Choice workflow state"):
+    - a Choice rule whose Variable path is missing from the state fails the execution with States.Runtime
+      ("Invalid path '$.x': The choice state's condition path references an invalid value."); moto read
+      the rule as false and went on to the next rule or the Default. Only IsPresent tests a missing path.
+    - a Lambda task's Parameters or ResultSelector path missing from the data is States.Runtime too; moto
+      reported it as the function's failure ("Exception", matched as States.TaskFailed), so the task was
+      retried, and caught. moto already fails InputPath, OutputPath and the other states' paths so.
+    - States.Runtime "isn't retriable, and will always cause the execution to fail": no retrier or
+      catcher matches it, States.ALL or naming it (moto's States.ALL matched it);
+    - States.ALL does not match States.DataLimitExceeded either, only a catcher naming it does.
+    """
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_operator_type import ComparisonOperatorType
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import ComparisonVariable
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.variable import NoSuchVariable
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
+    from moto.stepfunctions.parser.asl.utils.json_path import NoSuchJsonPathError
+
+    def compare(self: Any, env: Any) -> None:
+        # moto's ComparisonVariable._eval_body (the variable, then the comparison), with the missing path refused
+        self.variable.eval(env)
+        if isinstance(env.stack[-1], NoSuchVariable) and self.comparison_function.operator_type != ComparisonOperatorType.IsPresent:
+            path = self.variable.string_sampler.literal_value
+            raise _states_runtime_failure(env, f"Invalid path '{path}': The choice state's condition path references an invalid value.")
+        self.comparison_function.eval(env)
+
+    def lambda_task_failure(self: Any, env: Any, ex: Exception) -> Any:
+        # moto's StateTaskLambda._from_error (called with env= and ex=): the FailureEvent a task's exception is
+        # retried, caught or failed with
+        if isinstance(ex, NoSuchJsonPathError):
+            return _states_runtime_failure(env, str(ex), lambda_task=True).failure_event
+        return original_lambda_failure(self, env=env, ex=ex)
+
+    runtime = StatesErrorName(typ=StatesErrorNameType.StatesRuntime)
+    data_limit = StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded)
+
+    def error_equals(self: Any, env: Any) -> None:
+        # moto's ErrorEqualsDecl pops the error's name and pushes whether this retrier or catcher matches it
+        error_name = env.stack[-1]
+        if error_name == runtime or (error_name == data_limit and data_limit not in self.error_names):
+            env.stack[-1] = False
+            return
+        original_error_equals(self, env)
+
+    original_lambda_failure = StateTaskLambda._from_error
+    original_error_equals = ErrorEqualsDecl._eval_body
+    with (
+        mock.patch.object(ComparisonVariable, "_eval_body", compare),
+        mock.patch.object(StateTaskLambda, "_from_error", lambda_task_failure),
+        mock.patch.object(ErrorEqualsDecl, "_eval_body", error_equals),
+    ):
+        yield
+
+
 @contextmanager
 def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
-    """moto's mock_aws (with moto's `config`), DynamoDB requests atomic across threads and AWS's service
-    limits enforced: the embedded cloud."""
+    """moto's mock_aws (with moto's `config`), DynamoDB requests atomic across threads, AWS's service
+    limits enforced and Step Functions' error handling as AWS's: the embedded cloud."""
     from moto import mock_aws
 
     from devtools.aws.service_limits import enforced_service_limits
 
-    with mock_aws(config=config), atomic_moto_dynamodb(), enforced_service_limits(), cached_action_names(), cached_attribute_aliases():
+    with (
+        mock_aws(config=config),
+        atomic_moto_dynamodb(),
+        enforced_service_limits(),
+        step_functions_as_aws(),
+        cached_action_names(),
+        cached_attribute_aliases(),
+    ):
         yield

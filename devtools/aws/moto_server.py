@@ -32,7 +32,8 @@ The embedded cloud's own clients are path-style on the server's endpoint (no DNS
 
 `serving_state_machines` sets moto up to run the state machines it is given (its Step Functions
 executor on its own threads, calling Lambda back through this server, where `TaxiWorld.routing`
-takes the calls) and makes moto's DynamoDB requests atomic across the server's threads.
+takes the calls, with Step Functions' error handling as AWS's) and makes moto's DynamoDB requests
+atomic across the server's threads.
 """
 
 from __future__ import annotations
@@ -248,13 +249,20 @@ class MotoServer(BackgroundHttpServer):
 @contextlib.contextmanager
 def serving_state_machines(port: int) -> Iterator[None]:
     """moto runs the state machines it is given (Lambda tasks on its simple, docker-free backend,
-    reached through the server on `port`), and each of its DynamoDB requests is atomic across threads."""
+    reached through the server on `port`) with Step Functions' error handling as AWS's
+    (moto_patches.step_functions_as_aws), and each of its DynamoDB requests is atomic across threads."""
     from unittest import mock
 
     from moto.core.config import default_user_config
     from moto.stepfunctions.parser.asl.utils import boto_client
 
-    from devtools.aws.moto_patches import atomic_moto_dynamodb, cached_action_names, cached_attribute_aliases, cached_state_machines
+    from devtools.aws.moto_patches import (
+        atomic_moto_dynamodb,
+        cached_action_names,
+        cached_attribute_aliases,
+        cached_state_machines,
+        step_functions_as_aws,
+    )
 
     config = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
     parser_log = logging.getLogger("moto.stepfunctions.parser")
@@ -265,6 +273,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         # Outside mock_aws, moto's executor calls Lambda over HTTP at localhost:<MOTO_PORT>: this server.
         mock.patch.object(boto_client, "moto_server_port", lambda: str(port)),
         atomic_moto_dynamodb(),
+        step_functions_as_aws(),
         cached_action_names(),
         cached_attribute_aliases(),
         cached_state_machines(),

@@ -12,7 +12,7 @@ What this module adds (`enforced_service_limits`, entered by moto_patches.embedd
   input when entered, a task's input after Parameters, a task's result and a state's output over
   262,144 bytes (compact JSON, UTF-8; moto measured `json.dumps` with spaces and \\u escapes, and
   refused exactly 262,144) fail with States.DataLimitExceeded, which a `States.ALL` catcher or
-  retrier does not match (moto's did): the execution fails.
+  retrier does not match (moto's did; moto_patches.step_functions_as_aws): the execution fails.
 - Lambda Invoke: a request payload over 6 MB (RequestResponse) or 1 MB (Event) is refused with
   RequestEntityTooLargeException (moto took any size).
 - SQS SendMessage / SendMessageBatch: the message size is the body's UTF-8 bytes plus its
@@ -260,9 +260,6 @@ def _step_functions_limits() -> Iterator[None]:
     import importlib
 
     from moto.stepfunctions.exceptions import ValidationException
-    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
     from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
     from moto.stepfunctions.responses import StepFunctionResponse
@@ -301,24 +298,10 @@ def _step_functions_limits() -> Iterator[None]:
         # A Lambda task's result is its Payload; moto measured the whole Invoke response around it.
         original_lambda_quota(self, env, value["Payload"] if isinstance(value, dict) and "Payload" in value else value)
 
-    data_limit = StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded)
-    states_all = StatesErrorName(typ=StatesErrorNameType.StatesALL)
-
-    def error_equals(self: Any, env: Any) -> None:
-        # "States.ALL ... can't catch the States.DataLimitExceeded terminal error" (Step Functions Developer Guide,
-        # "Handling errors in Step Functions workflows"); only a catcher naming it does.
-        error_name = env.stack[-1]
-        if error_name == data_limit and data_limit not in self.error_names and states_all in self.error_names:
-            env.stack.pop()
-            env.stack.append(False)
-            return
-        original_error_equals(self, env)
-
     original_start = StepFunctionResponse.start_execution
     original_state_input = CommonStateField._eval_state_input
     original_parameters = StateTaskLambda._eval_parameters
     original_lambda_quota = StateTaskLambda._verify_size_quota
-    original_error_equals = ErrorEqualsDecl._eval_body
     quota_modules = [
         importlib.import_module("moto.stepfunctions.parser.asl.component.state.state"),
         importlib.import_module("moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda"),
@@ -331,7 +314,6 @@ def _step_functions_limits() -> Iterator[None]:
         stack.enter_context(mock.patch.object(CommonStateField, "_eval_state_input", eval_state_input))
         stack.enter_context(mock.patch.object(StateTaskLambda, "_eval_parameters", eval_parameters))
         stack.enter_context(mock.patch.object(StateTaskLambda, "_verify_size_quota", lambda_result_quota))
-        stack.enter_context(mock.patch.object(ErrorEqualsDecl, "_eval_body", error_equals))
         yield
 
 

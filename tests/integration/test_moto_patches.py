@@ -1,9 +1,11 @@
 """The corrections to moto (devtools/aws/moto_patches.py), checked against unpatched moto.
 
 `fast_transactions` must answer every TransactWriteItems exactly as moto's own implementation
-does (outcome, cancellation reasons, old items, final state), only without copying the tables.
+does (outcome, cancellation reasons, old items, final state, stream records), only without copying
+the tables, and write nothing of a transaction that one item's refusal cancels.
 `VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. `cached_action_names`
-lists a response class's actions once instead of on every request. If a moto upgrade changes any
+lists a response class's actions once instead of on every request. `step_functions_as_aws` must
+fail what AWS fails where moto succeeded (shown on moto as shipped). If a moto upgrade changes any
 of them, these tests fail instead of the suites that rely on the patches drifting quietly.
 """
 
@@ -30,8 +32,35 @@ from devtools.aws.moto_patches import (
     fast_transactions,
 )
 
-TABLES = ("Heads", "Entries")
+# Each table's key: a partition key alone, or with a sort key (the event log's entries are keyed so).
+KEYS = {"Heads": ("pk",), "Entries": ("pk",), "Segments": ("pk", "sk")}
+TABLES = tuple(KEYS)
 Step = Callable[[Any], dict[str, Any]]
+
+
+def create_tables(client: Any) -> None:
+    for table, key in KEYS.items():
+        client.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": name, "KeyType": kind} for name, kind in zip(key, ("HASH", "RANGE"), strict=False)],
+            AttributeDefinitions=[{"AttributeName": name, "AttributeType": kind} for name, kind in zip(key, ("S", "N"), strict=False)],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+
+
+def stream_records() -> list[tuple[str, Any, Any, Any]]:
+    """Every record of the tables' streams, in order: its event, keys and images."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+    records = []
+    for table in TABLES:
+        for record in backend.get_table(table).stream_shard.items:  # moto's own transaction puts back a copy of each table
+            body = record.record["dynamodb"]
+            records.append((record.record["eventName"], body["Keys"], body.get("NewImage"), body.get("OldImage")))
+    return records
 
 
 def put(table: str, key: str, *, return_old: bool = False, **attributes: Any) -> dict[str, Any]:
@@ -105,36 +134,73 @@ def scenario(client: Any) -> list[dict[str, Any]]:
         [put("Entries", "log#9"), {"Delete": {"TableName": "Entries", "Key": {"pk": {"S": "log#9"}}}}],
         # over DynamoDB's 100 actions
         [put("Entries", f"many#{index}") for index in range(101)],
+        # an update that creates its item, beside a put
+        [
+            {
+                "Update": {
+                    "TableName": "Heads",
+                    "Key": {"pk": {"S": "other"}},
+                    "UpdateExpression": "SET #next = :one",
+                    "ExpressionAttributeNames": {"#next": "next"},
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+            put("Entries", "other#1", value={"S": "a"}),
+        ],
+        # items under a sort key: a put, and an update that creates its item
+        [
+            {"Put": {"TableName": "Segments", "Item": {"pk": {"S": "log"}, "sk": {"N": "1"}, "n": {"N": "1"}}}},
+            {
+                "Update": {
+                    "TableName": "Segments",
+                    "Key": {"pk": {"S": "log"}, "sk": {"N": "2"}},
+                    "UpdateExpression": "SET n = :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+        ],
+        # and an update of one of them, under its condition
+        [
+            {
+                "Update": {
+                    "TableName": "Segments",
+                    "Key": {"pk": {"S": "log"}, "sk": {"N": "1"}},
+                    "UpdateExpression": "ADD n :one",
+                    "ConditionExpression": "n = :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+        ],
     ]
     return [outcome(client, items) for items in steps]
 
 
 def final_state(client: Any) -> dict[str, list[dict[str, Any]]]:
-    return {table: sorted(client.scan(TableName=table)["Items"], key=lambda item: item["pk"]["S"]) for table in TABLES}
+    def key(item: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(str(item[name]) for name in ("pk", "sk") if name in item)
+
+    return {table: sorted(client.scan(TableName=table)["Items"], key=key) for table in TABLES}
 
 
-def run_scenario(patch: AbstractContextManager[None]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def run_scenario(
+    patch: AbstractContextManager[None],
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[tuple[str, Any, Any, Any]]]:
     from moto import mock_aws
 
     with mock_aws(), patch:
         client = new_client("dynamodb")
-        for table in TABLES:
-            client.create_table(
-                TableName=table,
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        return scenario(client), final_state(client)
+        create_tables(client)
+        return scenario(client), final_state(client), stream_records()
 
 
 def test_fast_transactions_answer_exactly_as_moto_does() -> None:
     # Given the same transactions against moto as shipped and against the patched backend
-    plain_outcomes, plain_state = run_scenario(nullcontext())
-    fast_outcomes, fast_state = run_scenario(fast_transactions())
-    # Then every outcome, cancellation reason and old item, and the final tables, are the same
+    plain_outcomes, plain_state, plain_records = run_scenario(nullcontext())
+    fast_outcomes, fast_state, fast_records = run_scenario(fast_transactions())
+    # Then every outcome, cancellation reason and old item, the final tables and their stream records are the same
     assert fast_outcomes == plain_outcomes
     assert fast_state == plain_state
+    assert fast_records == plain_records
     # And the scenario exercised what it claims: successes, cancellations with old items, and both validation errors
     errors = [step["error"] for step in plain_outcomes]
     assert errors == [
@@ -145,11 +211,77 @@ def test_fast_transactions_answer_exactly_as_moto_does() -> None:
         None,
         "ValidationException",
         "ValidationException",
+        None,
+        None,
+        None,
     ]
+    assert plain_state["Segments"][0]["n"] == {"N": "2"} and plain_state["Heads"][1] == {"pk": {"S": "other"}, "next": {"N": "1"}}
     stale = plain_outcomes[2]["reasons"]
     assert [reason["Code"] for reason in stale] == ["ConditionalCheckFailed", "ConditionalCheckFailed"]
     assert stale[0]["Item"]["value"] == {"S": "b"} and stale[1]["Item"]["next"] == {"N": "3"}
     assert [reason["Code"] for reason in plain_outcomes[3]["reasons"]] == ["None", "ConditionalCheckFailed"]
+
+
+def head_update(expression: str, values: dict[str, Any] | None = None, *, key: str = "log", condition: str | None = None) -> dict[str, Any]:
+    update: dict[str, Any] = {"TableName": "Heads", "Key": {"pk": {"S": key}}, "UpdateExpression": expression}
+    if "#text" in expression:
+        update["ExpressionAttributeNames"] = {"#text": "text"}
+    if values:
+        update["ExpressionAttributeValues"] = values
+    if condition:
+        update["ConditionExpression"] = condition
+    return {"Update": update}
+
+
+ONE = {":one": {"N": "1"}}
+# An append's Put of a new entry, then an Update of the head that DynamoDB refuses.
+REFUSED_SECOND_ITEMS = {
+    "adds a number to a string": head_update("ADD #text :one", ONE),
+    "adds a number to a string with SET": head_update("SET #text = #text + :one", ONE),
+    "sets a key attribute": head_update("SET pk = :other", {":other": {"S": "other"}}),
+    "uses a value it does not define": head_update("SET next = :missing", ONE),
+    "reads an attribute the item does not have": head_update("SET next = absent"),
+    "appends to a string": head_update("SET #text = list_append(#text, :list)", {":list": {"L": [{"S": "a"}]}}),
+    "adds a string to an item it creates": head_update("ADD next :text", {":text": {"S": "a"}}, key="new-log"),
+    "holds a condition that fails": head_update("SET next = :one", ONE, condition="attribute_not_exists(pk)"),
+}
+
+
+def refused_transactions(patch: AbstractContextManager[None]) -> dict[str, tuple[dict[str, Any], dict[str, list[dict[str, Any]]], int]]:
+    """Each refused transaction's outcome, the tables after it and the stream records it made."""
+    from moto import mock_aws
+
+    answers = {}
+    with mock_aws(), patch:
+        client = new_client("dynamodb")
+        create_tables(client)
+        client.put_item(TableName="Heads", Item={"pk": {"S": "log"}, "text": {"S": "hello"}})
+        for case, second in REFUSED_SECOND_ITEMS.items():
+            before = len(stream_records())
+            answer = outcome(client, [put("Entries", f"log#{case}", value={"S": "entry"}), second])
+            answers[case] = (answer, final_state(client), len(stream_records()) - before)
+    return answers
+
+
+def test_a_transaction_whose_last_item_is_refused_writes_nothing_as_moto_and_dynamodb() -> None:
+    # Given a Put of a new entry followed by an Update of the head that is refused, in each way DynamoDB refuses one
+    # When each transaction runs against moto as shipped and against the patched backend
+    plain = refused_transactions(nullcontext())
+    fast = refused_transactions(fast_transactions())
+    # Then each is refused with the same error (and cancellation reasons) as moto's own, and nothing is written:
+    # no entry, the head as it was, no stream record (the Put was written first, before this patch checked updates)
+    untouched = {"Heads": [{"pk": {"S": "log"}, "text": {"S": "hello"}}], "Entries": [], "Segments": []}
+    for case, (answer, state, records) in fast.items():
+        assert answer == plain[case][0], case
+        assert answer["error"] is not None, case
+        assert (state, records) == (untouched, 0), case
+        assert plain[case][1:] == (untouched, 0), case
+    # and the failed condition is the last item's cancellation reason; the refused expressions refuse the request
+    assert fast["holds a condition that fails"][0] == {
+        "error": "TransactionCanceledException",
+        "reasons": [{"Code": "None"}, {"Code": "ConditionalCheckFailed"}],
+    }
+    assert {answer["error"] for case, (answer, _, _) in fast.items() if case != "holds a condition that fails"} == {"ValidationException"}
 
 
 def test_fast_transactions_restore_moto_on_exit() -> None:
@@ -482,3 +614,221 @@ def test_cached_state_machines_parse_a_definition_once_and_run_as_moto_does(monk
     assert len(parses) == 1
     # and moto's parser (here, the counted one) is back
     assert parser.__dict__["parse"] is counted
+
+
+# --- Step Functions as AWS runs it (step_functions_as_aws, entered by embedded_aws) ----------------
+
+LAMBDA = "arn:aws:lambda:us-east-1:123456789012:function:phase"
+CHECK = {"Variable": "$.hasPassed", "BooleanEquals": True, "Next": "Passed"}
+GUARDED_CHOICE = {
+    "StartAt": "Guard",
+    "States": {
+        "Guard": {"Type": "Choice", "Choices": [{"Variable": "$.checked", "IsPresent": True, "Next": "Check"}], "Default": "Unchecked"},
+        "Check": {"Type": "Choice", "Choices": [CHECK], "Default": "NotPassed"},
+        "Passed": {"Type": "Succeed"},
+        "NotPassed": {"Type": "Pass", "Result": "not passed", "End": True},
+        "Unchecked": {"Type": "Pass", "Result": "unchecked", "End": True},
+    },
+}
+# The same Choice inside a Parallel whose Catch takes States.ALL.
+CAUGHT_CHOICE = {
+    "StartAt": "Branch",
+    "States": {
+        "Branch": {
+            "Type": "Parallel",
+            "Branches": [{"StartAt": "Check", "States": {k: GUARDED_CHOICE["States"][k] for k in ("Check", "Passed", "NotPassed")}}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Caught"}],
+            "End": True,
+        },
+        "Caught": {"Type": "Pass", "Result": "caught", "End": True},
+    },
+}
+
+
+def lambda_task(parameters: dict[str, Any], caught: str) -> dict[str, Any]:
+    """A Lambda task with `parameters`, retried and caught on `caught`."""
+    return {
+        "StartAt": "Task",
+        "States": {
+            "Task": {
+                "Type": "Task",
+                "Resource": LAMBDA,
+                "Parameters": parameters,
+                "Retry": [{"ErrorEquals": [caught], "MaxAttempts": 2}],
+                "Catch": [{"ErrorEquals": [caught], "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "Result": "caught", "End": True},
+        },
+    }
+
+
+Execution = tuple[str, str | None, str, list[str]]
+
+
+@pytest.fixture
+def executing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """moto executes state machines, a Retry's wait is not slept, and Lambda answers {"ok": true}; yields the
+    payloads it was invoked with."""
+    import types
+
+    from moto.core.config import default_user_config
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    invoked: list[str] = []
+
+    def invoke(backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+        invoked.append(str(body))
+        return b'{"ok": true}'
+
+    monkeypatch.setitem(default_user_config, "stepfunctions", {"execute_state_machine": True})
+    monkeypatch.setitem(default_user_config, "lambda", {"use_docker": False})
+    monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=lambda seconds: None))
+    monkeypatch.setattr("moto.awslambda_simple.models.LambdaSimpleBackend.invoke", invoke)
+    return invoked
+
+
+def execute(definition: dict[str, Any], execution_input: dict[str, Any]) -> Execution:
+    """Status, error, cause and the states entered, of one execution of `definition`."""
+    import json
+    import time
+
+    stepfunctions = new_client("stepfunctions")
+    arn = stepfunctions.create_state_machine(
+        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
+    )["stateMachineArn"]
+    execution = stepfunctions.start_execution(stateMachineArn=arn, name="e", input=json.dumps(execution_input))["executionArn"]
+    deadline = time.monotonic() + 30
+    while (described := stepfunctions.describe_execution(executionArn=execution))["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    history = stepfunctions.get_execution_history(executionArn=execution)["events"]
+    entered = [event["stateEnteredEventDetails"]["name"] for event in history if "stateEnteredEventDetails" in event]
+    return described["status"], described.get("error"), described.get("cause", ""), entered
+
+
+def on_moto_and_on_the_embedded_cloud(definition: dict[str, Any], execution_input: dict[str, Any]) -> tuple[Execution, Execution]:
+    from moto import mock_aws
+
+    from devtools.aws.moto_patches import embedded_aws
+
+    with mock_aws():
+        plain = execute(definition, execution_input)
+    with embedded_aws():
+        embedded = execute(definition, execution_input)
+    return plain, embedded
+
+
+def test_a_choice_on_a_missing_path_fails_with_states_runtime_where_moto_took_the_default(executing: list[str]) -> None:
+    # Given a Choice on $.hasPassed, reached (past an IsPresent guard on $.checked) by a state without it
+    missing = {"checked": True}
+    # When it runs on moto as shipped and on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(GUARDED_CHOICE, missing)
+    # Then moto read the rule as false and took the Default (the old behaviour, refused now) ...
+    assert plain[:2] == ("SUCCEEDED", None) and plain[3] == ["Guard", "Check", "NotPassed"]
+    # ... where the embedded cloud fails the execution in the Choice with States.Runtime, naming the path, as AWS does
+    status, error, cause, entered = embedded
+    assert (status, error, entered) == ("FAILED", "States.Runtime", ["Guard", "Check"])
+    assert "Invalid path '$.hasPassed': The choice state's condition path references an invalid value." in cause
+    assert "the state 'Check'" in cause
+
+
+@pytest.mark.parametrize(
+    ("execution_input", "entered"),
+    [({}, ["Guard", "Unchecked"]), ({"checked": True, "hasPassed": True}, ["Guard", "Check", "Passed"])],
+)
+def test_is_present_on_a_missing_path_and_a_rule_on_a_present_one_still_choose(
+    executing: list[str], execution_input: dict[str, Any], entered: list[str]
+) -> None:
+    # Given the guarded Choice and an input it can decide on: IsPresent tests a missing path without failing
+    # When it runs on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(GUARDED_CHOICE, execution_input)
+    # Then it succeeds on the branch moto takes too
+    assert embedded == plain == ("SUCCEEDED", None, "", entered)
+
+
+def test_a_states_all_catch_around_a_choice_on_a_missing_path_does_not_catch_it(executing: list[str]) -> None:
+    # Given the Choice on $.hasPassed inside a Parallel whose Catch takes States.ALL, and an input without it
+    # When it runs on moto as shipped and on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(CAUGHT_CHOICE, {})
+    # Then moto's branch took the Default and succeeded; the embedded cloud's execution fails with States.Runtime,
+    # never entering the catcher's state
+    assert plain[:2] == ("SUCCEEDED", None) and plain[3] == ["Branch", "Check", "NotPassed"]
+    assert embedded[:2] == ("FAILED", "States.Runtime") and "Caught" not in embedded[3]
+
+
+@pytest.mark.parametrize("caught", ["States.ALL", "States.Runtime"])
+def test_a_lambda_task_parameter_on_a_missing_path_is_states_runtime_neither_retried_nor_caught(executing: list[str], caught: str) -> None:
+    # Given a Lambda task whose Parameters read $.hasPassed, retried and caught on `caught` (AWS: States.Runtime
+    # "isn't retriable, and will always cause the execution to fail"), and an input without it
+    definition = lambda_task({"flag.$": "$.hasPassed"}, caught)
+    # When it runs on moto as shipped and on the embedded cloud
+    plain, embedded = on_moto_and_on_the_embedded_cloud(definition, {})
+    # Then moto called it the function's failure ("Exception"): States.ALL retried it and caught it
+    if caught == "States.ALL":
+        assert plain[:2] == ("SUCCEEDED", None) and plain[3] == ["Task", "Caught"]
+    else:
+        assert plain[:2] == ("FAILED", "Exception")
+    # and the embedded cloud fails the execution with States.Runtime at once, naming the path; the function never ran
+    status, error, cause, entered = embedded
+    assert (status, error, entered) == ("FAILED", "States.Runtime", ["Task"])
+    assert "The JSONPath '$.hasPassed' could not be found" in cause
+    assert executing == []
+
+
+def test_a_lambda_task_that_fails_is_still_retried_and_caught_on_states_all(executing: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a Lambda task retried twice and caught on States.ALL, and a function that always fails
+    invoked: list[str] = []
+
+    def failing(backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+        invoked.append(str(body))
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return b'{"errorType": "PhaseCrashed", "errorMessage": "injected"}'
+
+    monkeypatch.setattr("moto.awslambda_simple.models.LambdaSimpleBackend.invoke", failing)
+    # When it runs on the embedded cloud
+    from devtools.aws.moto_patches import embedded_aws
+
+    with embedded_aws():
+        status, error, _, entered = execute(lambda_task({"flag.$": "$.hasPassed"}, "States.ALL"), {"hasPassed": True})
+    # Then the function's own error is retried (three attempts) and caught, as on AWS
+    assert (status, error, entered) == ("SUCCEEDED", None, ["Task", "Caught"])
+    assert len(invoked) == 3
+
+
+def test_the_embedded_cloud_and_the_local_server_run_state_machines_as_aws() -> None:
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import ComparisonVariable
+
+    from devtools.aws.moto_patches import embedded_aws
+    from devtools.aws.moto_server import serving_state_machines
+
+    # Given moto's own Choice comparison
+    unpatched = ComparisonVariable._eval_body
+    # When the embedded cloud is entered, and the local server's state machines are set up
+    # Then each has the comparison that fails a missing path, and moto's is back afterwards
+    with embedded_aws():
+        assert ComparisonVariable._eval_body is not unpatched
+    with serving_state_machines(port=8410):
+        assert ComparisonVariable._eval_body is not unpatched
+    assert ComparisonVariable._eval_body is unpatched
+
+
+def test_step_functions_as_aws_restores_moto_on_exit() -> None:
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import ComparisonVariable
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
+
+    from devtools.aws.moto_patches import step_functions_as_aws
+
+    # Given moto's own Choice comparison, Lambda task failure and error matching (the names the patch replaces)
+    originals = (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body)
+    # When the patch is entered and left
+    with step_functions_as_aws():
+        assert all(
+            patched is not original
+            for patched, original in zip(
+                (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body), originals, strict=True
+            )
+        )
+    # Then moto's are back
+    assert (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body) == originals

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from devtools.aws.table_stream import dynamodb_stream_event
+from devtools.aws.table_stream import StreamFilter, dynamodb_stream_event, filter_patterns
 from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
+from runtime.event_log import contract
 from runtime.event_log.models import SideEffect, SideEffectMessage
 from runtime.event_log.parsing import side_effect_request_id
 from runtime.event_log.side_effects import StreamRouter
@@ -33,6 +34,30 @@ def test_only_snapshot_and_large_payload_inserts_reach_the_router(log_world: Eve
     assert all(record.record["eventName"] == "INSERT" for record in records)
     assert log_world.stream.seen >= 45 + 45 + 2 + 2
     assert log_world.stream.dropped == log_world.stream.seen - 2
+
+
+def stream_record(event_name: str, kind: str | None) -> dict[str, Any]:
+    image = {"log_id": {"S": LOG}, "seq": {"N": "20.5"}} | ({"kind": {"S": kind}} if kind else {})
+    body: dict[str, Any] = {"Keys": {"log_id": {"S": LOG}, "seq": {"N": "20.5"}}, "SequenceNumber": "7", "SizeBytes": 90}
+    if event_name != "REMOVE":
+        body["NewImage"] = image
+    if event_name != "INSERT":
+        body["OldImage"] = image
+    return {"eventName": event_name, "eventSource": "aws:dynamodb", "dynamodb": body}
+
+
+def test_the_synthesized_filter_delivers_inserts_of_side_effect_entries_and_drops_the_rest(log_world: EventLogWorld) -> None:
+    # Given the router mapping's filter, as synthesized, applied by the embedded cloud's matcher
+    (pattern,) = filter_patterns(log_world.cloud.event_source_mapping(contract.HANDLER_ROUTER))
+    stream_filter = StreamFilter(pattern)
+    # When records of each kind of write are filtered
+    answers = {
+        (event_name, kind): stream_filter.matches(stream_record(event_name, kind))
+        for event_name in ("INSERT", "MODIFY", "REMOVE")
+        for kind in (*contract.SIDE_EFFECT_KINDS, "SetCell", None)
+    }
+    # Then only the inserts of Snapshot and LargePayload entries are delivered
+    assert {key for key, delivered in answers.items() if delivered} == {("INSERT", kind) for kind in contract.SIDE_EFFECT_KINDS}
 
 
 def test_one_message_per_side_effect_with_a_deterministic_request_id(log_world: EventLogWorld) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from devtools.aws.template_resources import find_function
 from devtools.taxi_rows import SAMPLE, bad_at_transformation, bad_at_validation, sample_lines
-from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, state_transitions
+from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TRANSFORM_HANDLER, VALIDATE_HANDLER, TaxiWorld, state_transitions
 from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import content_id
@@ -116,6 +117,35 @@ def test_a_row_whose_store_write_keeps_failing_is_flagged_in_all_three_tables(sa
     assert (execution["status"], execution["error"]) == ("FAILED", "StoreFailed")
     assert reasons(saga, body["StoreRequestId"]) == dict.fromkeys(Phase, int(Reason.STORE))
     assert saga.status_rows()[Phase.STORE][body["StoreRequestId"]]["StatusDetail"] == "error:ClientError"
+    assert saga.final_items() == {}
+
+
+@pytest.mark.parametrize(
+    ("field", "lines", "choice", "instead"),
+    [
+        # moto alone took the Default: on to Transformation and Store, the row stored, the execution succeeded
+        ("hasRejected", [GOOD], "ValidationRejects", "Transformation"),
+        # moto alone took the Default: ValidationFailed, with the good row never transformed
+        ("hasPassed", [GOOD, bad_at_validation(LINES[1])], "AfterFlagValidation", "ValidationFailed"),
+    ],
+)
+def test_a_phase_result_without_a_field_its_choice_reads_fails_the_execution_with_states_runtime(
+    saga: TaxiWorld, field: str, lines: list[str], choice: str, instead: str
+) -> None:
+    # Given the Validation phase answering without `field` (a regression in its result's shape), which a Choice reads
+    validation = find_function(saga.template, VALIDATE_HANDLER)
+    validate = saga.routes[validation]
+    saga.routes[validation] = lambda event: {name: value for name, value in validate(event).items() if name != field}
+    # When the lines are posted
+    _, body = saga.post("/trips/batch", "\n".join(lines))
+    # Then the execution failed in that Choice with States.Runtime naming the path, as on AWS
+    execution = saga.describe(body["execution"])
+    assert (execution["status"], execution["error"]) == ("FAILED", "States.Runtime")
+    assert f"Invalid path '$.{field}': The choice state's condition path references an invalid value." in execution["cause"]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in saga.history(body["execution"]) if e["type"].endswith("StateEntered")]
+    assert entered[-1] == choice and instead not in entered
+    # and no later phase ran and nothing was stored
+    assert TRANSFORM_HANDLER not in saga.invocations.calls and STORE_HANDLER not in saga.invocations.calls
     assert saga.final_items() == {}
 
 
