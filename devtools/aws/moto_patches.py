@@ -40,6 +40,45 @@ if TYPE_CHECKING:
     from moto.core.config import DefaultConfig
 
 
+_DYNAMODB = "moto.dynamodb"
+
+
+@reaches_into_moto(
+    Reach(f"{_DYNAMODB}.models", "DynamoDBBackend.transact_write_items", ("self", "transact_items")),
+    Reach(f"{_DYNAMODB}.models", "DynamoDBBackend.get_table", ("self", "table_name")),
+    Reach(f"{_DYNAMODB}.models", "DynamoDBBackend.get_item", ("self", "table_name", "keys")),
+    Reach(f"{_DYNAMODB}.models", "DynamoDBBackend.put_item", ("self", "table_name", "item_attrs")),
+    Reach(f"{_DYNAMODB}.models", "DynamoDBBackend.delete_item", ("self", "table_name", "key")),
+    Reach(f"{_DYNAMODB}.models", "DynamoDBBackend.get_keys_value", ("self", "table", "keys")),
+    Reach(f"{_DYNAMODB}.models.table", "Table.put_item", ("self", "item_attrs", "expected")),
+    InstanceAttribute(f"{_DYNAMODB}.models.table", "Table", attribute="hash_key_attr"),
+    InstanceAttribute(f"{_DYNAMODB}.models.table", "Table", attribute="range_key_attr"),
+    InstanceAttribute(f"{_DYNAMODB}.models.table", "Table", attribute="items"),
+    InstanceAttribute(f"{_DYNAMODB}.models.table", "Table", attribute="stream_shard"),
+    Reach(f"{_DYNAMODB}.models.table", "StreamShard.add", ("self", "old", "new")),
+    Reach(f"{_DYNAMODB}.models.dynamo_type", "Item.__init__", ("self", "hash_key", "range_key", "attrs")),
+    Reach(f"{_DYNAMODB}.models.dynamo_type", "Item.to_json", ("self",)),
+    Reach(f"{_DYNAMODB}.comparisons", "get_filter_expression", ("expr", "names", "values")),
+    Reach(f"{_DYNAMODB}.parsing.expressions", "UpdateExpressionParser.make", ("cls", "expression_str")),
+    Reach(
+        f"{_DYNAMODB}.parsing.validators",
+        "UpdateExpressionValidator.__init__",
+        ("self", "expression", "expression_attribute_names", "expression_attribute_values", "item", "table"),
+    ),
+    Reach(f"{_DYNAMODB}.parsing.validators", "UpdateExpressionValidator.validate", ("self",)),
+    Reach(
+        f"{_DYNAMODB}.parsing.executors", "UpdateExpressionExecutor.__init__", ("self", "update_ast", "item", "expression_attribute_names")
+    ),
+    Reach(f"{_DYNAMODB}.parsing.executors", "UpdateExpressionExecutor.execute", ("self",)),
+    Reach(f"{_DYNAMODB}.exceptions", "ConditionalCheckFailed"),
+    Reach(f"{_DYNAMODB}.exceptions", "ItemSizeTooLarge"),
+    Reach(f"{_DYNAMODB}.exceptions", "ItemSizeToUpdateTooLarge.__init__", ("self",)),
+    Reach(f"{_DYNAMODB}.exceptions", "MockValidationException"),
+    Reach(f"{_DYNAMODB}.exceptions", "MultipleTransactionsException"),
+    Reach(f"{_DYNAMODB}.exceptions", "TooManyTransactionsException"),
+    Reach(f"{_DYNAMODB}.exceptions", "TransactionCanceledException.__init__", ("self", "errors")),
+    Reach(f"{_DYNAMODB}.exceptions", "TransactWriteSingleOpException"),
+)
 @contextmanager
 def fast_transactions() -> Iterator[None]:
     """TransactWriteItems without copying the tables. Every item is checked against the state before the
@@ -361,15 +400,31 @@ def cached_state_machines() -> Iterator[None]:
         parser.parse = original
 
 
-def _states_runtime_failure(env: Any, cause: str, *, lambda_task: bool = False) -> Any:
-    """What Step Functions fails an execution with when its data does not fit the definition's paths
-    (moto's FailureEventException, carrying its FailureEvent)."""
+_FAILURE_EVENT = "moto.stepfunctions.parser.asl.component.common.error_name.failure_event"
+_ERROR_NAME_TYPE = "moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type"
+
+
+@reaches_into_moto(
+    Reach("moto.stepfunctions.parser.api", "HistoryEventType.LambdaFunctionFailed"),
+    Reach("moto.stepfunctions.parser.api", "HistoryEventType.TaskFailed"),
+    Reach("moto.stepfunctions.parser.api", "HistoryEventType.ExecutionFailed"),
+    Reach(_FAILURE_EVENT, "FailureEvent.__init__", ("self", "env", "error_name", "event_type", "event_details")),
+    Reach(_FAILURE_EVENT, "FailureEventException.__init__", ("self", "failure_event")),
+    Reach("moto.stepfunctions.parser.asl.component.common.error_name.states_error_name", "StatesErrorName.__init__", ("self", "typ")),
+    Reach(_ERROR_NAME_TYPE, "StatesErrorNameType.to_name", ("self",)),
+    Reach(_ERROR_NAME_TYPE, "StatesErrorNameType.StatesRuntime"),
+    Reach(_ERROR_NAME_TYPE, "StatesErrorNameType.StatesStatesDataLimitExceeded"),
+)
+def states_failure(env: Any, error: str, cause: str, *, lambda_task: bool, event: str = "ExecutionFailed") -> Exception:
+    """The exception moto's interpreter fails a state with (FailureEventException, carrying its FailureEvent):
+    `error` names a StatesErrorNameType member, `event` the HistoryEventType of a failure that is not a Lambda
+    task's own."""
     from moto.stepfunctions.parser.api import HistoryEventType
     from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
     from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
     from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
 
-    error_type = StatesErrorNameType.StatesRuntime
+    error_type = StatesErrorNameType[error]
     failure = {"error": error_type.to_name(), "cause": cause}
     # moto's EventDetails, a TypedDict of every kind of event detail, of which one is given
     details: Any = {"lambdaFunctionFailedEventDetails": failure} if lambda_task else {"executionFailedEventDetails": failure}
@@ -377,12 +432,40 @@ def _states_runtime_failure(env: Any, cause: str, *, lambda_task: bool = False) 
         failure_event=FailureEvent(
             env=env,
             error_name=StatesErrorName(typ=error_type),
-            event_type=HistoryEventType.LambdaFunctionFailed if lambda_task else HistoryEventType.ExecutionFailed,
+            event_type=HistoryEventType.LambdaFunctionFailed if lambda_task else HistoryEventType[event],
             event_details=details,
         )
     )
 
 
+def _states_runtime_failure(env: Any, cause: str, *, lambda_task: bool = False) -> Any:
+    """What Step Functions fails an execution with when its data does not fit the definition's paths."""
+    return states_failure(env, "StatesRuntime", cause, lambda_task=lambda_task)
+
+
+_COMPARISON = "moto.stepfunctions.parser.asl.component.state.choice.comparison"
+
+
+@reaches_into_moto(
+    Reach(f"{_COMPARISON}.comparison_variable", "ComparisonVariable._eval_body", ("self", "env")),
+    InstanceAttribute(f"{_COMPARISON}.comparison_variable", "ComparisonVariable", attribute="variable"),
+    InstanceAttribute(f"{_COMPARISON}.comparison_variable", "ComparisonVariable", attribute="comparison_function"),
+    Reach(f"{_COMPARISON}.comparison_operator_type", "ComparisonOperatorType.IsPresent"),
+    Reach(f"{_COMPARISON}.variable", "NoSuchVariable"),
+    Reach(
+        "moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda",
+        "StateTaskLambda._from_error",
+        ("self", "env", "ex"),
+    ),
+    Reach("moto.stepfunctions.parser.asl.utils.json_path", "NoSuchJsonPathError"),
+    Reach("moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl", "ErrorEqualsDecl._eval_body", ("self", "env")),
+    InstanceAttribute(
+        "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl", "ErrorEqualsDecl", attribute="error_names"
+    ),
+    Reach("moto.stepfunctions.parser.asl.component.common.error_name.states_error_name", "StatesErrorName.__init__", ("self", "typ")),
+    Reach(_ERROR_NAME_TYPE, "StatesErrorNameType.StatesRuntime"),
+    Reach(_ERROR_NAME_TYPE, "StatesErrorNameType.StatesStatesDataLimitExceeded"),
+)
 @contextmanager
 def step_functions_as_aws() -> Iterator[None]:
     """Step Functions' error handling where moto's interpreter is laxer (Step Functions Developer Guide,

@@ -236,25 +236,27 @@ def _sfn_within(value: Any) -> bool:
 
 
 def _data_limit_failure(env: Any, cause: str, *, lambda_task: bool) -> Exception:
-    from moto.stepfunctions.parser.api import HistoryEventType
-    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent, FailureEventException
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+    from devtools.aws.moto_patches import states_failure
 
-    error_type = StatesErrorNameType.StatesStatesDataLimitExceeded
-    failure = {"error": error_type.to_name(), "cause": cause}
-    # moto's EventDetails, a TypedDict of every kind of event detail, of which one is given
-    details: Any = {"lambdaFunctionFailedEventDetails": failure} if lambda_task else {"executionFailedEventDetails": failure}
-    return FailureEventException(
-        failure_event=FailureEvent(
-            env=env,
-            error_name=StatesErrorName(typ=error_type),
-            event_type=HistoryEventType.LambdaFunctionFailed if lambda_task else HistoryEventType.TaskFailed,
-            event_details=details,
-        )
-    )
+    return states_failure(env, "StatesStatesDataLimitExceeded", cause, lambda_task=lambda_task, event="TaskFailed")
 
 
+_SFN_STATE = "moto.stepfunctions.parser.asl.component.state"
+_SFN_LAMBDA_TASK = f"{_SFN_STATE}.exec.state_task.state_task_lambda"
+
+
+@reaches_into_moto(
+    Reach("moto.stepfunctions.exceptions", "ValidationException.__init__", ("self", "msg")),
+    Reach("moto.stepfunctions.responses", "StepFunctionResponse.start_execution", ("self",)),
+    Reach("moto.stepfunctions.responses", "StepFunctionResponse._get_param", ("self", "param_name", "if_none")),
+    Reach(f"{_SFN_STATE}.state", "CommonStateField._eval_state_input", ("self", "env")),
+    Reach(f"{_SFN_STATE}.state", "is_within_size_quota", ("value",)),
+    Reach(_SFN_LAMBDA_TASK, "StateTaskLambda._eval_parameters", ("self", "env")),
+    Reach(_SFN_LAMBDA_TASK, "StateTaskLambda._verify_size_quota", ("self", "env", "value")),
+    Reach(_SFN_LAMBDA_TASK, "is_within_size_quota", ("value",)),
+    InstanceAttribute(_SFN_LAMBDA_TASK, "StateTaskLambda", attribute="resource"),
+    Reach(f"{_SFN_STATE}.exec.state_task.service.state_task_service", "is_within_size_quota", ("value",)),
+)
 @contextmanager
 def _step_functions_limits() -> Iterator[None]:
     import importlib

@@ -124,6 +124,10 @@ class StreamFilter:
     """One pattern of an event source mapping's FilterCriteria, matched as Lambda matches it (see the module's
     docstring); a pattern the matcher would get wrong is refused here, as Lambda refuses an invalid one."""
 
+    @reaches_into_moto(
+        Reach("moto.events.models", "EventPattern.load", ("cls", "raw_pattern")),
+        Reach("moto.events.models", "EventPattern.matches_event", ("self", "event")),
+    )
     def __init__(self, pattern: Mapping[str, Any]) -> None:
         from moto.events.models import EventPattern
 

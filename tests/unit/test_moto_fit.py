@@ -5,6 +5,7 @@ names the patch, the name and moto's version; and no module reaches into moto wi
 from __future__ import annotations
 
 import ast
+import enum
 import importlib
 import importlib.util
 from collections.abc import Iterator
@@ -51,6 +52,12 @@ def break_reach(reach: Reach, monkeypatch: pytest.MonkeyPatch) -> str:
     if reach.keys:
         monkeypatch.setattr(owner, name, {})
         return f"{name} emptied"
+    if isinstance(owner, enum.EnumMeta):  # an enum's member cannot be deleted: the enum loses it instead
+        parent: Any = importlib.import_module(reach.module)
+        for part in reach.name.split(".")[:-2]:
+            parent = getattr(parent, part)
+        monkeypatch.setattr(parent, owner.__name__, enum.Enum(owner.__name__, {"Other": "other"}))
+        return f"{owner.__name__} without {name}"
     monkeypatch.delattr(owner, name)
     return f"{name} removed"
 
