@@ -319,6 +319,7 @@ _CHUNK_SIZE_LINE = re.compile(rb"^([0-9A-Fa-f]+)")
 
 class _ApiRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # TCP_NODELAY, as the moto server's handler (devtools/aws/moto_server.py) says why
     server: _ApiHttpServer
 
     def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
