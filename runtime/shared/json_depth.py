@@ -1,16 +1,17 @@
 """JSON from outside the functions (HTTP bodies, Kinesis records, SQS messages) gets one nesting limit,
 checked before the parser runs, so a deep document is refused the same way on every interpreter.
 
-Without it the outcome is the interpreter's: `json.loads` recurses once per level, so 3.11 raises
-RecursionError at about 1,000 levels where 3.13 and 3.14 parse far deeper documents; the same body
-was a 201 on one and a 400 "not valid JSON" on another. No document the functions take needs more
-than a few levels; 32 leaves room and keeps every refusal a clear one.
+Without it the outcome was the interpreter's: `json.loads` recurses once per level, so it raises
+RecursionError at about 1,000 levels less however deep the stack already is on 3.11 and 3.12, and
+parses far deeper documents on 3.13 and 3.14. A 980-deep body was a 201 in-process and a 400 "not
+valid JSON" through `make serve`. No document the functions take needs more than a few levels; 32
+leaves room and keeps every refusal a clear one, naming the limit.
 
 The check is C-speed work on the text, never a Python loop per character: byte replacements and a
 split drop the strings (a bracket inside a string is no nesting), a byte translation keeps the
 brackets, and the depth is the largest running sum of +1 per opening and -1 per closing bracket
-(itertools, stopping at the first level past the limit). A text that is not JSON gets whatever answer the parser gives it afterwards,
-unless its brackets alone already go past the limit.
+(itertools, stopping at the first level past the limit). A text that is not JSON gets whatever
+answer the parser gives it afterwards, unless its brackets alone already go past the limit.
 """
 
 from __future__ import annotations
