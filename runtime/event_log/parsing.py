@@ -69,7 +69,8 @@ def refuse_unknown_fields(document: Mapping[str, Any], known: tuple[str, ...], w
     """A 400 naming every field of `document` outside `known`: a misspelt field is never silently ignored."""
     unknown = [name for name in document if name not in known]
     if unknown:
-        names = ", ".join(json.dumps(name, ensure_ascii=False)[:66] for name in unknown[:5]) + (" and more" if len(unknown) > 5 else "")
+        shown = (json.dumps(name if len(name) <= 64 else f"{name[:64]}...", ensure_ascii=False) for name in unknown[:5])
+        names = ", ".join(shown) + (" and more" if len(unknown) > 5 else "")
         raise InvalidRequest(f"{where} has unknown field(s) {names}; it takes {', '.join(known)}")
 
 

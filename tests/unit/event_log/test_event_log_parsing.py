@@ -339,6 +339,23 @@ def test_a_clear_cell_with_a_value_is_refused(value: str | None) -> None:
     assert rejection(body(event={"kind": "ClearCell", "cell": "A1", "value": value})) == "a ClearCell event has no value"
 
 
+def test_a_field_an_append_does_not_take_is_refused_by_name() -> None:
+    # Given an append with a misspelt field (before, ignored: the append went in without the client's intent)
+    # When it is parsed, Then the 400 names it, and what an append takes
+    assert rejection(body(positon=2)) == 'the request body has unknown field(s) "positon"; it takes request_id, position, event'
+    # and an event with a field beside kind, cell and value is refused the same way
+    assert rejection(body(event=event(colour="red"))) == 'event has unknown field(s) "colour"; it takes kind, cell, value'
+
+
+def test_many_or_long_unknown_fields_are_named_briefly() -> None:
+    # Given an append with seven unknown fields, one of them a 10,000-character name
+    extra = {"a" * 10_000: 1, **{f"f{index}": index for index in range(6)}}
+    # When it is parsed, Then the 400 names the first five, each cut to 64 characters, and says there are more
+    message = rejection({**body(), **extra})
+    named = f'"{"a" * 64}...", "f0", "f1", "f2", "f3" and more'
+    assert message == f"the request body has unknown field(s) {named}; it takes request_id, position, event"
+
+
 # --- stream records -> side effects -------------------------------------------------------------
 
 
