@@ -295,8 +295,13 @@ class TaxiWorld:
         return self.call_api(http_api_event(path, body, idempotency_key=idempotency_key))
 
     def get_row(self, store_request_id: str) -> tuple[int, dict[str, Any]]:
-        """GET /trips/{StoreRequestId} through its deployed entry point, runtime.taxi_etl.row_state_handler.handler,
-        with that function's synthesized environment and a cold start."""
+        """GET /trips/{StoreRequestId} through its deployed entry point: status and body (`get_row_result`)."""
+        response = self.get_row_result(store_request_id)
+        return int(response["statusCode"]), json.loads(response["body"])
+
+    def get_row_result(self, store_request_id: str) -> dict[str, Any]:
+        """The whole Lambda result of GET /trips/{StoreRequestId} through its deployed entry point,
+        runtime.taxi_etl.row_state_handler.handler, with that function's synthesized environment and a cold start."""
         from runtime.taxi_etl import row_state_handler
 
         for cached in (row_state_handler.settings, row_state_handler.deps):
@@ -312,7 +317,7 @@ class TaxiWorld:
             for cached in (row_state_handler.settings, row_state_handler.deps):
                 cached.cache_clear()
             metrics.clear_metrics()
-        return int(response["statusCode"]), json.loads(response["body"])
+        return response
 
     def start(self, name: str, rows: list[Mapping[str, str]]) -> dict[str, Any]:
         """Start an execution directly (not through the API) and return its description."""

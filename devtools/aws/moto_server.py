@@ -139,6 +139,10 @@ def _as_bytes(body: Any) -> bytes:
 
 class _MotoRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs expect; every answer carries Content-Length
+    # An answer is two writes (its head, then its body): with Nagle's algorithm on, the body waited for the client's
+    # delayed ACK of the head, about 40 ms per call on a kept-alive connection (TCP_NODELAY: 360 appends through
+    # `make serve` took 38 s, 4 s without it).
+    disable_nagle_algorithm = True
     server: _MotoHttpServer
 
     def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature

@@ -321,6 +321,7 @@ def lambda_response(result: Any) -> HttpResponse:
 
 class _ApiRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # TCP_NODELAY, as the moto server's handler (devtools/aws/moto_server.py) says why
     server: _ApiHttpServer
 
     def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature

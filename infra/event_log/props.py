@@ -52,7 +52,7 @@ class EventLogConfig:
     pending_expiry_days: int = 2  # uploads never completed are deleted by the lifecycle rule
     noncurrent_expiry_days: int = 30  # overwritten object versions (a rebuilt chunk) are kept this long
     url_expiry_seconds: int = 900
-    read_page_limit: int = 1000
+    read_page_limit: int = 1000  # entries per page of a read, at most (a page is also cut to fit Lambda's 6 MB answer)
     api_rate_limit: int = 100  # requests per second, steady state
     api_burst_limit: int = 200
     api_timeout_seconds: int = 10

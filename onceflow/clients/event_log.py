@@ -363,7 +363,10 @@ class PayloadUpload:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
-    """A built snapshot: the sheet at event `cut`, as NDJSON chunks behind presigned download URLs."""
+    """A built snapshot: the sheet at event `cut`, as NDJSON chunks behind presigned download URLs.
+
+    A page of a read lists the URLs of the chunks from `first_chunk` on, as many as fit its answer, and
+    `next_chunk` (None after the last chunk); `read_snapshot` gathers them all (`first_chunk` 0, every URL)."""
 
     number: int
     cut: int
@@ -371,6 +374,9 @@ class SnapshotInfo:
     digest: str
     root_url: str
     chunk_urls: tuple[str, ...]
+    chunks: int = 0  # the snapshot's chunk count; an API without chunk paging sends all of them at once
+    first_chunk: int = 0
+    next_chunk: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -828,11 +834,15 @@ class EventLogClient:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def snapshot_page(self, log_id: str, after: str | None = None) -> SnapshotPage:
-        """One page of GET /logs/{id}/snapshot: the latest snapshot and up to a page of entries
-        after it (after `after`, a previous page's next_after)."""
+    def snapshot_page(self, log_id: str, after: str | None = None, chunk: int | None = None) -> SnapshotPage:
+        """One page of GET /logs/{id}/snapshot: the latest snapshot, with the URLs of its chunks from
+        `chunk` on (a previous page's snapshot.next_chunk), and a page of the entries after `after` (a
+        previous page's next_after), as many of each as fit the API's answer."""
         what = f"read snapshot of {log_id}"
-        response = self._read(self._url(log_id, "/snapshot", {"after": after} if after is not None else None), what)
+        query = {"after": after} if after is not None else {}
+        if chunk:
+            query["chunk"] = str(chunk)
+        response = self._read(self._url(log_id, "/snapshot", query or None), what)
         if response.status == 404:
             document = _json_object(response, what) if response.body.startswith(b"{") else {}
             if "error" in document:
@@ -858,30 +868,54 @@ class EventLogClient:
     @staticmethod
     def _snapshot_info(raw: Any, what: str) -> SnapshotInfo:
         try:
+            urls = tuple(str(url) for url in raw["chunk_urls"])
+            next_chunk = raw.get("next_chunk")
             return SnapshotInfo(
                 number=int(raw["number"]),
                 cut=int(raw["cut"]),
                 cells=int(raw["cells"]),
                 digest=str(raw["digest"]),
                 root_url=str(raw["root_url"]),
-                chunk_urls=tuple(str(url) for url in raw["chunk_urls"]),
+                chunk_urls=urls,
+                chunks=int(raw.get("chunks", len(urls))),
+                first_chunk=int(raw.get("first_chunk", 0)),
+                next_chunk=None if next_chunk is None else int(next_chunk),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ProtocolError(f"{what}: the snapshot is missing {err}", status=200) from err
 
     def snapshot_pages(self, log_id: str, after: str | None = None) -> Iterator[SnapshotPage]:
-        """Every page, following next_after until the API gives none."""
+        """Every page, following next_after and the snapshot's next_chunk until the API gives neither.
+
+        When a newer snapshot shows up on a page, its chunk URLs are asked for from its first chunk; once
+        a snapshot's URLs are all read, the next pages ask past its last chunk, so they carry entries only."""
+        chunk: int | None = None
+        number: int | None = None
         while True:
-            page = self.snapshot_page(log_id, after)
+            page = self.snapshot_page(log_id, after, chunk)
             yield page
-            if page.next_after is None:
+            snapshot = page.snapshot
+            if snapshot is not None and snapshot.number != number:
+                number = snapshot.number
+                if snapshot.first_chunk != 0:  # built since the last page: read its chunk URLs from the start
+                    chunk = 0
+                    continue
+            next_chunk = snapshot.next_chunk if snapshot is not None else None
+            if page.next_after is None and next_chunk is None:
                 return
-            if after is not None and _seq(page.next_after) <= _seq(after):
-                raise ProtocolError(f"read snapshot of {log_id}: next_after {page.next_after} does not move past {after}")
-            after = page.next_after
+            if page.next_after is not None:
+                if after is not None and _seq(page.next_after) <= _seq(after):
+                    raise ProtocolError(f"read snapshot of {log_id}: next_after {page.next_after} does not move past {after}")
+                after = page.next_after
+            elif page.entries:  # no more entries for now: the chunk pages ask for the ones appended after these
+                after = str(page.entries[-1].get("seq"))
+            if snapshot is not None:
+                if next_chunk is not None and next_chunk <= snapshot.first_chunk:
+                    raise ProtocolError(f"read snapshot of {log_id}: next_chunk {next_chunk} does not move past {snapshot.first_chunk}")
+                chunk = next_chunk if next_chunk is not None else snapshot.chunks
 
     def read_snapshot(self, log_id: str) -> LatestSnapshot:
-        """The latest snapshot and every entry after it, over all pages.
+        """The latest snapshot, with the URLs of all its chunks, and every entry after it, over all pages.
 
         A snapshot built while the pages are read shows up on a later page; the result is then that
         snapshot with the entries after its cut (the earlier pages' entries it covers are dropped)."""
@@ -897,7 +931,7 @@ class EventLogClient:
         return LatestSnapshot(
             log_id=log_id,
             next_position=max(page.next_position for page in pages),
-            snapshot=latest.snapshot,
+            snapshot=_all_chunk_urls(latest.snapshot, pages) if latest.snapshot else None,
             entries=tuple(entries[seq] for seq in sorted(entries)),
         )
 
@@ -924,6 +958,17 @@ class EventLogClient:
                 f" the root says {snapshot.cells} cells with digest {snapshot.digest or '(none)'}"
             )
         return cells
+
+
+def _all_chunk_urls(snapshot: SnapshotInfo, pages: Sequence[SnapshotPage]) -> SnapshotInfo:
+    """`snapshot` with the URLs of every one of its chunks, gathered from the pages that list them."""
+    urls: dict[int, str] = {}
+    for page in pages:
+        if page.snapshot is not None and page.snapshot.number == snapshot.number:
+            urls.update(enumerate(page.snapshot.chunk_urls, start=page.snapshot.first_chunk))
+    if sorted(urls) != list(range(snapshot.chunks)):
+        raise ProtocolError(f"snapshot {snapshot.number}: the pages listed {len(urls)} of its {snapshot.chunks} chunk URLs")
+    return replace(snapshot, chunk_urls=tuple(urls[index] for index in range(snapshot.chunks)), first_chunk=0, next_chunk=None)
 
 
 def _entry_body(event: dict[str, str]) -> Callable[[str, int], dict[str, Any]]:

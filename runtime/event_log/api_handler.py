@@ -3,7 +3,8 @@
 POST /logs/{log_id}/entries            append one cell event at a position (idempotent per request_id)
 POST /logs/{log_id}/payloads           a presigned upload URL for a large value (object starts tagged pending; create-only)
 POST /logs/{log_id}/payloads/complete  the log entry that makes an uploaded value part of the log
-GET  /logs/{log_id}/snapshot           the latest built snapshot and the entries after it
+GET  /logs/{log_id}/snapshot           the latest built snapshot and the entries after it, a page within
+                                       Lambda's 6 MB response (?after=<next_after>, ?chunk=<next_chunk>)
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ from runtime.event_log import api_wiring, contract
 from runtime.event_log.api_wiring import ApiDeps, ApiSettings
 from runtime.event_log.errors import AppendConflict
 from runtime.event_log.parsing import (
+    COMPLETE_FIELDS,
+    PAYLOAD_FIELDS,
     parse_after,
     parse_append,
     parse_cell,
+    parse_chunk,
     parse_json_object,
     parse_log_id,
     parse_position,
     parse_request_id,
+    refuse_unknown_fields,
 )
 from runtime.shared import snapstart
 from runtime.shared.aws import Clients
@@ -52,7 +57,8 @@ after_restore = snapstart.after_restore(deps)
 
 def request_body(request: HttpRequest, settings: ApiSettings) -> dict[str, Any]:
     """The JSON object a POST sends: refused with 415 unless labelled application/json (UTF-8), with
-    400 unless strict UTF-8 (no BOM) and a JSON object, before anything is read or written."""
+    400 unless strict UTF-8 (no BOM) and a JSON object at most 32 levels deep, before anything is read
+    or written. Each route then refuses any field it does not take, by name."""
     require_media_type(request.header("content-type"), request.body, (JSON,))
     max_bytes = settings.max_body_bytes
     # Over the limit stays a 400 here, as the event log has always answered it (docs/event-log.md, "400 bad input").
@@ -89,6 +95,7 @@ def append_entry(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpRespon
 @router.post("/logs/<log_id>/payloads")
 def create_payload(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
     body = request_body(request, deps.settings)
+    refuse_unknown_fields(body, PAYLOAD_FIELDS)
     upload = deps.service.create_upload(parse_log_id(log_id), parse_request_id(body.get("request_id")))
     return json_response(200, upload)
 
@@ -96,6 +103,7 @@ def create_payload(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResp
 @router.post("/logs/<log_id>/payloads/complete")
 def complete_payload(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
     body = request_body(request, deps.settings)
+    refuse_unknown_fields(body, COMPLETE_FIELDS)
     result = deps.service.complete_upload(
         parse_log_id(log_id), parse_request_id(body.get("request_id")), parse_position(body.get("position")), parse_cell(body.get("cell"))
     )
@@ -108,7 +116,8 @@ def complete_payload(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpRe
 @router.get("/logs/<log_id>/snapshot")
 def latest_snapshot(request: HttpRequest, deps: ApiDeps, log_id: str) -> HttpResponse:
     after = parse_after(request.query.get("after"))
-    page = deps.service.read_latest(parse_log_id(log_id), deps.objects, deps.settings.read_page_limit, after)
+    first_chunk = parse_chunk(request.query.get("chunk"))
+    page = deps.service.read_latest(parse_log_id(log_id), deps.objects, deps.settings.read_page_limit, after, first_chunk=first_chunk)
     if page is None:
         return json_response(404, {"error": f"log {log_id} has no entries"})
     return json_response(200, page)

@@ -23,6 +23,7 @@ from runtime.event_log.models import (
     SideEffectMessage,
 )
 from runtime.shared.consistency import deterministic_id
+from runtime.shared.json_depth import JsonTooDeep, check_depth
 from runtime.shared.refusals import InvalidRequest
 
 LOG_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -30,6 +31,14 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
 # A log seq as text: an event's position, or a Snapshot entry's cut + 0.5. Matching the text first
 # keeps NaN, Infinity, 1E+400 and 40-digit numbers away from Decimal arithmetic and DynamoDB.
 SEQ_TEXT = re.compile(rf"[0-9]{{1,{len(str(MAX_POSITION))}}}(?:\.[05])?")
+# The fields each JSON body takes; any other is refused by name.
+APPEND_FIELDS = ("request_id", "position", "event")
+EVENT_FIELDS = ("kind", "cell", "value")
+PAYLOAD_FIELDS = ("request_id",)
+COMPLETE_FIELDS = ("request_id", "position", "cell")
+# A chunk index as text: at most 10 digits, so no arithmetic meets a huge number.
+MAX_CHUNK = 10**10 - 1
+CHUNK_TEXT = re.compile(r"0|[1-9][0-9]{0,9}")
 # What a client may append directly; LargePayload entries are written by the complete call.
 CLIENT_KINDS = {EntryKind.SET_CELL.value: EntryKind.SET_CELL, EntryKind.CLEAR_CELL.value: EntryKind.CLEAR_CELL}
 
@@ -44,12 +53,25 @@ def parse_json_object(body: str | bytes | None, *, max_bytes: int) -> dict[str, 
     if len(raw) > max_bytes:
         raise InvalidRequest(f"the request body is {len(raw)} bytes; the limit is {max_bytes}")
     try:
+        check_depth(raw)
+    except JsonTooDeep as err:
+        raise InvalidRequest(f"the request body is {err}") from err
+    try:
         document = json.loads(raw, parse_float=Decimal)
     except (ValueError, RecursionError) as err:
         raise InvalidRequest("the request body is not valid JSON") from err
     if not isinstance(document, dict):
         raise InvalidRequest("the request body must be a JSON object")
     return document
+
+
+def refuse_unknown_fields(document: Mapping[str, Any], known: tuple[str, ...], where: str = "the request body") -> None:
+    """A 400 naming every field of `document` outside `known`: a misspelt field is never silently ignored."""
+    unknown = [name for name in document if name not in known]
+    if unknown:
+        shown = (json.dumps(name if len(name) <= 64 else f"{name[:64]}...", ensure_ascii=False) for name in unknown[:5])
+        names = ", ".join(shown) + (" and more" if len(unknown) > 5 else "")
+        raise InvalidRequest(f"{where} has unknown field(s) {names}; it takes {', '.join(known)}")
 
 
 def parse_log_id(value: Any) -> str:
@@ -80,6 +102,7 @@ def parse_cell(value: Any) -> str:
 
 
 def parse_append(log_id: str, document: Mapping[str, Any], *, max_value_bytes: int) -> AppendRequest:
+    refuse_unknown_fields(document, APPEND_FIELDS)
     event = document.get("event")
     if not isinstance(event, dict):
         raise InvalidRequest('event must be an object such as {"kind": "SetCell", "cell": "B12", "value": "42"}')
@@ -87,6 +110,7 @@ def parse_append(log_id: str, document: Mapping[str, Any], *, max_value_bytes: i
     kind = CLIENT_KINDS.get(raw_kind) if isinstance(raw_kind, str) else None
     if kind is None:
         raise InvalidRequest(f"event.kind must be one of {', '.join(CLIENT_KINDS)} (large values go through /payloads)")
+    refuse_unknown_fields(event, EVENT_FIELDS, "event")
     cell = parse_cell(event.get("cell"))
     value: str | None = None
     if kind == EntryKind.SET_CELL:
@@ -130,6 +154,18 @@ def parse_after(value: str | None) -> Decimal | None:
     return seq
 
 
+def parse_chunk(value: str | None) -> int:
+    """The `chunk` query parameter of a read: the first chunk URL wanted, from a previous page's
+    snapshot.next_chunk; 0 when absent. One past the snapshot's last chunk answers no URL."""
+    if value is None or value == "":
+        return 0
+    if not CHUNK_TEXT.fullmatch(value):
+        raise InvalidRequest(
+            f"chunk must be a chunk index from a previous page's snapshot.next_chunk: a whole number from 0 to {MAX_CHUNK}"
+        )
+    return int(value)
+
+
 # --- stream records and SQS messages ----------------------------------------------------------
 
 
@@ -167,6 +203,10 @@ def side_effect_of_record(record: Mapping[str, Any]) -> SideEffectMessage:
 
 def parse_message(body: str, attributes: Mapping[str, Any], expected: SideEffect) -> SideEffectMessage:
     """An SQS message of the router, checked against the queue it arrived on."""
+    try:
+        check_depth(body)
+    except JsonTooDeep as err:
+        raise PoisonMessage(f"message body is {err}") from err
     try:
         document = json.loads(body)
     except (ValueError, TypeError, RecursionError) as err:

@@ -28,11 +28,18 @@ from runtime.event_log.errors import (
     TransientConflict,
 )
 from runtime.event_log.logic import next_marker, snapshot_due
-from runtime.event_log.models import AppendRequest, AppendResult, CellEvent, EntryKind, Head, LogEntry, PayloadRef
+from runtime.event_log.models import MAX_POSITION, AppendRequest, AppendResult, CellEvent, EntryKind, Head, LogEntry, PayloadRef
 from runtime.event_log.objects import ObjectStore, PayloadObjects
 from runtime.event_log.store import LogStore
 from runtime.shared.consistency import deterministic_id
 from runtime.shared.observability import logger
+from runtime.shared.responses import RESPONSE_BUDGET_BYTES, result_bytes, take_fitting
+
+# A read's answer gives the chunk URLs of its snapshot at most this much of its budget (about 700
+# presigned URLs with a session token), and the entries the rest: a snapshot of any size is read in
+# pages of its chunk URLs (`chunk`), as the log is in pages of its entries (`after`).
+CHUNK_URLS_BUDGET_BYTES = 1024 * 1024
+WIDEST_SEQ = f"{MAX_POSITION}.5"  # the longest next_after a page can give
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +168,25 @@ class EventLogService:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def read_latest(self, log_id: str, snapshots: ObjectStore, limit: int, after: Decimal | None) -> dict[str, Any] | None:
-        """The latest built snapshot (with download URLs) and a page of the entries after it."""
+    def read_latest(
+        self,
+        log_id: str,
+        snapshots: ObjectStore,
+        limit: int,
+        after: Decimal | None,
+        *,
+        first_chunk: int = 0,
+        budget: int = RESPONSE_BUDGET_BYTES,
+    ) -> dict[str, Any] | None:
+        """The latest built snapshot (with download URLs of its chunks from `first_chunk` on) and a page
+        of the entries after it (after `after`), the whole answer within `budget` bytes as Lambda
+        serializes it (runtime/shared/responses.py).
+
+        The chunk URLs take at most CHUNK_URLS_BUDGET_BYTES, then the entries the rest; each list is
+        cut where the next element would not fit, and says where to go on (`next_chunk`, `next_after`).
+        Each list keeps at least one element, so every page moves on: the widest entry DynamoDB can
+        hold (a 400 KB item, 7 bytes per byte at most once escaped twice) and a full list of URLs fit
+        the budget together (tests/unit/event_log/test_event_log_read_budget.py)."""
         head = self._log.read_head(log_id)
         if not head.exists:
             return None
@@ -171,22 +195,40 @@ class EventLogService:
         if head.built and head.built_root and head.built_seq is not None:
             root = json.loads(snapshots.get(head.built_root))
             start = head.built_seq
-            expiry = self._options.url_expiry_seconds
-            snapshot = {
-                "number": head.built,
-                "cut": root["cut"],
-                "cells": root["cells"],
-                "digest": root["digest"],
-                "root_url": self._objects.download_url(head.built_root, expiry),
-                "chunk_urls": [self._objects.download_url(key, expiry) for key in root["chunks"]],
-            }
+            snapshot = self._snapshot_part(head.built, head.built_root, root, first_chunk)
         items, next_after = self._log.entries_after(log_id, max(start, after or start), limit)
-        return {
+        page: dict[str, Any] = {
             "log_id": log_id,
             "next_position": head.next_position,
             "snapshot": snapshot,
-            "entries": [public_entry(item) for item in items],
-            "next_after": str(next_after) if next_after is not None else None,
+            "entries": [],
+            "next_after": WIDEST_SEQ,  # measured at its widest: it is set once the entries are cut
+        }
+        entries = take_fitting((public_entry(item) for item in items), budget - result_bytes(200, page))
+        if len(entries) < len(items):
+            next_after = Decimal(entries[-1]["seq"])
+        page["entries"] = entries
+        page["next_after"] = str(next_after) if next_after is not None else None
+        return page
+
+    def _snapshot_part(self, number: int, root_key: str, root: dict[str, Any], first_chunk: int) -> dict[str, Any]:
+        """What a read says of the snapshot: its root, and the download URLs of as many of its chunks
+        from `first_chunk` on as CHUNK_URLS_BUDGET_BYTES holds (none past its last chunk)."""
+        expiry = self._options.url_expiry_seconds
+        keys: list[str] = root["chunks"]
+        wanted = (self._objects.download_url(key, expiry) for key in keys[first_chunk:])
+        urls = take_fitting(wanted, CHUNK_URLS_BUDGET_BYTES)
+        after_these = first_chunk + len(urls)
+        return {
+            "number": number,
+            "cut": root["cut"],
+            "cells": root["cells"],
+            "digest": root["digest"],
+            "root_url": self._objects.download_url(root_key, expiry),
+            "chunks": len(keys),
+            "first_chunk": first_chunk,
+            "chunk_urls": urls,
+            "next_chunk": after_these if after_these < len(keys) else None,
         }
 
 

@@ -53,6 +53,7 @@ class RejectReason(StrEnum):
     TOO_LARGE = "too_large"
     NOT_UTF8 = "not_utf8"
     NOT_JSON = "not_json"
+    TOO_DEEP = "too_deep"  # JSON whose arrays and objects nest deeper than runtime/shared/json_depth.py allows
     NOT_OBJECT = "not_object"
     MISSING_FIELD = "missing_field"
     WRONG_TYPE = "wrong_type"

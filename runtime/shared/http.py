@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from runtime.shared.refusals import InvalidRequest, PayloadTooLarge, Refusal, UnsupportedMediaType
+from runtime.shared.responses import JSON_MEDIA_TYPE, http_result
 
 # --- request bodies -----------------------------------------------------------------------------
 
-JSON = "application/json"
+JSON = JSON_MEDIA_TYPE
 CSV = "text/csv"
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little and big endian (UTF-32 LE starts with the first, too)
@@ -127,9 +127,9 @@ class HttpResponse:
     body: dict[str, Any]
 
     def to_result(self) -> dict[str, Any]:
-        """The Lambda result API Gateway HTTP APIs (payload format 2.0) turn into the HTTP response."""
-        body = json.dumps(self.body)
-        return {"statusCode": self.status, "body": body, "isBase64Encoded": False, "headers": {"Content-Type": JSON}, "cookies": []}
+        """The Lambda result API Gateway HTTP APIs (payload format 2.0) turn into the HTTP response
+        (runtime/shared/responses.py, which also measures it)."""
+        return http_result(self.status, self.body)
 
 
 def json_response(status: int, body: dict[str, Any]) -> HttpResponse:

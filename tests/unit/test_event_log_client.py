@@ -88,6 +88,7 @@ class FakeApi:
     """The event-log API and the bucket's presigned URLs, in memory."""
 
     page_limit: int = 1000
+    chunk_page_limit: int = 1000  # chunk URLs per page
     verify_signatures: bool = True
     logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     uploads: dict[str, bytes] = field(default_factory=dict)
@@ -116,8 +117,9 @@ class FakeApi:
             event = {"kind": "LargePayload", "cell": body["cell"], "payload_key": key, "payload_bytes": len(self.uploads[key])}
             return self.append(match[1], body["request_id"], body["position"], event)
         if match := re.fullmatch(r"/logs/([^/]+)/snapshot", parts.path):
-            after = parse_qs(parts.query).get("after", [None])[0]
-            return self.read(match[1], Decimal(after) if after else None)
+            query = parse_qs(parts.query)
+            after = query.get("after", [None])[0]
+            return self.read(match[1], Decimal(after) if after else None, int(query.get("chunk", ["0"])[0]))
         return json_response(404, {"message": "Not Found"})
 
     # --- the API's semantics --------------------------------------------------------------------
@@ -178,12 +180,23 @@ class FakeApi:
         self.uploads[key] = request.body
         return HttpResponse(200, b"")
 
-    def read(self, log_id: str, after: Decimal | None) -> HttpResponse:
+    def read(self, log_id: str, after: Decimal | None, chunk: int = 0) -> HttpResponse:
         entries = self.entries(log_id)
         if not entries:
             return json_response(404, {"error": f"log {log_id} has no entries"})
-        snapshot = self.snapshots.get(log_id)
-        start = Decimal(snapshot["cut"]) + Decimal("0.5") if snapshot else Decimal(0)
+        built = self.snapshots.get(log_id)
+        snapshot = None
+        if built:
+            urls = built["chunk_urls"][chunk : chunk + self.chunk_page_limit]
+            further = chunk + len(urls)
+            snapshot = {
+                **built,
+                "chunks": len(built["chunk_urls"]),
+                "first_chunk": chunk,
+                "chunk_urls": urls,
+                "next_chunk": further if further < len(built["chunk_urls"]) else None,
+            }
+        start = Decimal(built["cut"]) + Decimal("0.5") if built else Decimal(0)
         start = max(start, after or start)
         page = [(position, entry) for position, entry in enumerate(entries, 1) if position > start][: self.page_limit]
         public = [
@@ -611,8 +624,9 @@ def test_reading_the_snapshot_follows_next_after_until_the_last_page() -> None:
     api.snapshots["sheet"] = snapshot_document(1, 2, [b'{"cell":"A1","value":"x"}\n'], api)
     # When the client reads the latest snapshot
     latest = make_client(api).read_snapshot("sheet")
-    # Then it asked for the pages after 4 and after 6 (the last one empty: the page was full)
-    assert [urlsplit(request.url).query for request in api.sent] == ["", "after=4", "after=6"]
+    # Then it asked for the pages after 4 and after 6 (the last one empty: the page was full), past the snapshot's one
+    # chunk, whose URL the first page gave
+    assert [urlsplit(request.url).query for request in api.sent] == ["", "after=4&chunk=1", "after=6&chunk=1"]
     # and returns the snapshot with every entry after it, in order
     assert latest.snapshot is not None and (latest.snapshot.number, latest.snapshot.cut) == (1, 2)
     assert [entry["position"] for entry in latest.entries] == [3, 4, 5, 6]
@@ -636,6 +650,59 @@ def test_a_snapshot_built_between_pages_replaces_the_entries_it_covers(new_cut: 
     # Then the result is the newest snapshot and the entries after its cut, each once
     assert latest.snapshot is not None and latest.snapshot.number == 2
     assert [entry["position"] for entry in latest.entries] == positions
+
+
+def test_reading_the_snapshot_gathers_every_chunk_url_over_the_pages() -> None:
+    # Given a snapshot of 5 chunks, answered 2 chunk URLs and 2 entries a page, and 3 entries after it
+    api = FakeApi(page_limit=2, chunk_page_limit=2)
+    api.other_writer_appends("sheet", 5)
+    chunks = [f'{{"cell":"A{row}","value":"x"}}\n'.encode() for row in range(1, 6)]
+    api.snapshots["sheet"] = snapshot_document(1, 2, chunks, api)
+    client = make_client(api)
+    # When the client reads the latest snapshot
+    latest = client.read_snapshot("sheet")
+    # Then it followed next_chunk with next_after, and past the last chunk once the URLs ran out before the entries
+    assert [urlsplit(request.url).query for request in api.sent] == ["", "after=4&chunk=2", "after=5&chunk=4"]
+    # and the snapshot has every chunk URL in order, whose cells check against the digest
+    assert latest.snapshot is not None and latest.snapshot.chunk_urls == tuple(api.snapshots["sheet"]["chunk_urls"])
+    assert (latest.snapshot.chunks, latest.snapshot.first_chunk, latest.snapshot.next_chunk) == (5, 0, None)
+    assert [entry["position"] for entry in latest.entries] == [3, 4, 5]
+    assert [cell["cell"] for cell in client.snapshot_cells(latest.snapshot)] == ["A1", "A2", "A3", "A4", "A5"]
+
+
+def test_a_snapshot_built_while_its_chunk_urls_are_read_is_read_from_its_first_chunk() -> None:
+    # Given 2 chunk URLs a page of a 3-chunk snapshot, and snapshot 2 (3 chunks) built after the first page
+    api = FakeApi(chunk_page_limit=2)
+    api.other_writer_appends("sheet", 6)
+    api.snapshots["sheet"] = snapshot_document(1, 2, [b'{"cell":"A1","value":"1"}\n'] * 3, api)
+
+    def build_snapshot_2(request: HttpRequest, api: FakeApi) -> HttpResponse:
+        answer = api(request, timeout=1)
+        api.snapshots["sheet"] = snapshot_document(2, 4, [b'{"cell":"A1","value":"2"}\n'] * 3, api)
+        return answer
+
+    latest = make_client(api, [build_snapshot_2]).read_snapshot("sheet")
+    # Then the page that met snapshot 2 at chunk 2 was asked again from chunk 0, and the result has snapshot 2's URLs only
+    assert [urlsplit(request.url).query for request in api.sent] == ["", "after=6&chunk=2", "after=6", "after=6&chunk=2"]
+    assert latest.snapshot is not None and latest.snapshot.number == 2
+    assert latest.snapshot.chunk_urls == tuple(api.snapshots["sheet"]["chunk_urls"])
+    assert [entry["position"] for entry in latest.entries] == [5, 6]
+
+
+def test_a_chunk_page_that_does_not_move_on_is_a_protocol_error() -> None:
+    # Given an API that answers next_chunk 0 for the chunk it was asked from
+    api = FakeApi(chunk_page_limit=1)
+    api.other_writer_appends("sheet", 3)
+    api.snapshots["sheet"] = snapshot_document(1, 2, [b'{"cell":"A1","value":"1"}\n'] * 2, api)
+
+    def stuck(request: HttpRequest, api: FakeApi) -> HttpResponse:
+        document = json.loads(api(request, timeout=1).body)
+        document["snapshot"]["next_chunk"] = 0
+        return json_response(200, document)
+
+    # When the client reads the snapshot, Then it stops with a ProtocolError rather than asking forever
+    with pytest.raises(ProtocolError, match="next_chunk 0 does not move past 0"):
+        make_client(api, [stuck]).read_snapshot("sheet")
 
 
 def test_a_log_without_entries_is_not_found(api: FakeApi) -> None:

@@ -169,6 +169,7 @@ def test_reading_gives_the_latest_built_snapshot_and_the_entries_after_it(api: E
     root, cells, _ = api.snapshot_cells(f"snapshots/{LOG}/0000000002/root.json")
     assert (page["snapshot"]["number"], page["snapshot"]["cut"], page["snapshot"]["cells"]) == (2, 40, len(cells))
     assert len(page["snapshot"]["chunk_urls"]) == len(root["chunks"]) > 0
+    assert (page["snapshot"]["chunks"], page["snapshot"]["first_chunk"], page["snapshot"]["next_chunk"]) == (len(root["chunks"]), 0, None)
     assert [entry["position"] for entry in page["entries"]] == [41, 42, 43, 44, 45]
     assert page["next_position"] == 46 and page["next_after"] is None
 
@@ -193,6 +194,20 @@ def test_reading_with_an_after_that_is_no_seq_is_a_400_naming_the_field(api: Eve
     # Then it is told which parameter is wrong, not answered with a server error
     assert status == 400
     assert body["error"].startswith("after must be a seq")
+
+
+def test_reading_with_a_chunk_that_is_no_index_is_a_400_naming_the_field(api: EventLogWorld) -> None:
+    # Given a log with entries
+    assert append(1)[0] == 201
+    # When a reader asks for chunk URLs from an index no page gives out (negative, padded, fractional, 11 digits, a word)
+    answers = [
+        call(request("GET", f"/logs/{LOG}/snapshot", query=urlencode({"chunk": chunk})))
+        for chunk in ("-1", "01", "1.5", "12345678901", "next", "NaN")
+    ]
+    # Then each is told which parameter is wrong, and an index of 10 digits is read (no URL past the last chunk)
+    assert all(status == 400 and body["error"].startswith("chunk must be a chunk index") for status, body in answers)
+    status, page = call(request("GET", f"/logs/{LOG}/snapshot", query=urlencode({"chunk": "9999999999"})))
+    assert status == 200 and [entry["position"] for entry in page["entries"]] == [1]
 
 
 def test_reading_after_a_seq_gives_the_entries_after_it(api: EventLogWorld) -> None:

@@ -170,3 +170,48 @@ def test_a_body_that_is_not_strict_utf8_is_a_400_and_writes_nothing(
     assert named in answer["error"]
     # and nothing was written
     assert_nothing_written(api)
+
+
+# --- 400: fields a route does not take, and nesting past 32 levels ----------------------------------
+
+GOOD_BODIES = {
+    ROUTES[0]: DOCUMENT,
+    ROUTES[1]: {"request_id": "client-0001"},
+    ROUTES[2]: {"request_id": "client-0001", "position": 1, "cell": "B2"},
+}
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_a_field_a_route_does_not_take_is_a_400_naming_it_and_writes_nothing(api: EventLogWorld, path: str) -> None:
+    # Given a body each route takes as it is (stored or answered before this), with a misspelt field and one nesting more
+    body = json.dumps({**GOOD_BODIES[path], "positon": 2, "note": [[["deep"]]]})
+    # When it is posted
+    status, answer = call(posted(path, body, {"content-type": "application/json"}))
+    # Then it is a 400 naming every unknown field and the ones the route takes, and nothing was written
+    expected = f'the request body has unknown field(s) "positon", "note"; it takes {", ".join(GOOD_BODIES[path])}'
+    assert (status, answer["error"]) == (400, expected)
+    assert_nothing_written(api)
+
+
+def test_a_field_an_append_event_does_not_take_is_a_400_naming_it(api: EventLogWorld) -> None:
+    # Given an append whose event carries a field beside kind, cell and value (a ClearCell with a "note")
+    body = json.dumps({**DOCUMENT, "event": {"kind": "ClearCell", "cell": "B2", "note": "gone"}})
+    # When it is posted, Then it is a 400 naming it, and nothing was written
+    status, answer = call(posted(ROUTES[0], body, {"content-type": "application/json"}))
+    assert (status, answer["error"]) == (400, 'event has unknown field(s) "note"; it takes kind, cell, value')
+    assert_nothing_written(api)
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_a_body_nested_deeper_than_32_levels_is_a_400_naming_the_limit_and_writes_nothing(api: EventLogWorld, path: str) -> None:
+    # Given valid bodies whose last field nests 33, 900 or 5,000 levels in all: at 900 an append was stored before (201),
+    # and at about 980 the answer was the interpreter's (201 in-process, 400 "not valid JSON" through `make serve`)
+    def deep(depth: int) -> str:
+        return json.dumps(GOOD_BODIES[path])[:-1] + ', "x": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+    # When each is posted
+    answers = [call(posted(path, deep(depth), {"content-type": "application/json"})) for depth in (33, 900, 5000)]
+    # Then each is the same 400 naming the limit, and nothing was written
+    refusal = (400, {"error": "the request body is nested deeper than 32 levels of arrays and objects (the limit is 32)"})
+    assert answers == [refusal] * 3
+    assert_nothing_written(api)

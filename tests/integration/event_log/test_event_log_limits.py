@@ -1,12 +1,16 @@
-"""The largest entry the event-log API accepts, through every stage on the embedded cloud with AWS's
+"""The largest entries the event-log API accepts, through every stage on the embedded cloud with AWS's
 limits enforced (devtools/aws/service_limits.py): the API's event and answer within Lambda's 6 MB,
 the log entry within DynamoDB's 400 KB item and its transaction within 4 MB, the router's messages
-within SQS's 1 MiB, the snapshot built from it, and the read page back within Lambda's 6 MB; one
+within SQS's 1 MiB, the snapshot built from it, and every read page back within Lambda's 6 MB; one
 byte more is refused at the edge with a 400 that names the limit, and nothing is written.
 
 The deployment here takes the largest values its config allows (EventLogConfig: max_value_bytes at
 most 300 KiB, which keeps an entry under DynamoDB's 400 KB; max_body_bytes at most 1 MiB); larger
 values go through /payloads, where the entry holds only the object's key.
+
+What a read answers grows most with control characters: 1 stored byte, `\u0001` (6) in the body, 7
+once Lambda serializes the result around the body's string. A page DynamoDB ends at 1 MB can be 7 MB
+as Lambda counts it, so the API cuts every page by the size of its answer (runtime/event_log/service.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import copy
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 import pytest
 
@@ -27,6 +32,7 @@ from runtime.event_log import api_handler
 from runtime.event_log.contract import HANDLER_API, HANDLER_WORKER
 from runtime.shared import observability
 from runtime.shared.dynamo import to_attributes
+from runtime.shared.http import HttpResponse
 from tests.events.loader import load_event
 
 LOG = "limits"
@@ -62,6 +68,8 @@ def request(method: str, path: str, body: str | None = None, query: str = "") ->
     event["requestContext"]["http"]["method"] = method
     event["routeKey"] = event["requestContext"]["routeKey"] = f"{method} {path}"
     event["rawQueryString"] = query
+    if query:
+        event["queryStringParameters"] = {key: values[0] for key, values in parse_qs(query).items()}
     if body is None:
         event.pop("body")
     else:
@@ -76,10 +84,23 @@ def call(event: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, Any]]:
     return int(response["statusCode"]), json.loads(response["body"]), response
 
 
-def widest_value(size: int) -> str:
-    """`size` UTF-8 bytes that take the most room once JSON-escaped: quotes, with a few 4-byte characters."""
-    emoji = "\U0001f600" * 64
-    return emoji + '"' * (size - len(emoji.encode()))
+def widest_value(value_bytes: int, body_bytes: int) -> str:
+    """The value of exactly `value_bytes` UTF-8 bytes whose entry takes the most room in a read's answer, within a body
+    of `body_bytes`: as many control characters (7 bytes each in the answer, 6 in the body) as the body holds, the rest
+    quotes (4 in the answer, 2 in the body). Past the body's room, a control character would cost four quotes' worth of
+    body for three bytes more of answer: this mix is the largest answer the two limits allow for one entry."""
+    room = body_bytes - len(append_body(999_999, "").encode())
+    controls = (room - 2 * value_bytes) // 4  # 6c + 2q <= room, c + q = value_bytes
+    return "\x01" * controls + '"' * (value_bytes - controls)
+
+
+def control_value(size: int) -> str:
+    return "\x01" * size
+
+
+def largest_control_value(body_bytes: int) -> str:
+    """The longest value of control characters alone that a body of `body_bytes` carries."""
+    return control_value((body_bytes - len(append_body(999_999, "").encode())) // 6)
 
 
 def append_body(position: int, value: str) -> str:
@@ -97,38 +118,89 @@ def stored_item_bytes(world: EventLogWorld, position: int) -> int:
     return limits.dynamodb_item_bytes(item)
 
 
-def test_the_largest_value_goes_through_every_stage_within_the_limits(api: EventLogWorld) -> None:
-    # Given 23 values of exactly the largest inline size, in the characters that take most room in JSON (a snapshot is due
-    # after 20 events; 3 come after it)
-    value = widest_value(MAX_VALUE_BYTES)
-    assert len(value.encode()) == MAX_VALUE_BYTES
+def read_pages(log_id: str = LOG) -> list[tuple[dict[str, Any], int]]:
+    """Every page of GET /logs/{id}/snapshot through the entry point, following next_after and next_chunk as the client
+    does, each with the size of its whole Lambda result (checked against Lambda's 6 MB)."""
+    pages: list[tuple[dict[str, Any], int]] = []
+    query: dict[str, str] = {}
+    while True:
+        status, page, response = call(request("GET", f"/logs/{log_id}/snapshot", query=urlencode(query)))
+        assert status == 200, page
+        pages.append((page, limits.check_lambda_response(response)))
+        next_chunk = page["snapshot"]["next_chunk"] if page["snapshot"] else None
+        if page["next_after"] is None and next_chunk is None:
+            return pages
+        assert page["entries"] or next_chunk is not None, "a page that gives neither entries nor chunk URLs does not move on"
+        if page["next_after"] is not None:
+            query["after"] = page["next_after"]
+        if page["snapshot"]:
+            query["chunk"] = str(next_chunk if next_chunk is not None else page["snapshot"]["chunks"])
+
+
+def cell_values(pages: list[tuple[dict[str, Any], int]]) -> list[tuple[int, str]]:
+    return [(entry["position"], entry["value"]) for page, _ in pages for entry in page["entries"] if entry["kind"] == "SetCell"]
+
+
+def test_the_widest_value_goes_through_every_stage_within_the_limits(api: EventLogWorld) -> None:
+    # Given 23 values of exactly the largest inline size, in the characters that take most room in a read's answer within
+    # the largest body (a snapshot is due after 20 events; 3 come after it)
+    value = widest_value(MAX_VALUE_BYTES, MAX_BODY_BYTES)
+    assert len(value.encode()) == MAX_VALUE_BYTES and value.count("\x01") > 100_000
     positions = range(1, 24)
     # When each is appended through the API entry point
     answers = [call(request("POST", f"/logs/{LOG}/entries", append_body(position, value))) for position in positions]
-    # Then every body fit (under 1 MiB) and every append was written, each answer within Lambda's 6 MB
-    assert all(len(append_body(position, value).encode()) <= MAX_BODY_BYTES for position in positions)
+    # Then every body fit (the limit to a few bytes) and every append was written, each answer within
+    # Lambda's 6 MB
+    sizes = [len(append_body(position, value).encode()) for position in positions]
+    assert max(sizes) <= MAX_BODY_BYTES < max(sizes) + 16
     assert [status for status, _, _ in answers] == [201] * len(positions)
     for _, _, response in answers:
         limits.check_lambda_response(response)
     # and each entry, with everything stored beside the value, is within DynamoDB's 400 KB item (the transaction that
     # wrote it, within 4 MB, went through the embedded cloud's checks)
-    sizes = [stored_item_bytes(api, position) for position in positions]
-    assert max(sizes) <= limits.DYNAMODB_ITEM_BYTES, sizes
+    items = [stored_item_bytes(api, position) for position in positions]
+    assert max(items) <= limits.DYNAMODB_ITEM_BYTES, items
+    # When the log is read before any snapshot is built: each entry is over 1.5 MB of the answer
+    unbuilt = read_pages()
+    # Then every page fits Lambda's 6 MB and together they give every value once, in order
+    assert cell_values(unbuilt) == [(position, value) for position in positions]
+    assert max(size for _, size in unbuilt) <= limits.LAMBDA_SYNC_PAYLOAD_BYTES
     # When the stream, the router's messages (SQS, within 1 MiB) and the snapshot worker have all run
     api.drain()
     # Then the snapshot holds the first 20 values and matches a replay; nothing was left pending
     assert api.verify(LOG) == []
-    # and the read API's answer, the snapshot and a page of the entries after it (as many as DynamoDB's 1 MB page
-    # holds), fits Lambda's 6 MB
-    status, page, response = call(request("GET", f"/logs/{LOG}/snapshot"))
-    assert status == 200 and page["snapshot"]["cells"] == 20
-    assert [entry["value"] == value for entry in page["entries"]] == [True] * len(page["entries"]) and page["entries"]
-    limits.check_lambda_response(response)
+    # and the read's answer, the snapshot and the entries after it, fits Lambda's 6 MB
+    built = read_pages()
+    assert built[0][0]["snapshot"]["cells"] == 20
+    assert cell_values(built) == [(position, value) for position in positions[20:]]
+    assert max(size for _, size in built) <= limits.LAMBDA_SYNC_PAYLOAD_BYTES
+
+
+def test_pages_of_control_characters_stay_within_lambdas_limit_and_return_every_entry(api: EventLogWorld) -> None:
+    # Given values of control characters only: 40 of 30,000 (34 of their entries fill a DynamoDB page of 1 MB, 7 MB as
+    # Lambda counts the answer) and 6 of the longest a 1 MiB body carries (175,000 of them, about 1.2 MB of answer each)
+    values = [control_value(30_000)] * 40 + [largest_control_value(MAX_BODY_BYTES)] * 6
+    for position, value in enumerate(values, start=1):
+        assert call(request("POST", f"/logs/{LOG}/entries", append_body(position, value)))[0] == 201
+    # When the first page is taken as DynamoDB ends it, with no budget of the answer's size (what the API answered before)
+    deps = api_handler.deps()
+    uncut = deps.service.read_latest(LOG, deps.objects, deps.settings.read_page_limit, None, budget=10**10)
+    assert uncut is not None
+    # Then its answer would be past Lambda's 6 MB: the 500 the issue saw
+    with pytest.raises(limits.LambdaResponseTooLarge):
+        limits.check_lambda_response(HttpResponse(200, uncut).to_result())
+    # When the log is read through the API, page by page
+    pages = read_pages()
+    # Then every page's whole answer fits Lambda's 6 MB, the first one cut before DynamoDB's page ended, and together the
+    # pages give every value once, in order
+    assert max(size for _, size in pages) <= limits.LAMBDA_SYNC_PAYLOAD_BYTES
+    assert 0 < len(pages[0][0]["entries"]) < len(uncut["entries"])
+    assert cell_values(pages) == list(enumerate(values, start=1))
 
 
 def test_a_value_one_byte_over_is_refused_at_the_edge_naming_the_limit_and_nothing_is_written(api: EventLogWorld) -> None:
     # Given a value one byte over the largest inline size, and a body one byte over the body limit
-    over = widest_value(MAX_VALUE_BYTES + 1)
+    over = widest_value(MAX_VALUE_BYTES + 1, MAX_BODY_BYTES)
     too_long_body = append_body(1, "x") + " " * (MAX_BODY_BYTES - len(append_body(1, "x").encode()) + 1)
     # When each is posted
     value_status, value_refusal, _ = call(request("POST", f"/logs/{LOG}/entries", append_body(1, over)))

@@ -9,6 +9,13 @@ dev API's largest line for 100 lines in 64 KiB. The batch mixes rows Validate re
 their whole line on), rows Transform rejects (a time in the spring-forward gap), and good rows,
 under the longest Idempotency-Key; the Store task then fails on every attempt with an error whose
 cause is as long as a Lambda error's gets, so the Catch and the store flag step run too.
+
+The read route, GET /trips/{id}, answers one row: its state, and for a flagged row the detail and
+message of one status row (a rule's message, or the cause Step Functions caught, at most 32,768
+characters), for a stored one a few fields of its trip. Whatever a status row holds, DynamoDB's
+400 KB item bounds it: at 7 bytes a stored byte in Lambda's result (a control character, escaped
+twice), the answer stays under 3 MB, half of Lambda's 6 MB, so it needs no cut; the tests below
+read the widest row flagged with the longest cause, and a status row filled to DynamoDB's limit.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ import pytest
 
 from devtools.aws import service_limits as limits
 from devtools.taxi_rows import bad_at_transformation, sample_lines, with_columns
-from devtools.taxi_world import STORE_HANDLER, TaxiWorld, http_api_event
+from devtools.taxi_world import FLAG_HANDLER, STORE_HANDLER, TaxiWorld, http_api_event
+from runtime.shared.dynamo import to_attributes
 from runtime.shared.refusals import PayloadTooLarge
+from runtime.taxi_etl import contract
 from runtime.taxi_etl.contract import ROUTE_TRIP, ROUTE_TRIP_BATCH
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import parse_batch
@@ -32,6 +41,7 @@ from runtime.taxi_etl.trips import Reason
 
 KEY = "K" * 64  # the longest Idempotency-Key: the longest row ids (kb-<key>-<line>)
 LINES = sample_lines()
+MOTO_ITEM_BYTES = 405_000  # the largest item moto stores (moto/dynamodb/models/dynamo_type.py)
 
 
 def wide(line: str, width: int) -> str:
@@ -163,3 +173,45 @@ def test_the_widest_single_row_passes_every_state(saga: TaxiWorld) -> None:
     # Then it is stored, every state well within the limit
     assert status == 202 and saga.describe(body["execution"])["status"] == "SUCCEEDED"
     assert max(size for _, size in state_payloads(saga.history(body["execution"]))) <= STEP_FUNCTIONS_PAYLOAD_BYTES
+
+
+def test_the_widest_row_flagged_with_the_longest_cause_reads_back_within_lambdas_limit(saga: TaxiWorld) -> None:
+    # Given the widest single row the API takes (4,096 bytes), whose Store fails every attempt with an error message of
+    # backslashes: each is two characters of the cause (Lambda's JSON error) and 4 bytes of a read's answer per
+    # character, the most a cause's characters take there; the cause as long as Step Functions keeps it
+    line = wide(LINES[0], 4096)
+
+    def fail_store(handler: str, attempt: int) -> None:
+        if handler == STORE_HANDLER:
+            raise RuntimeError("\\" * 16_350)
+
+    saga.invocations.before = fail_store
+    status, body = saga.post(ROUTE_TRIP, line, idempotency_key=KEY)
+    assert status == 202
+    # When the row is read back through GET /trips/{id}
+    result = saga.get_row_result(body["StoreRequestId"])
+    answer = json.loads(result["body"])
+    # Then it is flagged at the store with the whole cause, close to Step Functions' 32,768 characters
+    assert (result["statusCode"], answer["state"], answer["phase"]) == (200, "flagged", "store")
+    assert 32_000 < len(answer["message"]) <= limits.STEP_FUNCTIONS_CAUSE_CHARS and answer["message"].count("\\") > 32_000
+    # and the whole answer, as Lambda counts it, is four times the cause and far within Lambda's 6 MB
+    assert 4 * 32_000 < limits.check_lambda_response(result) < limits.LAMBDA_SYNC_PAYLOAD_BYTES // 40
+
+
+def test_a_status_row_filled_to_dynamodbs_limit_with_control_characters_reads_back_within_lambdas_limit(saga: TaxiWorld) -> None:
+    # Given a keyed row flagged at validation whose status message fills its item with control characters (7 bytes each in
+    # Lambda's result): far more than any phase writes, about the most a status row can hold
+    store_request_id = f"k-{KEY}"
+    table = saga.environment(FLAG_HANDLER)[contract.ENV_VALIDATION_STATUS_TABLE]
+    row = {contract.KEY_STORE_REQUEST_ID: store_request_id, "RawTuple": "x", "StatusReason": 1, "StatusDetail": "vendor"}
+    # (the embedded cloud keeps moto's own check, which stops at 405,000 bytes: 4.6 KB under AWS's 409,600)
+    room = MOTO_ITEM_BYTES - limits.dynamodb_item_bytes(to_attributes({**row, "StatusMessage": ""}))
+    item = to_attributes({**row, "StatusMessage": "\x01" * room})
+    assert limits.dynamodb_item_bytes(item) == MOTO_ITEM_BYTES < limits.DYNAMODB_ITEM_BYTES
+    saga.dynamodb.put_item(TableName=table, Item=item)
+    # When the row is read back through GET /trips/{id}
+    result = saga.get_row_result(store_request_id)
+    # Then it is flagged with that whole message, and the answer, 7 times the item, still fits Lambda's 6 MB
+    answer = json.loads(result["body"])
+    assert (answer["state"], answer["detail"], len(answer["message"])) == ("flagged", "vendor", room)
+    assert 7 * room < limits.check_lambda_response(result) < limits.LAMBDA_SYNC_PAYLOAD_BYTES // 2

@@ -17,6 +17,7 @@ import pytest
 from runtime.event_log.errors import PoisonMessage
 from runtime.event_log.models import MAX_POSITION, AppendRequest, CellEvent, EntryKind, SideEffect, SideEffectMessage
 from runtime.event_log.parsing import parse_append, parse_json_object, parse_message, side_effect_of_record, side_effect_request_id
+from runtime.shared.json_depth import MAX_JSON_DEPTH
 from runtime.shared.refusals import InvalidRequest
 from tests.events.loader import load_event
 
@@ -117,14 +118,47 @@ def test_the_size_limit_counts_utf8_bytes() -> None:
         parse_json_object(exact.replace('"v"', '"vv"'), max_bytes=MAX_BODY)
 
 
+def nested(depth: int, opener: str = "[") -> str:
+    """A JSON object whose field `x` holds arrays (or objects) nested so that the body is `depth` levels deep."""
+    closer = "]" if opener == "[" else "}"
+    inner = "[]" if opener == "[" else "{}"
+    return '{"x": ' + opener * (depth - 2) + inner + closer * (depth - 2) + "}"
+
+
 @pytest.mark.parametrize("opener", ["[", '{"a":'], ids=["arrays", "objects"])
-def test_deep_nesting_is_an_invalid_request_not_a_recursion_error(opener: str) -> None:
-    # Given a small body nested far deeper than the interpreter's recursion limit
-    raw = opener * 100_000
-    # When it is parsed
-    # Then it is refused as invalid JSON (HTTP 400), not a RecursionError (HTTP 500)
-    with pytest.raises(InvalidRequest, match="not valid JSON"):
+def test_a_body_32_levels_deep_is_parsed(opener: str) -> None:
+    # Given a valid body whose arrays or objects nest exactly 32 levels (the outer object is level 1)
+    raw = nested(MAX_JSON_DEPTH, opener)
+    # When it is parsed, Then it is a JSON object like any other
+    assert isinstance(parse_json_object(raw, max_bytes=MAX_BODY)["x"], list if opener == "[" else dict)
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 900, 5000])
+@pytest.mark.parametrize("opener", ["[", '{"a":'], ids=["arrays", "objects"])
+def test_a_body_nested_deeper_than_32_levels_is_refused_naming_the_limit(opener: str, depth: int) -> None:
+    # Given a valid JSON body nested 33, 900 (stored with a 201 before, on every interpreter) or 5,000 levels (a
+    # RecursionError's 400 "not valid JSON" on 3.11, parsed on 3.13)
+    raw = nested(depth, opener)
+    # When it is parsed, Then it is refused before the parser runs, naming the limit: the same answer on any interpreter
+    with pytest.raises(
+        InvalidRequest, match=r"^the request body is nested deeper than 32 levels of arrays and objects \(the limit is 32\)$"
+    ):
         parse_json_object(raw, max_bytes=10**6)
+
+
+def test_brackets_inside_strings_are_not_nesting() -> None:
+    # Given a shallow body whose strings hold a thousand brackets, escaped quotes and backslashes among them
+    value = "[{" * 500 + '\\"[[' + "\\" + "]"
+    raw = json.dumps({"x": [value, {"y": value}]})
+    # When it is parsed, Then it is accepted with its strings as sent
+    assert parse_json_object(raw, max_bytes=MAX_BODY) == {"x": [value, {"y": value}]}
+
+
+def test_an_unclosed_body_deeper_than_the_limit_is_refused_for_its_depth() -> None:
+    # Given a small body that opens 100,000 arrays and closes none
+    # When it is parsed, Then it is a 400 naming the depth limit, never a RecursionError (HTTP 500)
+    with pytest.raises(InvalidRequest, match="nested deeper than 32 levels"):
+        parse_json_object("[" * 100_000, max_bytes=10**6)
 
 
 # --- parse_append: good requests ----------------------------------------------------------------
@@ -303,6 +337,23 @@ def test_a_clear_cell_with_a_value_is_refused(value: str | None) -> None:
     # When the request is parsed
     # Then the rejection says a ClearCell has no value
     assert rejection(body(event={"kind": "ClearCell", "cell": "A1", "value": value})) == "a ClearCell event has no value"
+
+
+def test_a_field_an_append_does_not_take_is_refused_by_name() -> None:
+    # Given an append with a misspelt field (before, ignored: the append went in without the client's intent)
+    # When it is parsed, Then the 400 names it, and what an append takes
+    assert rejection(body(positon=2)) == 'the request body has unknown field(s) "positon"; it takes request_id, position, event'
+    # and an event with a field beside kind, cell and value is refused the same way
+    assert rejection(body(event=event(colour="red"))) == 'event has unknown field(s) "colour"; it takes kind, cell, value'
+
+
+def test_many_or_long_unknown_fields_are_named_briefly() -> None:
+    # Given an append with seven unknown fields, one of them a 10,000-character name
+    extra = {"a" * 10_000: 1, **{f"f{index}": index for index in range(6)}}
+    # When it is parsed, Then the 400 names the first five, each cut to 64 characters, and says there are more
+    message = rejection({**body(), **extra})
+    named = f'"{"a" * 64}...", "f0", "f1", "f2", "f3" and more'
+    assert message == f"the request body has unknown field(s) {named}; it takes request_id, position, event"
 
 
 # --- stream records -> side effects -------------------------------------------------------------
@@ -559,8 +610,20 @@ def test_the_poison_samples_cover_every_required_shape() -> None:
 
 
 def test_a_deeply_nested_message_is_poison_not_a_recursion_error() -> None:
-    # Given a message body nested far deeper than the recursion limit
+    # Given a message body that opens 100,000 arrays
     # When it is parsed
-    # Then it is a PoisonMessage (the batch goes on), not a RecursionError
-    with pytest.raises(PoisonMessage, match="not JSON"):
+    # Then it is a PoisonMessage naming the depth limit (the batch goes on), not a RecursionError
+    with pytest.raises(PoisonMessage, match="nested deeper than 32 levels"):
         parse_message("[" * 100_000, {}, SideEffect.BUILD_SNAPSHOT)
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 900, 5000])
+def test_a_valid_message_nested_deeper_than_32_levels_is_poison_on_every_interpreter(depth: int) -> None:
+    # Given a router message, valid but for an extra field nested `depth` levels in all (parsed on 3.13 at any of them)
+    good = '{"effect":"build_snapshot","log_id":"sheet-1","seq":"1000.5"'
+    body = good + ',"x":' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+    # When it is parsed, Then it is a PoisonMessage naming the limit, and the same message 32 levels deep is read
+    with pytest.raises(PoisonMessage, match=r"nested deeper than 32 levels of arrays and objects \(the limit is 32\)"):
+        parse_message(body, {}, SideEffect.BUILD_SNAPSHOT)
+    shallow = good + ',"x":' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + "}"
+    assert parse_message(shallow, {}, SideEffect.BUILD_SNAPSHOT).seq == Decimal("1000.5")

@@ -13,6 +13,7 @@ import pytest
 from runtime.runner_stats.models import DeviceMessage, PositionedMessage, Rejection, RejectReason, RunKey, StreamPosition, TimestampWindow
 from runtime.runner_stats.parsing import parse_record, position_of
 from runtime.runner_stats.service import ServiceOptions
+from runtime.shared.json_depth import MAX_JSON_DEPTH
 from tests.events.loader import load_event
 
 ONE_MB = 1024 * 1024
@@ -224,13 +225,24 @@ def test_numbers_dynamodb_cannot_store_are_out_of_range(payload: str) -> None:
     assert rejected(payload).reason is RejectReason.OUT_OF_RANGE
 
 
-def test_deeply_nested_json_is_rejected_not_raised() -> None:
-    # Given JSON nested deeper than Python's parser recurses, well under the size limit
-    payload = "[" * 1500 + "]" * 1500
-    # When it is parsed, Then it is a clear rejection, not an exception that stalls the shard
-    result = rejected(payload)
-    assert result.reason is RejectReason.NOT_JSON
-    assert result.detail == "record data is JSON nested too deeply"
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 900, 1500, 5000])
+def test_deeply_nested_json_is_rejected_as_too_deep_on_every_interpreter(depth: int) -> None:
+    # Given a valid message but for an extra field nested `depth` levels in all, well under the size limit: before, 1,500
+    # levels was `not_json` on 3.11 (a RecursionError) and `not_object` or a stored message on 3.13, 900 was stored
+    payload = document()[:-1] + ', "extra": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+    # When it is parsed, Then it is a clear rejection naming the limit, the same on any interpreter, never an exception
+    result = rejected(payload, max_bytes=ONE_MB)
+    assert result.reason is RejectReason.TOO_DEEP
+    assert result.detail == "record data is nested deeper than 32 levels of arrays and objects (the limit is 32)"
+
+
+def test_json_nested_32_levels_is_parsed_and_brackets_in_strings_do_not_count() -> None:
+    # Given a message whose extra field nests 32 levels in all, and one whose strings hold a thousand brackets
+    at_the_limit = document()[:-1] + ', "extra": ' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + "}"
+    in_strings = document()[:-1] + ', "extra": ' + json.dumps(["[" * 1000, '\\"{{{', "]" * 7]) + "}"
+    # When each is parsed, Then both are messages
+    assert isinstance(parse(at_the_limit), PositionedMessage)
+    assert isinstance(parse(in_strings), PositionedMessage)
 
 
 @pytest.mark.parametrize(
