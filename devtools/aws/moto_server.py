@@ -254,7 +254,8 @@ class MotoServer(BackgroundHttpServer):
 def serving_state_machines(port: int) -> Iterator[None]:
     """moto runs the state machines it is given (Lambda tasks on its simple, docker-free backend,
     reached through the server on `port`) with Step Functions' error handling as AWS's
-    (moto_patches.step_functions_as_aws), and each of its DynamoDB requests is atomic across threads."""
+    (moto_patches.step_functions_as_aws), AWS's service limits enforced (service_limits), and each of its
+    DynamoDB requests atomic across threads: the embedded cloud of `embedded_aws`, served."""
     from unittest import mock
 
     from moto.core.config import default_user_config
@@ -267,6 +268,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         cached_state_machines,
         step_functions_as_aws,
     )
+    from devtools.aws.service_limits import enforced_service_limits
 
     config = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
     parser_log = logging.getLogger("moto.stepfunctions.parser")
@@ -277,6 +279,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         # Outside mock_aws, moto's executor calls Lambda over HTTP at localhost:<MOTO_PORT>: this server.
         mock.patch.object(boto_client, "moto_server_port", lambda: str(port)),
         atomic_moto_dynamodb(),
+        enforced_service_limits(),
         step_functions_as_aws(),
         cached_action_names(),
         cached_attribute_aliases(),

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from devtools.local.stack import LocalStack
 from runtime.event_log import contract as event_log_contract
@@ -272,3 +274,19 @@ def test_ops_smoke_against_a_stopped_server_says_to_start_it(local_stack: LocalS
     (line,) = result.stderr.strip().splitlines()
     assert dead in line and "start `make serve`" in line
     assert "PASS" not in result.stdout and "FAIL" not in result.stdout
+
+
+def test_the_local_servers_cloud_enforces_aws_service_limits(local_stack: LocalStack) -> None:
+    # Given a queue of the local stack's embedded cloud, reached over HTTP as another process reaches it
+    sqs = local_stack.client("sqs")
+    queue_url = sqs.create_queue(QueueName="local-limits")["QueueUrl"]
+    # and a message whose body fits SQS's 1 MiB only if its attribute is not counted (moto counted the body's characters)
+    body = "x" * (1024 * 1024 - 8)
+    attributes = {"Kind": {"DataType": "String", "StringValue": "oversized"}}
+    # When it is sent
+    with pytest.raises(ClientError) as refused:
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body, MessageAttributes=attributes)
+    # Then it is refused as SQS refuses it, and nothing was queued
+    assert refused.value.response["Error"]["Code"] in {"InvalidParameterValue", "InvalidParameterValueException"}
+    assert "counting its attributes" in refused.value.response["Error"]["Message"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0)
