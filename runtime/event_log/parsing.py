@@ -58,7 +58,7 @@ def parse_json_object(body: str | bytes | None, *, max_bytes: int) -> dict[str, 
         raise InvalidRequest(f"the request body is {err}") from err
     try:
         document = json.loads(raw, parse_float=Decimal)
-    except (ValueError, RecursionError) as err:
+    except ValueError as err:
         raise InvalidRequest("the request body is not valid JSON") from err
     if not isinstance(document, dict):
         raise InvalidRequest("the request body must be a JSON object")
@@ -209,7 +209,7 @@ def parse_message(body: str, attributes: Mapping[str, Any], expected: SideEffect
         raise PoisonMessage(f"message body is {err}") from err
     try:
         document = json.loads(body)
-    except (ValueError, TypeError, RecursionError) as err:
+    except ValueError as err:
         raise PoisonMessage("message body is not JSON") from err
     if not isinstance(document, dict):
         raise PoisonMessage("message body is not a JSON object")
