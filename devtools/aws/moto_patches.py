@@ -24,6 +24,9 @@
 service limits where moto does not enforce them (devtools/aws/service_limits.py) and Step Functions'
 error handling. A bare mock_aws runs a pooled handler on moto's unsafe tables (a test checks none is
 left).
+
+Every patch declares the names it reaches in moto (`@reaches_into_moto`, devtools/aws/moto_fit.py) and
+stops the run, naming itself and moto's version, if one of them no longer fits.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ moto already enforces as strictly as AWS, or more strictly, is left to moto:
 - DynamoDB TransactWriteItems over 100 actions: moto refuses them (so does fast_transactions);
 - a Lambda response over 6 MB: moto answers Function.ResponseSizeTooLarge above 6,000,000 bytes.
 
-What this module adds (`enforced_service_limits`, entered by moto_patches.embedded_aws):
+What this module adds (`enforced_service_limits`, entered by moto_patches.embedded_aws and by the local
+server's moto_server.serving_state_machines):
 - Step Functions: StartExecution input over 262,144 bytes is a ValidationException; a state's
   input when entered, a task's input after Parameters, a task's result and a state's output over
   262,144 bytes (compact JSON, UTF-8; moto measured `json.dumps` with spaces and \\u escapes, and
