@@ -153,6 +153,23 @@ def dynamodb_stream_event(records: Sequence[StreamRecord]) -> dict[str, Any]:
     return {"Records": [record.record for record in records]}
 
 
+@reaches_into_moto(
+    Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
+    Reach("moto.dynamodb.models", "dynamodb_backends"),
+    Reach("moto.dynamodb.models", "DynamoDBBackend.get_table", ("self", "table_name")),
+    InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="stream_shard"),
+    InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="items"),
+    InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="starting_sequence_number"),
+)
+def _moto_stream_shard(table_name: str) -> Any:
+    """moto's stream shard of the table (its `items`, and the `starting_sequence_number` it numbers new
+    records from), or None when the table has no stream; read with MOTO_DYNAMODB_LOCK held."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    return dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(table_name).stream_shard
+
+
 @dataclass
 class TableStream:
     """New records of a (moto) table stream since the last poll, filtered like the mapping.
@@ -173,22 +190,11 @@ class TableStream:
     def __post_init__(self) -> None:
         self._filters = [StreamFilter(pattern) for pattern in self.patterns]
 
-    @reaches_into_moto(
-        Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
-        Reach("moto.dynamodb.models", "dynamodb_backends"),
-        Reach("moto.dynamodb.models", "DynamoDBBackend.get_table", ("self", "table_name")),
-        InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="stream_shard"),
-        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="items"),
-        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="starting_sequence_number"),
-    )
     def poll(self) -> list[StreamRecord]:
-        from moto.core.models import DEFAULT_ACCOUNT_ID
-        from moto.dynamodb.models import dynamodb_backends
-
         from devtools.aws.moto_patches import MOTO_DYNAMODB_LOCK
 
         with MOTO_DYNAMODB_LOCK:  # the handlers write on other threads
-            shard = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(self.table_name).stream_shard
+            shard = _moto_stream_shard(self.table_name)
             if shard is None:
                 raise RuntimeError(f"table {self.table_name} has no stream; the template enables one on every table read this way")
             fresh = shard.items[self._next :]
@@ -203,25 +209,14 @@ class TableStream:
             found.append(StreamRecord(record["dynamodb"]["SequenceNumber"], record))
         return found
 
-    @reaches_into_moto(
-        Reach("moto.core.models", "DEFAULT_ACCOUNT_ID"),
-        Reach("moto.dynamodb.models", "dynamodb_backends"),
-        Reach("moto.dynamodb.models", "DynamoDBBackend.get_table", ("self", "table_name")),
-        InstanceAttribute("moto.dynamodb.models.table", "Table", attribute="stream_shard"),
-        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="items"),
-        InstanceAttribute("moto.dynamodb.models.table", "StreamShard", attribute="starting_sequence_number"),
-    )
     def trim(self, keep: int) -> int:
         """Drop from moto's shard the records this stream has read, but the last `keep`: on AWS a
         stream keeps records 24 hours, moto keeps them all, which a long-running local server cannot
         afford. Sequence numbers go on from where they were. Returns how many were dropped."""
-        from moto.core.models import DEFAULT_ACCOUNT_ID
-        from moto.dynamodb.models import dynamodb_backends
-
         from devtools.aws.moto_patches import MOTO_DYNAMODB_LOCK
 
         with MOTO_DYNAMODB_LOCK:
-            shard = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_table(self.table_name).stream_shard
+            shard = _moto_stream_shard(self.table_name)
             dropped = max(0, self._next - keep)
             if shard is None or not dropped:
                 return 0
