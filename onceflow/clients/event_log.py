@@ -888,12 +888,19 @@ class EventLogClient:
         """Every page, following next_after and the snapshot's next_chunk until the API gives neither.
 
         When a newer snapshot shows up on a page, its chunk URLs are asked for from its first chunk; once
-        a snapshot's URLs are all read, the next pages ask past its last chunk, so they carry entries only."""
+        a snapshot's URLs are all read, the next pages ask past its last chunk, so they carry entries only.
+        Each entry is on one page only: the next page always asks after the entries this one gave."""
         chunk: int | None = None
         number: int | None = None
         while True:
             page = self.snapshot_page(log_id, after, chunk)
             yield page
+            if page.next_after is not None:
+                if after is not None and _seq(page.next_after) <= _seq(after):
+                    raise ProtocolError(f"read snapshot of {log_id}: next_after {page.next_after} does not move past {after}")
+                after = page.next_after
+            elif page.entries:  # no more entries for now: later pages ask for the ones appended after these
+                after = str(page.entries[-1].get("seq"))
             snapshot = page.snapshot
             if snapshot is not None and snapshot.number != number:
                 number = snapshot.number
@@ -903,12 +910,6 @@ class EventLogClient:
             next_chunk = snapshot.next_chunk if snapshot is not None else None
             if page.next_after is None and next_chunk is None:
                 return
-            if page.next_after is not None:
-                if after is not None and _seq(page.next_after) <= _seq(after):
-                    raise ProtocolError(f"read snapshot of {log_id}: next_after {page.next_after} does not move past {after}")
-                after = page.next_after
-            elif page.entries:  # no more entries for now: the chunk pages ask for the ones appended after these
-                after = str(page.entries[-1].get("seq"))
             if snapshot is not None:
                 if next_chunk is not None and next_chunk <= snapshot.first_chunk:
                     raise ProtocolError(f"read snapshot of {log_id}: next_chunk {next_chunk} does not move past {snapshot.first_chunk}")

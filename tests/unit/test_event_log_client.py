@@ -689,6 +689,27 @@ def test_a_snapshot_built_while_its_chunk_urls_are_read_is_read_from_its_first_c
     assert [entry["position"] for entry in latest.entries] == [5, 6]
 
 
+def test_pages_give_each_entry_once_when_a_snapshot_is_built_while_its_chunk_urls_are_read() -> None:
+    # Given pages of 2 entries and 1 chunk URL over 8 events, snapshot 1 (3 chunks) at cut 2, and snapshot 2 (3 chunks,
+    # cut 3) built after the first page, so that the second page meets it past its first chunk
+    api = FakeApi(page_limit=2, chunk_page_limit=1)
+    api.other_writer_appends("sheet", 8)
+    api.snapshots["sheet"] = snapshot_document(1, 2, [b'{"cell":"A1","value":"1"}\n'] * 3, api)
+
+    def build_snapshot_2(request: HttpRequest, api: FakeApi) -> HttpResponse:
+        answer = api(request, timeout=1)
+        api.snapshots["sheet"] = snapshot_document(2, 3, [b'{"cell":"A1","value":"2"}\n'] * 3, api)
+        return answer
+
+    # When every page is read
+    pages = list(make_client(api, [build_snapshot_2]).snapshot_pages("sheet"))
+    # Then snapshot 2's chunk URLs were asked for from its first chunk, after the entries already given
+    assert [urlsplit(request.url).query for request in api.sent][:3] == ["", "after=4&chunk=1", "after=6"]
+    # and no entry is on two pages
+    positions = [entry["position"] for page in pages for entry in page.entries]
+    assert positions == [3, 4, 5, 6, 7, 8]
+
+
 def test_a_chunk_page_that_does_not_move_on_is_a_protocol_error() -> None:
     # Given an API that answers next_chunk 0 for the chunk it was asked from
     api = FakeApi(chunk_page_limit=1)
