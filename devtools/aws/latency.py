@@ -32,7 +32,7 @@ class Latency:
 
     delay_ms: float = 0.0
     calls: Counter[str] = field(default_factory=Counter)
-    peak_in_flight: int = 0
+    peak_in_flight: int = 0  # the most calls waiting out their delay at once (each waits on its own thread)
     call_cpu_s: float = 0.0  # CPU spent inside the calls: botocore and the embedded cloud, not the code under test
     emulator_cpu_s: float = 0.0  # CPU spent by the embedded cloud answering them (moto's request handler)
     _in_flight: int = 0
@@ -98,14 +98,19 @@ _CPU_STARTED = "onceflow_latency_cpu_started"
 _emulator = threading.local()
 
 
+# botocore's generate_presigned_url and generate_presigned_post build their request through the same
+# events, with this key in the context: no call is made, so none is counted or delayed.
+_PRESIGNING = "is_presign_request"
+
+
 def _call_cpu_starts(context: dict[str, Any], **_: Any) -> None:
-    if _meter is not None:
+    if _meter is not None and not context.get(_PRESIGNING):
         context[_CPU_STARTED] = time.thread_time()
 
 
-def _call_waits(model: Any, **_: Any) -> None:
+def _call_waits(model: Any, context: dict[str, Any], **_: Any) -> None:
     meter = _meter
-    if meter is not None:
+    if meter is not None and not context.get(_PRESIGNING):
         meter._call_started(model.name)
 
 

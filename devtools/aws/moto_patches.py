@@ -177,6 +177,9 @@ def fast_transactions() -> Iterator[None]:
                     key[table.range_key_attr] = op["Item"][table.range_key_attr]
             else:
                 key = op["Key"]
+                schema = {table.hash_key_attr} | ({table.range_key_attr} if table.range_key_attr is not None else set())
+                if set(key) != schema:  # DynamoDB refuses it; moto's own transaction took the extra attribute as data
+                    raise MockValidationException("The provided key element does not match the schema")
             identity = (op["TableName"], str(dict(sorted(key.items()))))
             if identity in seen:
                 raise MultipleTransactionsException()

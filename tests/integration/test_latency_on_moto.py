@@ -31,3 +31,18 @@ def test_calls_on_moto_are_counted_delayed_and_their_cpu_split_between_botocore_
         sqs.send_message(QueueUrl=queue_url, MessageBody="after")
     # Then the meter did not see it
     assert meter.total_calls == 3
+
+
+def test_presigning_a_url_is_no_call_to_count_or_delay() -> None:
+    # Given the embedded cloud's S3 and a meter delaying every call by 200 ms
+    with embedded_aws():
+        s3 = new_client("s3")
+        meter = Latency(delay_ms=200)
+        # When three URLs are presigned (botocore builds them through the same events as a call, but sends nothing)
+        with meter.installed():
+            started = time.perf_counter()
+            urls = [s3.generate_presigned_url("get_object", Params={"Bucket": "bucket", "Key": f"key-{n}"}) for n in range(3)]
+            wall = time.perf_counter() - started
+    # Then none was counted or delayed
+    assert len(urls) == 3 and meter.total_calls == 0 and meter.call_cpu_s == 0
+    assert wall < 0.2

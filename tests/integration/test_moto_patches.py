@@ -79,7 +79,7 @@ def outcome(client: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
             {key: value for key, value in reason.items() if key in ("Code", "Item")}
             for reason in err.response.get("CancellationReasons", [])
         ]
-        return {"error": err.response["Error"]["Code"], "reasons": reasons}
+        return {"error": err.response["Error"]["Code"], "message": err.response["Error"]["Message"], "reasons": reasons}
     return {"error": None}
 
 
@@ -224,8 +224,10 @@ def test_fast_transactions_answer_exactly_as_moto_does() -> None:
 
 def head_update(expression: str, values: dict[str, Any] | None = None, *, key: str = "log", condition: str | None = None) -> dict[str, Any]:
     update: dict[str, Any] = {"TableName": "Heads", "Key": {"pk": {"S": key}}, "UpdateExpression": expression}
-    if "#text" in expression:
-        update["ExpressionAttributeNames"] = {"#text": "text"}
+    # `next` is one of DynamoDB's reserved words: an expression names it through #next, or is refused for that alone
+    names = {name: value for name, value in (("#text", "text"), ("#next", "next")) if name in expression}
+    if names:
+        update["ExpressionAttributeNames"] = names
     if values:
         update["ExpressionAttributeValues"] = values
     if condition:
@@ -239,11 +241,23 @@ REFUSED_SECOND_ITEMS = {
     "adds a number to a string": head_update("ADD #text :one", ONE),
     "adds a number to a string with SET": head_update("SET #text = #text + :one", ONE),
     "sets a key attribute": head_update("SET pk = :other", {":other": {"S": "other"}}),
-    "uses a value it does not define": head_update("SET next = :missing", ONE),
-    "reads an attribute the item does not have": head_update("SET next = absent"),
+    "uses a value it does not define": head_update("SET #next = :missing", ONE),
+    "reads an attribute the item does not have": head_update("SET #next = absent"),
     "appends to a string": head_update("SET #text = list_append(#text, :list)", {":list": {"L": [{"S": "a"}]}}),
-    "adds a string to an item it creates": head_update("ADD next :text", {":text": {"S": "a"}}, key="new-log"),
-    "holds a condition that fails": head_update("SET next = :one", ONE, condition="attribute_not_exists(pk)"),
+    "adds a string to an item it creates": head_update("ADD #next :text", {":text": {"S": "a"}}, key="new-log"),
+    "holds a condition that fails": head_update("SET #next = :one", ONE, condition="attribute_not_exists(pk)"),
+}
+
+
+REFUSAL_REASONS = {
+    "adds a number to a string": "incorrect data type",
+    "adds a number to a string with SET": "Incorrect operand type for operator or function; operator or function: +",
+    "sets a key attribute": "Cannot update attribute pk. This attribute is part of the key",
+    "uses a value it does not define": "attribute value: :missing",
+    "reads an attribute the item does not have": "refers to an attribute that does not exist in the item",
+    "appends to a string": "operator or function: list_append",
+    "adds a string to an item it creates": "incorrect data type",
+    "holds a condition that fails": "ConditionalCheckFailed",
 }
 
 
@@ -277,11 +291,32 @@ def test_a_transaction_whose_last_item_is_refused_writes_nothing_as_moto_and_dyn
         assert (state, records) == (untouched, 0), case
         assert plain[case][1:] == (untouched, 0), case
     # and the failed condition is the last item's cancellation reason; the refused expressions refuse the request
-    assert fast["holds a condition that fails"][0] == {
-        "error": "TransactionCanceledException",
-        "reasons": [{"Code": "None"}, {"Code": "ConditionalCheckFailed"}],
-    }
+    assert fast["holds a condition that fails"][0]["error"] == "TransactionCanceledException"
+    assert fast["holds a condition that fails"][0]["reasons"] == [{"Code": "None"}, {"Code": "ConditionalCheckFailed"}]
+    # and each refused for the reason its case names (not, say, for a reserved word in its expression)
+    for case, fragment in REFUSAL_REASONS.items():
+        assert fragment in fast[case][0]["message"], (case, fast[case][0]["message"])
     assert {answer["error"] for case, (answer, _, _) in fast.items() if case != "holds a condition that fails"} == {"ValidationException"}
+
+
+def test_an_item_whose_key_is_not_the_tables_key_schema_refuses_the_transaction_as_dynamodb_does() -> None:
+    # Given a transaction that puts a new head and updates the same head by a Key with an attribute beyond the table's
+    # key schema (moto as shipped took it for another item: the Update replaced the Put's item, storing the extra
+    # attribute as data)
+    from moto import mock_aws
+
+    extra = head_update("SET #next = :one", ONE, key="fresh")
+    extra["Update"]["Key"]["x"] = {"S": "1"}
+    with mock_aws(), fast_transactions():
+        client = new_client("dynamodb")
+        create_tables(client)
+        before = len(stream_records())
+        # When it runs on the patched backend
+        answer = outcome(client, [put("Heads", "fresh", value={"S": "put"}), extra])
+        # Then the request is refused as DynamoDB refuses it, and nothing is written
+        assert answer == {"error": "ValidationException", "message": "The provided key element does not match the schema", "reasons": []}
+        assert final_state(client) == {"Heads": [], "Entries": [], "Segments": []}
+        assert len(stream_records()) == before
 
 
 def test_fast_transactions_restore_moto_on_exit() -> None:
