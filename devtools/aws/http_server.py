@@ -22,6 +22,27 @@ LINGER_SECONDS = 2.0
 _DISCARD_BYTES = 64 * 1024
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
+class BadContentLength(ValueError):
+    """A Content-Length that is not a decimal number of bytes (negative, or not a number): the request is
+    refused with 400 and its body left unread (read as given, -1 would read until the client closes)."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__(f"Content-Length {value[:40]!r} is not a number of bytes")
+
+
+def content_length(handler: BaseHTTPRequestHandler) -> int | None:
+    """The request's Content-Length (None: none sent); BadContentLength unless it is digits only."""
+    raw = handler.headers.get("Content-Length")
+    if raw is None:
+        return None
+    if not _DIGITS.fullmatch(raw.strip()):
+        raise BadContentLength(raw)
+    return int(raw)
+
+
 class BodyTooLarge(Exception):
     """A request body over the reader's limit; nothing past the limit was read (so the connection must close)."""
 
@@ -32,7 +53,8 @@ class BodyTooLarge(Exception):
 
 def read_body(handler: BaseHTTPRequestHandler, limit: int | None = None) -> bytes:
     """The request's body, by Content-Length or chunked. Over `limit` bytes: BodyTooLarge, without reading
-    the rest (a Content-Length over it: nothing; chunked: not the chunk that would pass it)."""
+    the rest (a Content-Length over it: nothing; chunked: not the chunk that would pass it). A Content-Length
+    that is not a number: BadContentLength, nothing read."""
     if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():
         chunks: list[bytes] = []
         total = 0
@@ -48,7 +70,7 @@ def read_body(handler: BaseHTTPRequestHandler, limit: int | None = None) -> byte
                 raise BodyTooLarge(total)
             chunks.append(handler.rfile.read(size))
             handler.rfile.readline(_MAX_LINE)
-    length = int(handler.headers.get("Content-Length") or 0)
+    length = content_length(handler) or 0
     if limit is not None and length > limit:
         raise BodyTooLarge(length)
     return handler.rfile.read(length) if length else b""
@@ -89,10 +111,10 @@ class BodyAwareHandler(BaseHTTPRequestHandler):
 
 
 def declared_length(handler: BaseHTTPRequestHandler) -> int | None:
-    """The request's Content-Length (None: none, or chunked)."""
-    if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower() or handler.headers.get("Content-Length") is None:
+    """The request's Content-Length (None: none, or chunked); BadContentLength unless it is digits only."""
+    if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():
         return None
-    return int(handler.headers["Content-Length"])
+    return content_length(handler)
 
 
 class BackgroundHttpServer:

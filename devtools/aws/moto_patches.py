@@ -69,6 +69,8 @@ _DYNAMODB = "moto.dynamodb"
         ("self", "expression", "expression_attribute_names", "expression_attribute_values", "item", "table"),
     ),
     Reach(f"{_DYNAMODB}.parsing.validators", "UpdateExpressionValidator.validate", ("self",)),
+    Reach(f"{_DYNAMODB}.parsing.ast_nodes", "Node.normalize", ("self",)),
+    Reach("moto.core.exceptions", "JsonRESTError"),
     Reach(
         f"{_DYNAMODB}.parsing.executors", "UpdateExpressionExecutor.__init__", ("self", "update_ast", "item", "expression_attribute_names")
     ),
@@ -90,6 +92,7 @@ def fast_transactions() -> Iterator[None]:
     written, each Update as the copy it was run on."""
     import copy
 
+    from moto.core.exceptions import JsonRESTError
     from moto.dynamodb.comparisons import get_filter_expression
     from moto.dynamodb.exceptions import (
         ConditionalCheckFailed,
@@ -202,9 +205,10 @@ def fast_transactions() -> Iterator[None]:
                     updated = updated_item(self, table, key, current, op)
             except MockValidationException:
                 raise  # the whole request is refused, as moto's own transaction does
-            except Exception as refusal:  # any other refusal cancels the transaction with it as the item's reason, as moto's does
+            except JsonRESTError as refusal:  # any other refusal of moto's cancels the transaction with it as the item's reason
                 reasons.append((type(refusal).__name__, str(refusal), None))
                 continue
+            # Anything else (an AttributeError from a moto that no longer fits, say) propagates: it is no refusal.
             if written:
                 table_name = op["TableName"]
                 raise RuntimeError(
@@ -456,6 +460,12 @@ _COMPARISON = "moto.stepfunctions.parser.asl.component.state.choice.comparison"
     Reach(f"{_COMPARISON}.comparison_variable", "ComparisonVariable._eval_body", ("self", "env")),
     InstanceAttribute(f"{_COMPARISON}.comparison_variable", "ComparisonVariable", attribute="variable"),
     InstanceAttribute(f"{_COMPARISON}.comparison_variable", "ComparisonVariable", attribute="comparison_function"),
+    InstanceAttribute(f"{_COMPARISON}.variable", "Variable", attribute="string_sampler"),
+    InstanceAttribute(
+        "moto.stepfunctions.parser.asl.component.common.string.string_expression", "StringSampler", attribute="literal_value"
+    ),
+    InstanceAttribute(f"{_COMPARISON}.comparison_func", "ComparisonFunc", attribute="operator_type"),
+    InstanceAttribute("moto.stepfunctions.parser.asl.eval.environment", "Environment", attribute="stack"),
     Reach(f"{_COMPARISON}.comparison_operator_type", "ComparisonOperatorType.IsPresent"),
     Reach(f"{_COMPARISON}.variable", "NoSuchVariable"),
     Reach(

@@ -48,7 +48,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyAwareHandler, read_body
+from devtools.aws.http_server import HOST, BackgroundHttpServer, BadContentLength, BodyAwareHandler, read_body
 from devtools.aws.moto_fit import Reach, reaches_into_moto
 from devtools.aws.sigv4 import S3_SIGV2_REFUSED, LocalCredentials, Refused, is_presigned, is_signature_v2, verify_presigned
 
@@ -168,7 +168,11 @@ class _MotoRequestHandler(BodyAwareHandler):
         if refused is not None:
             self._refuse(refused)
             return
-        body = read_body(self)
+        try:
+            body = read_body(self)
+        except BadContentLength as bad:
+            self._refuse(Refused(400, "BadRequest", str(bad)))
+            return
         url = aws_url(self.path, {name.lower(): value for name, value in self.headers.items()})
         headers = HTTPHeaders()
         for name, value in self.headers.items():

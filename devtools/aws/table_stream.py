@@ -79,8 +79,10 @@ def _refusals(pattern: Mapping[str, Any], path: str = "") -> Iterator[str]:
     for name, rules in pattern.items():
         where = f"{path}.{name}" if path else name
         if name == "$or":
-            alternatives = rules if isinstance(rules, list) else [rules]
-            for alternative in alternatives:
+            if not isinstance(rules, list):
+                yield f"{where}: $or takes a list of patterns"
+                continue
+            for alternative in rules:
                 yield from _refusals(alternative, path) if isinstance(alternative, Mapping) else [f"{where}: {json.dumps(alternative)}"]
         elif isinstance(rules, Mapping):
             yield from _refusals(rules, where)

@@ -41,7 +41,16 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer, BodyAwareHandler, BodyTooLarge, authority, declared_length, read_body
+from devtools.aws.http_server import (
+    HOST,
+    BackgroundHttpServer,
+    BadContentLength,
+    BodyAwareHandler,
+    BodyTooLarge,
+    authority,
+    declared_length,
+    read_body,
+)
 from devtools.aws.service_limits import (
     HTTP_API_INTEGRATION_TIMEOUT_SECONDS,
     HTTP_API_PAYLOAD_BYTES,
@@ -319,6 +328,10 @@ def lambda_response(result: Any) -> HttpResponse:
     return HttpResponse(int(result["statusCode"]), headers, data)
 
 
+# What the API answers a request whose Content-Length is not a number of bytes, before reading anything.
+BAD_REQUEST = HttpResponse.json(400, {"message": "Bad Request"})
+
+
 class _ApiRequestHandler(BodyAwareHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # TCP_NODELAY, as the moto server's handler (devtools/aws/moto_server.py) says why
@@ -341,7 +354,11 @@ class _ApiRequestHandler(BodyAwareHandler):
     def handle_expect_100(self) -> bool:
         """`Expect: 100-continue` with a Content-Length over the quota: the 413 instead of 100 Continue, so the
         client never sends the body."""
-        length = declared_length(self)
+        try:
+            length = declared_length(self)
+        except BadContentLength:
+            self._respond(BAD_REQUEST, body_unread=True)
+            return False
         if length is not None and http_api_length_refusal(length) is not None:
             self._respond(self.server.api.handle(self._request(unread_length=length)), body_unread=True)
             return False
@@ -352,6 +369,9 @@ class _ApiRequestHandler(BodyAwareHandler):
         # not read at all, a chunked body stops at the chunk that passes it.
         try:
             request, body_unread = self._request(read_body(self, HTTP_API_PAYLOAD_BYTES)), False
+        except BadContentLength:
+            self._respond(BAD_REQUEST, body_unread=True)
+            return
         except BodyTooLarge as too_large:
             request, body_unread = self._request(unread_length=too_large.length), True
         self._respond(self.server.api.handle(request), body_unread=body_unread)

@@ -110,8 +110,8 @@ def test_a_declared_patch_checks_before_it_runs_and_once_per_process(monkeypatch
     assert runs == ["ran", "ran"]
 
 
-def test_every_declared_patch_is_applied_through_its_check() -> None:
-    # Given every function of the reaching modules that carries a declaration
+def test_every_declaration_is_on_a_function_of_the_reaching_modules() -> None:
+    # Given every function of the reaching modules that carries a declaration (the decorator makes each a checked wrapper)
     wrapped = {
         function.moto_patch.name
         for module_name in moto_fit.REACHING_MODULES
@@ -130,8 +130,22 @@ def _functions(module: Any) -> Iterator[Any]:
                 yield from (member for member in vars(value).values() if callable(member))
 
 
+def _moto_module_of(node: ast.AST) -> tuple[str, str] | None:
+    """(module, dotted name) when `node` is `import_module("moto...")`, or an attribute chain on one."""
+    attributes: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attributes.insert(0, node.attr)
+        node = node.value
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
+        argument = node.args[0]
+        if isinstance(argument, ast.Constant) and str(argument.value).split(".")[0] == "moto":
+            return str(argument.value), ".".join(attributes)
+    return None
+
+
 def _moto_uses(tree: ast.Module) -> set[tuple[str, str]]:
-    """(module, dotted name) of every moto name a source imports, and each attribute of it that it reads."""
+    """(module, dotted name) of every moto name a source imports, each attribute of it that it reads, and
+    each name it patches on it (`mock.patch.object(X, "name", ...)`, `setattr(X, "name", ...)`)."""
     imported: dict[str, tuple[str, str]] = {}
     uses: set[tuple[str, str]] = set()
     for node in ast.walk(tree):
@@ -144,15 +158,34 @@ def _moto_uses(tree: ast.Module) -> set[tuple[str, str]]:
                 uses.add(found)
         elif isinstance(node, ast.Import):
             uses.update((alias.name, "") for alias in node.names if alias.name.split(".")[0] == "moto")
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
-            argument = node.args[0]
-            if isinstance(argument, ast.Constant) and str(argument.value).split(".")[0] == "moto":
-                uses.add((str(argument.value), ""))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            found = _moto_module_of(node.value)
+            if found is not None:  # `parser: Any = importlib.import_module("moto...").Name`
+                uses.add(found)
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                imported.update({target.id: found for target in targets if isinstance(target, ast.Name)})
+        elif isinstance(node, ast.Call):
+            found = _moto_module_of(node)
+            if found is not None:
+                uses.add(found)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported:
+        dunder = isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported and not dunder:
             module, name = imported[node.value.id]
             uses.add((module, f"{name}.{node.attr}" if name else node.attr))
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and _patches_by_name(node.func):
+            owner, attribute = node.args[0], node.args[1]
+            if isinstance(owner, ast.Name) and owner.id in imported and isinstance(attribute, ast.Constant):
+                module, name = imported[owner.id]
+                uses.add((module, f"{name}.{attribute.value}" if name else str(attribute.value)))
     return uses
+
+
+def _patches_by_name(function: ast.expr) -> bool:
+    """`setattr`, `mock.patch.object` or `monkeypatch.setattr`: a call that replaces an attribute named by a string."""
+    if isinstance(function, ast.Name):
+        return function.id == "setattr"
+    return isinstance(function, ast.Attribute) and function.attr in ("object", "setattr")
 
 
 def _is_module(name: str) -> bool:
@@ -190,11 +223,26 @@ def test_no_module_reaches_into_moto_without_declaring_it() -> None:
 
 
 def test_the_scan_sees_an_undeclared_reach() -> None:
-    # Given a source that imports a moto internal and reads a method of it, with no declaration
-    source = "from moto.sqs.models import SQSBackend\n\ndef f():\n    return SQSBackend.delete_queue\n"
+    # Given a source that imports a moto internal and reads a method of it, patches another by name, and reads a
+    # function of a module it imports by name, with no declaration
+    source = (
+        "import importlib\nfrom unittest import mock\nfrom moto.sqs.models import SQSBackend\n\n"
+        "def f():\n"
+        "    models = importlib.import_module('moto.sqs.models')\n"
+        "    with mock.patch.object(SQSBackend, '_private', None):\n"
+        "        return SQSBackend.delete_queue, models.unix_time\n"
+    )
     uses = _moto_uses(ast.parse(source))
-    # Then the scan lists both the class and the method, and neither is covered by an unrelated reach
-    assert uses == {("moto.sqs.models", "SQSBackend"), ("moto.sqs.models", "SQSBackend.delete_queue")}
+    # Then the scan lists the class, the method, the patched name and the module's function
+    assert uses == {
+        ("moto.sqs.models", "SQSBackend"),
+        ("moto.sqs.models", "SQSBackend.delete_queue"),
+        ("moto.sqs.models", "SQSBackend._private"),
+        ("moto.sqs.models", ""),
+        ("moto.sqs.models", "unix_time"),
+    }
+    # and none of the names is covered by an unrelated reach (the bare module is: a reach into it)
     unrelated = [Reach("moto.sqs.models", "SQSBackend.send_message")]
-    assert not _covered("moto.sqs.models", "SQSBackend.delete_queue", unrelated)
-    assert _covered("moto.sqs.models", "SQSBackend", unrelated)
+    for name in ("SQSBackend.delete_queue", "SQSBackend._private", "unix_time"):
+        assert not _covered("moto.sqs.models", name, unrelated), name
+    assert _covered("moto.sqs.models", "SQSBackend", unrelated) and _covered("moto.sqs.models", "", unrelated)

@@ -156,3 +156,12 @@ def test_a_rule_the_matcher_gets_wrong_or_lambda_does_not_document_is_refused(ru
     # Then it is refused, naming where the rule is, as Lambda refuses an invalid pattern when the mapping is created
     with pytest.raises(ValueError, match=r"refused: dynamodb\.SizeBytes: "):
         StreamFilter(pattern)
+
+
+def test_an_or_that_is_not_a_list_of_patterns_is_refused() -> None:
+    # Given a pattern whose $or is one pattern rather than a list of them (EventBridge takes only a list)
+    pattern = {"$or": {"eventName": ["INSERT"]}}
+    # When it is made a stream filter
+    # Then it is refused with the reason, not a crash
+    with pytest.raises(ValueError, match=r"refused: \$or: \$or takes a list of patterns"):
+        StreamFilter(pattern)

@@ -81,6 +81,23 @@ def test_a_declared_body_over_the_quota_is_answered_413_at_once_without_being_re
         assert headers["connection"] == "close"
 
 
+@pytest.mark.parametrize("declared", ["-1", "12abc", "+5"])
+def test_a_content_length_that_is_no_number_of_bytes_is_refused_before_reading(local_stack: LocalStack, declared: str) -> None:
+    # Given requests to each HTTP API whose Content-Length is not digits (read as given, -1 would read every byte the
+    # client sends, past the 10 MB quota), followed by 11 MiB of body
+    for base_url, target in api_routes(local_stack):
+        with connect(base_url) as connection:
+            started = time.monotonic()
+            connection.sendall(head("POST", target, [("Content-Length", declared)]))
+            connection.sendall(b" " * (11 * MIB))
+            # When the server answers
+            status, headers, _ = answer(connection)
+            took = time.monotonic() - started
+            # Then it is a 400 at once, and the connection closes (nothing of the body was read as a request)
+            assert status == 400, (base_url, declared)
+            assert took < PROMPT_SECONDS and headers["connection"] == "close", (base_url, took)
+
+
 def test_a_chunked_body_is_read_only_until_it_passes_the_quota(local_stack: LocalStack) -> None:
     # Given a chunked POST that sends exactly the quota in 1 MiB chunks, then announces one byte more
     with connect(local_stack.event_log_url) as connection:
