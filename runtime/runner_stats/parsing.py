@@ -18,7 +18,7 @@ from runtime.runner_stats.models import (
     StreamPosition,
     TimestampWindow,
 )
-from runtime.shared.json_depth import MAX_JSON_DEPTH, JsonTooDeep, exceeds_depth
+from runtime.shared.json_depth import JsonTooDeep, check_depth
 
 REQUIRED_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc", "distance_meters")
 _INTEGER_FIELDS = ("user_id", "run_id", "sequence_id", "timestamp_utc")
@@ -76,9 +76,11 @@ def parse_record(record: Mapping[str, Any], *, max_bytes: int, window: Timestamp
         text = payload.decode("utf-8-sig")
     except UnicodeDecodeError:
         return Rejection(position, RejectReason.NOT_UTF8, "record data is not UTF-8 text", payload)
-    if exceeds_depth(text):
+    try:
         # Before the parser, whose own limit is the interpreter's (3.11 recurses to about 1,000 levels, 3.13 far deeper).
-        return Rejection(position, RejectReason.TOO_DEEP, f"record data is {JsonTooDeep(MAX_JSON_DEPTH)}", payload)
+        check_depth(text)
+    except JsonTooDeep as err:
+        return Rejection(position, RejectReason.TOO_DEEP, f"record data is {err}", payload)
     try:
         document = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
     except ValueError as err:
