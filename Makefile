@@ -2,13 +2,20 @@
 SHELL := /bin/bash
 ENV ?= dev
 VENV := .venv
+# The interpreter of the venv, so of the suite, the demo and the bench: the one Lambda runs the
+# functions on (infra/lambda_factory.PYTHON_RUNTIME; tests/infra/test_interpreter.py ties the two).
+PYTHON_VERSION := 3.13
+# python3.13 on PATH if it runs (a pyenv shim of a version not selected does not), else pyenv's newest 3.13.x.
+PYTHON := $(shell for p in python$(PYTHON_VERSION) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(PYTHON_VERSION).*/bin/python$(PYTHON_VERSION) 2>/dev/null | sort -V -r); do \
+	$$p -c '' >/dev/null 2>&1 && { command -v $$p; break; }; done)
+NO_PYTHON = { echo "make: needs Python $(PYTHON_VERSION), the functions' Lambda runtime: install it (pyenv install $(PYTHON_VERSION), or your system's python$(PYTHON_VERSION)) and run make again"; exit 1; }
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 # The dev environment, every package pinned with its hashes; `make lock` writes it from requirements-dev.txt.
 LOCK := requirements-dev.lock
 # pip-tools lives only in this throwaway venv: `make install` never needs it.
-LOCK_VENV := build/lock-venv
+LOCK_VENV := build/lock-venv-$(PYTHON_VERSION)
 PIP_TOOLS := pip-tools==7.6.2
 # Extra pip-compile arguments for `make lock`, e.g. LOCK_ARGS=--upgrade or LOCK_ARGS='--upgrade-package ruff'.
 LOCK_ARGS ?=
@@ -38,7 +45,9 @@ install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (has
 # in .venv/bin and run the working tree's code.
 $(STAMP): $(LOCK) pyproject.toml
 	@echo "make install: the locked Python packages into $(VENV) (2-3 minutes on a fresh machine)"
-	test -x $(PY) || python3 -m venv $(VENV)
+	@test -n "$(PYTHON)" || $(NO_PYTHON)
+	@# A venv of another Python (3.11 before) is made again: the lock is resolved for $(PYTHON_VERSION).
+	test "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = $(PYTHON_VERSION) || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
 	$(PY) -m pip check
 	@echo "make install: onceflow itself, editable (its console scripts into $(VENV)/bin)"
@@ -55,7 +64,8 @@ $(NODE_STAMP): package.json package-lock.json | $(STAMP)
 # machine), so the lock names only files that every machine can download. Existing pins are kept
 # while they still fit requirements-dev.txt; LOCK_ARGS=--upgrade moves everything to the newest.
 lock: ## regenerates requirements-dev.lock (pins + hashes) from requirements-dev.txt with pip-tools; LOCK_ARGS=--upgrade to upgrade
-	test -x $(LOCK_VENV)/bin/pip-compile || { python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet $(PIP_TOOLS); }
+	@test -n "$(PYTHON)" || $(NO_PYTHON)
+	test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet $(PIP_TOOLS); }
 	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock" \
 		$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
 		$(LOCK_ARGS) --output-file $(LOCK) requirements-dev.txt
