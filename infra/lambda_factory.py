@@ -25,7 +25,7 @@ from onceflow.infra.compliance import acknowledge
 from onceflow.runtime.shared.contract import TRACING_MODE_VARIABLE, TracingMode
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
+PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 METRICS_NAMESPACE = "onceflow"
 # Only the runtime package goes into the asset; tests, infra and tooling stay out.

@@ -88,7 +88,7 @@ TAGGED_TYPES = (STATEFUL | {ALARM_TOPIC, *STATELESS}) - {
     "AWS::SNS::TopicPolicy",
     "AWS::SQS::QueuePolicy",
 }
-POWERTOOLS_PREFIX = "/aws/service/powertools/python/arm64/python3.14/"
+POWERTOOLS_PREFIX = "/aws/service/powertools/python/arm64/python3.13/"
 SSM_PARAMETER_TYPE = "AWS::SSM::Parameter::Value<String>"
 
 VARIANT_CONFIG = dataclasses.replace(

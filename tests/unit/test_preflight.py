@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = Target(command="deploy", env="dev")
 REQUIREMENT = BootstrapRequirement(parameter="/cdk-bootstrap/hnb659fds/version", min_version=6)
 MOTO_ACCOUNT = "123456789012"  # the account moto's STS answers with
-POWERTOOLS = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+POWERTOOLS = "/aws/service/powertools/python/arm64/python3.13/3.37.0"
 LAYERS = LayerRequirement(powertools_parameter=POWERTOOLS)
 ADOT_ARN = "arn:aws:lambda:us-east-1:615299751070:layer:AWSOpenTelemetryDistroPython:25"
 POWERTOOLS_REGIONS = {"us-east-1"}  # where `powertools_published` publishes the layer
@@ -379,7 +379,7 @@ def test_a_region_without_the_powertools_layer_says_what_to_do() -> None:
     message = str(refused.value)
     assert "\n" not in message
     assert f"not published in region ap-southeast-7 (no public SSM parameter {POWERTOOLS})" in message
-    assert "`aws ssm get-parameters-by-path --path /aws/service/powertools/python/arm64/python3.14 --region ap-southeast-7`" in message
+    assert "`aws ssm get-parameters-by-path --path /aws/service/powertools/python/arm64/python3.13 --region ap-southeast-7`" in message
 
 
 def test_a_region_with_the_powertools_layer_passes_and_names_it() -> None:

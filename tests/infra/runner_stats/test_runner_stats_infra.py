@@ -58,7 +58,7 @@ TABLE_ACTIONS = {
     ENV_REJECTS_TABLE: {"dynamodb:PutItem"},
 }
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
-POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.13/3.37.0"
 MAX_RETRY_ATTEMPTS = 10_000  # the Kinesis event source's upper bound; -1 would mean "forever"
 
 
@@ -349,12 +349,12 @@ def test_function_runtime_architecture_handler_tracing_and_json_logs(
     log_group_id, _ = only(template_json, "AWS::Logs::LogGroup")
     role_id, _ = only(template_json, "AWS::IAM::Role")
     # When we look at its properties
-    # Then it is Python 3.14 on arm64, runs the runner-stats handler with active tracing, logs JSON
+    # Then it is Python 3.13 on arm64, runs the runner-stats handler with active tracing, logs JSON
     # into its own log group, and is sized from the config
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {
-            "Runtime": "python3.14",
+            "Runtime": "python3.13",
             "Architectures": ["arm64"],
             "Handler": "runtime.runner_stats.handler.handler",
             "TracingConfig": {"Mode": "Active"},
@@ -375,7 +375,7 @@ def test_function_uses_the_aws_managed_powertools_layer_from_ssm(template_json: 
     assert len(layers) == 1 and set(layers[0]) == {"Ref"}, layers
     parameter = template_json["Parameters"][layers[0]["Ref"]]
     # Then it is an SSM parameter resolved at deploy time: the public Powertools parameter for
-    # arm64 / python3.14 / the pinned version
+    # arm64 / python3.13 / the pinned version
     Template.from_json(template_json).has_parameter(
         layers[0]["Ref"], {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
     )

@@ -143,7 +143,7 @@ LAMBDA_SERVICE_ERRORS = [
 TRANSIENT_ERRORS = ["TransientInfrastructureError", *LAMBDA_SERVICE_ERRORS]
 # An Express workflow's 5 minutes hold a phase's retries and its automatic redrive only with fewer, shorter retries.
 EXPRESS_RETRIES = {"transient_retry_attempts": 4, "auto_redrive_wait_seconds": 60}
-POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.13/3.37.0"
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
@@ -1208,8 +1208,8 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
     _, fn = function(template_json, handler)
     props = fn["Properties"]
     # When we look at its runtime, tracing, logging and layer
-    # Then it is Python 3.14 on arm64 with active tracing and JSON logs into its own log group
-    assert props["Runtime"] == "python3.14"
+    # Then it is Python 3.13 on arm64 with active tracing and JSON logs into its own log group
+    assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
     assert props["LoggingConfig"]["LogFormat"] == "JSON"
