@@ -27,6 +27,7 @@ from runtime.runner_stats.contract import ENV_MESSAGES_TABLE, ENV_REJECTS_TABLE,
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.shared.contract import TRACING_MODE_VARIABLE
 from tests.conftest import assembly_for
+from tests.infra.template_queries import sdk_layer_ref
 
 ENVS = ("dev", "prod")
 
@@ -370,9 +371,10 @@ def test_function_runtime_architecture_handler_tracing_and_json_logs(
 def test_function_uses_the_aws_managed_powertools_layer_from_ssm(template_json: dict[str, Any]) -> None:
     # Given the function
     _, function = only(template_json, "AWS::Lambda::Function")
-    # When we follow its one layer reference
+    # When we follow its layer references: Powertools', then the stack's SDK layer
     layers = function["Properties"]["Layers"]
-    assert len(layers) == 1 and set(layers[0]) == {"Ref"}, layers
+    assert len(layers) == 2 and set(layers[0]) == {"Ref"}, layers
+    assert layers[1] == sdk_layer_ref(template_json)
     parameter = template_json["Parameters"][layers[0]["Ref"]]
     # Then it is an SSM parameter resolved at deploy time: the public Powertools parameter for
     # arm64 / python3.13 / the pinned version
