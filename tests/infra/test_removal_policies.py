@@ -59,6 +59,7 @@ STATELESS = {
     "AWS::IAM::Role",
     "AWS::Lambda::EventSourceMapping",
     "AWS::Lambda::Function",
+    "AWS::Lambda::LayerVersion",  # the SDK layer: rebuilt from the lock; a function keeps a deleted version it runs
     "AWS::Lambda::Permission",
     "AWS::S3::BucketPolicy",
     "AWS::SNS::TopicPolicy",

@@ -471,26 +471,28 @@ def test_function_code_is_one_asset_holding_only_the_runtime_package(dev_assembl
     # Given the dev cloud assembly and its stack template
     template_json = load_assembly(dev_assembly)[f"{load_config('dev').stack_prefix}-RunnerStats"]
     _, function = only(template_json, "AWS::Lambda::Function")
-    # When we look up the function's code in the asset manifest
+    _, layer = only(template_json, "AWS::Lambda::LayerVersion")
+    # When we look up the function's code in the asset manifest (the other zip asset is the SDK layer)
     assets = zip_file_assets(dev_assembly)
-    assert len(assets) == 1, f"expected one code asset, found {sorted(assets)}"
-    (asset,) = assets.values()
-    (destination,) = asset["destinations"].values()
-    assert function["Properties"]["Code"]["S3Key"] == destination["objectKey"]
+    keys = {asset_id: destination["objectKey"] for asset_id, asset in assets.items() for destination in asset["destinations"].values()}
+    assert sorted(keys.values()) == sorted([function["Properties"]["Code"]["S3Key"], layer["Properties"]["Content"]["S3Key"]])
+    (asset,) = [assets[asset_id] for asset_id, key in keys.items() if key == function["Properties"]["Code"]["S3Key"]]
     directory = dev_assembly / asset["source"]["path"]
     contents = sorted(asset_files(directory))
     # Then the asset holds the runtime package and nothing else: no tests, infra, tooling,
-    # virtualenv, git data or byte code
+    # virtualenv or git data; bytecode only in __pycache__ beside its module (tests/infra/test_lambda_assets.py reads it)
     assert {path.parts[0] for path in contents} == {"runtime"}
-    unwanted = {"tests", "infra", "devtools", "benchmarks", ".venv", ".git", "node_modules", "cdk.out", "__pycache__"}
-    assert not [path for path in contents if unwanted & set(path.parts) or path.suffix == ".pyc"]
+    unwanted = {"tests", "infra", "devtools", "benchmarks", ".venv", ".git", "node_modules", "cdk.out"}
+    assert not [path for path in contents if unwanted & set(path.parts)]
+    compiled = [path for path in contents if "__pycache__" in path.parts]
+    assert compiled and all(path.parent.name == "__pycache__" and path.suffix == ".pyc" for path in compiled if path.suffix)
     # and exactly the runtime's source files, including the handler module the function names
     source = sorted(
         path.relative_to(PROJECT_ROOT)
         for path in (PROJECT_ROOT / "runtime").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     )
-    assert [path for path in contents if (directory / path).is_file()] == source
+    assert [path for path in contents if (directory / path).is_file() and "__pycache__" not in path.parts] == source
     module, _ = function["Properties"]["Handler"].rsplit(".", 1)
     assert (directory / (module.replace(".", "/") + ".py")).is_file()
 
