@@ -85,6 +85,7 @@ TAGGED_TYPES = (STATEFUL | {ALARM_TOPIC, *STATELESS}) - {
     "AWS::ApiGatewayV2::Integration",
     "AWS::ApiGatewayV2::Route",
     "AWS::IAM::Policy",
+    "AWS::Lambda::LayerVersion",
     "AWS::Lambda::Permission",
     "AWS::S3::BucketPolicy",
     "AWS::SNS::TopicPolicy",

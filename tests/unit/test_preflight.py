@@ -459,7 +459,11 @@ def test_the_layers_checked_are_every_layer_the_apps_functions_use(dev_templates
             key: spec["Default"] for key, spec in template.get("Parameters", {}).items() if spec["Type"].startswith("AWS::SSM::Parameter::")
         }
         functions = resources_of_type(template, "AWS::Lambda::Function").values()
-        layer_sources |= {ssm_parameters[layer["Ref"]] for function in functions for layer in function["Properties"].get("Layers", [])}
+        layers_used = [layer["Ref"] for function in functions for layer in function["Properties"].get("Layers", [])]
+        # (the SDK layer is a layer version of the stack itself: the deploy creates it, nothing to resolve)
+        own_layers = set(resources_of_type(template, "AWS::Lambda::LayerVersion"))
+        assert len(own_layers) == (1 if functions else 0), name
+        layer_sources |= {ssm_parameters[layer] for layer in layers_used if layer not in own_layers}
         # Then every SSM parameter a stack resolves at deploy is one the preflight reads, and no stack maps an ADOT layer
         assert set(ssm_parameters.values()) <= {layers.powertools_parameter, bootstrap_version}, name
         assert "AdotPythonLayer" not in template.get("Mappings", {}), name
