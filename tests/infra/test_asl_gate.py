@@ -153,11 +153,13 @@ def test_the_command_prints_one_line_per_finding_and_exits_non_zero(tmp_path: Pa
     assert main([str(good)]) == 0
 
 
-def test_cfn_lint_lets_a_breakage_in_the_join_through() -> None:
+def test_cfn_lint_lets_a_breakage_in_the_join_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the template with an unknown field injected into its joined definition
     text, replacement = BREAKAGES["unknown-state-field"]
     template = inject(taxi_etl_template(), text, replacement)
-    # When cfn-lint (as `make cfn-lint` configures it) lints it
+    # When cfn-lint (as `make cfn-lint` configures it) lints it, away from the project's .cfnlintrc.yaml: cfn-lint's API
+    # reads it from the working directory and fails on its template globs when cdk.out/ is not synthesized yet
+    monkeypatch.chdir(tmp_path)
     matches = lint(json.dumps(template), config=ManualArgs(regions=["us-east-1"], ignore_checks=["W3005"]))
     # Then it finds nothing, its state machine rule (E3601) included: the gate is what refuses it (below)
     assert resources_of_type(template, "AWS::StepFunctions::StateMachine").keys() == {STATE_MACHINE}
