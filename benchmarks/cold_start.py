@@ -175,7 +175,7 @@ def lambda_environment(function: LambdaFunction | None, task_root: Path, mode: T
         "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{name}",
         "AWS_REGION": REGION,
         "AWS_DEFAULT_REGION": REGION,
-        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.14",
+        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
         "LAMBDA_TASK_ROOT": str(task_root),
         "_HANDLER": function.handler if function else "",
         "_X_AMZN_TRACE_ID": TRACE_HEADER,

@@ -180,7 +180,7 @@ def lambda_like_environment(*, tracing: bool, mode: TracingMode | str | None = T
             "PYTHONPATH": str(PROJECT_ROOT),
             "LAMBDA_TASK_ROOT": str(PROJECT_ROOT),
             "AWS_LAMBDA_FUNCTION_NAME": "probe",
-            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.14",
+            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
             "_X_AMZN_TRACE_ID": TRACE_HEADER,
             "AWS_XRAY_CONTEXT_MISSING": "LOG_ERROR",
             "AWS_DEFAULT_REGION": "us-east-1",

@@ -52,7 +52,7 @@ def test_the_measured_environment_is_lambdas_with_tracing_active(
     assert env["_HANDLER"] == "runtime.event_log.worker_handler.handler"
     assert env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "512"
     assert env["LAMBDA_TASK_ROOT"] == env["PYTHONPATH"] == "/var/task"
-    assert env["AWS_EXECUTION_ENV"] == "AWS_Lambda_python3.14"
+    assert env["AWS_EXECUTION_ENV"] == "AWS_Lambda_python3.13"
     assert env["AWS_XRAY_DAEMON_ADDRESS"] == "169.254.79.129:2000"
     assert env["_X_AMZN_TRACE_ID"].endswith("Sampled=1")
     # And the tracing mode is the template's (the default: no SDK), unless the SDK mode is measured beside it

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = Target(command="deploy", env="dev")
 REQUIREMENT = BootstrapRequirement(parameter="/cdk-bootstrap/hnb659fds/version", min_version=6)
 MOTO_ACCOUNT = "123456789012"  # the account moto's STS answers with
-POWERTOOLS = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+POWERTOOLS = "/aws/service/powertools/python/arm64/python3.13/3.37.0"
 LAYERS = LayerRequirement(powertools_parameter=POWERTOOLS)
 ADOT_ARN = "arn:aws:lambda:us-east-1:615299751070:layer:AWSOpenTelemetryDistroPython:25"
 POWERTOOLS_REGIONS = {"us-east-1"}  # where `powertools_published` publishes the layer
@@ -379,7 +379,7 @@ def test_a_region_without_the_powertools_layer_says_what_to_do() -> None:
     message = str(refused.value)
     assert "\n" not in message
     assert f"not published in region ap-southeast-7 (no public SSM parameter {POWERTOOLS})" in message
-    assert "`aws ssm get-parameters-by-path --path /aws/service/powertools/python/arm64/python3.14 --region ap-southeast-7`" in message
+    assert "`aws ssm get-parameters-by-path --path /aws/service/powertools/python/arm64/python3.13 --region ap-southeast-7`" in message
 
 
 def test_a_region_with_the_powertools_layer_passes_and_names_it() -> None:
@@ -459,7 +459,11 @@ def test_the_layers_checked_are_every_layer_the_apps_functions_use(dev_templates
             key: spec["Default"] for key, spec in template.get("Parameters", {}).items() if spec["Type"].startswith("AWS::SSM::Parameter::")
         }
         functions = resources_of_type(template, "AWS::Lambda::Function").values()
-        layer_sources |= {ssm_parameters[layer["Ref"]] for function in functions for layer in function["Properties"].get("Layers", [])}
+        layers_used = [layer["Ref"] for function in functions for layer in function["Properties"].get("Layers", [])]
+        # (the SDK layer is a layer version of the stack itself: the deploy creates it, nothing to resolve)
+        own_layers = set(resources_of_type(template, "AWS::Lambda::LayerVersion"))
+        assert len(own_layers) == (1 if functions else 0), name
+        layer_sources |= {ssm_parameters[layer] for layer in layers_used if layer not in own_layers}
         # Then every SSM parameter a stack resolves at deploy is one the preflight reads, and no stack maps an ADOT layer
         assert set(ssm_parameters.values()) <= {layers.powertools_parameter, bootstrap_version}, name
         assert "AdotPythonLayer" not in template.get("Mappings", {}), name

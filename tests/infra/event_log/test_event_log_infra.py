@@ -39,6 +39,7 @@ from tests.infra.template_queries import (
     resolved_environment,
     resource,
     role_of,
+    sdk_layer_ref,
     unconditional,
 )
 
@@ -131,7 +132,7 @@ ROUTES = {"POST /logs/{logId}/entries", "POST /logs/{logId}/payloads", "POST /lo
 STREAM_RETENTION_SECONDS = 24 * 3600  # a DynamoDB stream keeps records 24 h
 MAX_RETRY_ATTEMPTS = 10_000  # the stream event source's upper bound; -1 would mean "forever"
 MAX_RECEIVE_COUNT = 1000  # SQS's upper bound for a redrive policy
-POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.13/3.37.0"
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
@@ -809,17 +810,18 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
     _, fn = function(template_json, handler)
     props = fn["Properties"]
     # When we look at its runtime, tracing, logging and layer
-    # Then it is Python 3.14 on arm64 with active tracing and JSON logs into its own log group
-    assert props["Runtime"] == "python3.14"
+    # Then it is Python 3.13 on arm64 with active tracing and JSON logs into its own log group
+    assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
     assert props["LoggingConfig"]["LogFormat"] == "JSON"
     log_group_id = log_group_of(template_json, handler)
     log_group = resource(template_json, log_group_id, "AWS::Logs::LogGroup")
     assert log_group["Properties"]["RetentionInDays"] == EXPECTED[env_name]["log_retention_days"]
-    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time
-    (layer,) = props["Layers"]
-    assert template_json["Parameters"][layer["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
+    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time, then the stack's SDK layer
+    powertools, sdk = props["Layers"]
+    assert sdk == sdk_layer_ref(template_json)
+    assert template_json["Parameters"][powertools["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
     # and its role may write only to that log group
     logs = [s for s in statements_of(template_json, handler) if any(a.startswith("logs:") for a in as_list(s["Action"]))]
     assert logs == [{"Action": sorted(LOG_ACTIONS), "Effect": "Allow", "Resource": arn(log_group_id)}]

@@ -49,6 +49,7 @@ from tests.infra.template_queries import (
     resolved_environment,
     resource,
     role_of,
+    sdk_layer_ref,
     unconditional,
     variables_of,
 )
@@ -143,7 +144,7 @@ LAMBDA_SERVICE_ERRORS = [
 TRANSIENT_ERRORS = ["TransientInfrastructureError", *LAMBDA_SERVICE_ERRORS]
 # An Express workflow's 5 minutes hold a phase's retries and its automatic redrive only with fewer, shorter retries.
 EXPRESS_RETRIES = {"transient_retry_attempts": 4, "auto_redrive_wait_seconds": 60}
-POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.14/3.37.0"
+POWERTOOLS_PARAMETER = "/aws/service/powertools/python/arm64/python3.13/3.37.0"
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LOG_ACTIONS = {"logs:CreateLogStream", "logs:PutLogEvents"}
@@ -1098,10 +1099,11 @@ def test_no_function_reaches_another_pipelines_resources(env_templates: dict[str
                 assert body["Type"] == "AWS::CloudWatch::Alarm", f"{other_name}/{logical_id} imports from another stack"
                 imports = [action for name in ("AlarmActions", "OKActions") for action in body["Properties"][name]]
                 assert all(set(action) == {"Fn::ImportValue"} for action in imports), logical_id
-    # and no other stack names one of the saga's resources
+    # and no other stack names one of the saga's resources (a resource of its own under the same logical id,
+    # as each stack's SdkLayer is, is not a reference)
     for other_name, other in others.items():
         text = json.dumps(other)
-        assert not [lid for lid in template_json["Resources"] if f'"{lid}"' in text], other_name
+        assert not [lid for lid in template_json["Resources"] if lid not in other["Resources"] and f'"{lid}"' in text], other_name
 
 
 # --- 7. environments and the runtime's settings ------------------------------------------------
@@ -1208,16 +1210,17 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
     _, fn = function(template_json, handler)
     props = fn["Properties"]
     # When we look at its runtime, tracing, logging and layer
-    # Then it is Python 3.14 on arm64 with active tracing and JSON logs into its own log group
-    assert props["Runtime"] == "python3.14"
+    # Then it is Python 3.13 on arm64 with active tracing and JSON logs into its own log group
+    assert props["Runtime"] == "python3.13"
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
     assert props["LoggingConfig"]["LogFormat"] == "JSON"
     log_group = resource(template_json, log_group_of(template_json, handler), "AWS::Logs::LogGroup")
     assert log_group["Properties"]["RetentionInDays"] == EXPECTED[env_name]["log_retention_days"]
-    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time
-    (layer,) = props["Layers"]
-    assert template_json["Parameters"][layer["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
+    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time, then the stack's SDK layer
+    powertools, sdk = props["Layers"]
+    assert sdk == sdk_layer_ref(template_json)
+    assert template_json["Parameters"][powertools["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
 
 
 def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(template_json: dict[str, Any], config: EnvConfig) -> None:
