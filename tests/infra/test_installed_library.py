@@ -146,11 +146,11 @@ def interpreter(version: str) -> Path:
         return Path(sys.executable)
     on_path = shutil.which(f"python{version}")
     pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    installed = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), key=lambda path: Version(path.parts[-3]), reverse=True)
-    for candidate in [Path(on_path)] if on_path else []:
-        # a pyenv shim of a version that is not selected is on PATH but does not run
-        if subprocess.run([str(candidate), "-c", ""], capture_output=True, check=False).returncode == 0:
-            return candidate
+    releases = [path for path in pyenv.glob(f"{version}.*/bin/python{version}") if re.fullmatch(r"\d+\.\d+\.\d+", path.parts[-3])]
+    installed = sorted(releases, key=lambda path: Version(path.parts[-3]), reverse=True)
+    # (a pyenv shim of a version that is not selected is on PATH but does not run)
+    if on_path and subprocess.run([on_path, "-c", ""], capture_output=True, check=False).returncode == 0:
+        return Path(on_path)
     if installed:
         return installed[0]
     pytest.fail(
@@ -354,3 +354,36 @@ def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, templat
     (layer_id,) = [logical_id for logical_id, body in template["Resources"].items() if body["Type"] == "AWS::Lambda::LayerVersion"]
     functions = [body for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"]
     assert all(body["Properties"]["Layers"][-1] == {"Ref": layer_id} for body in functions)
+
+
+def test_the_other_python_is_found_as_make_install_finds_python3_13_and_its_absence_fails_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a PATH whose python3.11 is a pyenv shim that does not run (a version not selected), and a pyenv with 3.11.7
+    # and 3.11.10 (whose names sort the other way as text)
+    oldest = oldest_supported_python()
+    assert oldest != SUITE_PYTHON
+    shims, pyenv = tmp_path / "shims", tmp_path / "pyenv"
+    shims.mkdir()
+    for path, status in [
+        (shims / f"python{oldest}", 1),
+        *[(pyenv / "versions" / f"{oldest}.{patch}" / "bin" / f"python{oldest}", 0) for patch in (7, 10)],
+    ]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\nexit {status}\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(shims))
+    monkeypatch.setenv("PYENV_ROOT", str(pyenv))
+    # When the consumer test looks for it, Then it takes pyenv's newest, and the suite's own Python for the suite's version
+    assert interpreter(oldest) == pyenv / "versions" / f"{oldest}.10" / "bin" / f"python{oldest}"
+    assert interpreter(SUITE_PYTHON) == Path(sys.executable)
+    # And a python3.11 on PATH that runs comes first
+    (shims / f"python{oldest}").write_text("#!/bin/sh\nexit 0\n")
+    assert interpreter(oldest) == shims / f"python{oldest}"
+    # And with neither, the test fails (it is not skipped), saying what to install
+    shutil.rmtree(pyenv)
+    (shims / f"python{oldest}").unlink()
+    with pytest.raises(
+        pytest.fail.Exception, match=rf"needs Python {oldest}, .* install it \(pyenv install {oldest}, or your system's python{oldest}\)"
+    ):
+        interpreter(oldest)
