@@ -248,15 +248,11 @@ def _fill(root: Path, copies: Iterable[tuple[Path, PurePosixPath]], deployed_at:
         destination = top.joinpath(*relative.parts)
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, destination)
-        destination.chmod(0o644)
     compiler = bytecode_compiler()
     if compiler is not None:
         _compile(compiler, top, deployed_at)
-    for directory in top.rglob("*"):
-        if directory.is_dir():
-            directory.chmod(0o755)
-        else:
-            directory.chmod(0o644)
+    for path in top.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _compile(compiler: BytecodeCompiler, top: Path, deployed_at: str) -> None:
