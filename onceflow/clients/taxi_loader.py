@@ -839,6 +839,7 @@ class _Gate:
         self._most = max(1, most)
         self.limit = self._most
         self._active = 0
+        self._next = 0  # the index of `map`'s items that goes through the gate next
         self._successes = 0
         self._condition = threading.Condition()
 
@@ -1197,7 +1198,10 @@ class _Readers:
     """Daemon threads that call `read` on the items of `map`, answers in order, at most `limit` at once:
     the limit starts at `count`, halves on a failed read (the API down, throttling or timing out) and
     grows by one after as many successes as it allows. After FAILED_READS_TO_PAUSE failed reads in a
-    row the rest of the pass is not tried (each gets a failure at once) until `resume`. Not a
+    row the rest of the pass is not tried (each gets a failure at once) until `resume`. Items pass the
+    gate in their order, whichever thread took them off the queue: the ones a pause leaves out are the
+    pass's last, and go first in the next (else the thread scheduling decides, and on Python 3.13 one
+    thread could do a pass's reads while the others held the same rows, left out pass after pass). Not a
     ThreadPoolExecutor: the interpreter joins those at exit, and a Ctrl-C that lands while the main
     thread holds a future's lock leaves a worker waiting for it, so the loader would never exit."""
 
@@ -1206,6 +1210,7 @@ class _Readers:
         self._most = max(1, count)
         self.limit = self._most
         self._active = 0
+        self._next = 0  # the index of `map`'s items that goes through the gate next
         self._successes = 0
         self._failures_in_a_row = 0
         self._gate = threading.Condition()
@@ -1222,11 +1227,13 @@ class _Readers:
     def _work(self) -> None:
         while (task := self._tasks.get()) is not None:
             index, item = task
-            with self._gate:
-                while self._active >= self.limit:
+            with self._gate:  # in the items' order, so that the rows a pause leaves out are the pass's last ones
+                while index != self._next or self._active >= self.limit:
                     self._gate.wait()
                 paused = self._failures_in_a_row >= FAILED_READS_TO_PAUSE
                 self._active += 1
+                self._next += 1
+                self._gate.notify_all()
             answer: Answer | str
             if paused:
                 answer = f"{_NOT_TRIED}: the API did not answer {FAILED_READS_TO_PAUSE} reads in a row"
@@ -1255,6 +1262,8 @@ class _Readers:
             self._successes = 0
 
     def map(self, items: Sequence[str]) -> list[Answer | str]:
+        with self._gate:
+            self._next = 0
         for task in enumerate(items):
             self._tasks.put(task)
         answers: list[Answer | str] = [""] * len(items)

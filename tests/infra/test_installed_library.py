@@ -5,10 +5,16 @@ Serverless packs, and makes no acknowledgement call; synth must pass.
 
 It runs at both ends of the ranges the wheel declares (requirements.txt): `lowest` installs the
 lower bound of aws-cdk-lib, constructs and cdk-nag, `newest` whatever pip resolves for the ranges
-today. Both really come from the package index, resolved against the default index alone (this
-machine's pip configuration aside, as `make lock` does): pip downloads what the wheelhouse
-build/pip-cache lacks, then installs offline from it, so a rerun downloads nothing it already has
-(pip's own HTTP cache depends on the index's cache headers, which a proxy may strip).
+today; and on both ends of the Pythons it supports: the oldest its `requires-python` takes (3.11),
+which a team may synthesize on, and the suite's own (3.13, the functions' runtime). The other
+interpreter is found as `make install` finds python3.13: `python3.11` on PATH if it runs, else
+pyenv's newest 3.11.x; without one the test fails, naming what to install.
+
+The packages really come from the package index, resolved against the default index alone (this
+machine's pip configuration aside, as `make lock` does) for each environment's Python: pip downloads
+what the wheelhouse build/pip-cache lacks, then installs offline from it, so a rerun downloads
+nothing it already has (pip's own HTTP cache depends on the index's cache headers, which a proxy
+may strip).
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ import email
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import venv
+import tomllib
 import zipfile
 from email.message import Message
 from pathlib import Path
@@ -48,9 +55,10 @@ WHEELHOUSE = ROOT / "build" / "pip-cache"
 CDK_PACKAGES = ("aws-cdk-lib", "constructs", "cdk-nag")
 # pip settings of this machine that could bring packages from elsewhere than the default index.
 MACHINE_PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")
-# One test per end, each building its own environment: under xdist, whatever the --dist mode, each
-# environment is built once, and the two ends may run on two workers at once.
+# One test per end and Python, each building its own environment: under xdist, whatever the --dist
+# mode, each environment is built once, and the cases may run on several workers at once.
 ENDS = ("lowest", "newest")
+SUITE_PYTHON = "{}.{}".format(*sys.version_info[:2])
 EXPECTED_HANDLERS = {
     runner_stats_contract.HANDLER,
     event_log_contract.HANDLER_API,
@@ -111,13 +119,44 @@ def pip_environment() -> dict[str, str]:
     return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def download_to_wheelhouse(requirements: list[str], cwd: Path) -> None:
-    """What the requirements resolve to on the index today, downloaded into the wheelhouse unless
-    already there. One download at a time: pip keeps a file already there, even one still being written."""
+def download_to_wheelhouse(pip: list[str], requirements: list[str], cwd: Path) -> None:
+    """What the requirements resolve to on the index today for `pip`'s target Python, downloaded into the wheelhouse
+    unless already there. One download at a time: pip keeps a file already there, even one still being written."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
     with (WHEELHOUSE / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(WHEELHOUSE), *requirements], cwd, pip_environment())
+        run([*pip, "download", "--quiet", "--dest", str(WHEELHOUSE), *requirements], cwd, pip_environment())
+
+
+def oldest_supported_python() -> str:
+    """The lowest Python the wheel's `requires-python` (a single `>=X.Y`) takes."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    match = re.fullmatch(r">=\s*(3\.\d+)", declared.strip())
+    assert match, f"requires-python {declared!r} is not a single lower bound"
+    return match.group(1)
+
+
+PYTHONS = (oldest_supported_python(), SUITE_PYTHON)
+
+
+def interpreter(version: str) -> Path:
+    """An interpreter of `version`: the suite's own, else python<version> on PATH if it runs, else pyenv's newest
+    <version>.x, the order in which `make install` looks for python3.13."""
+    if version == SUITE_PYTHON:
+        return Path(sys.executable)
+    on_path = shutil.which(f"python{version}")
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    releases = [path for path in pyenv.glob(f"{version}.*/bin/python{version}") if re.fullmatch(r"\d+\.\d+\.\d+", path.parts[-3])]
+    installed = sorted(releases, key=lambda path: Version(path.parts[-3]), reverse=True)
+    # (a pyenv shim of a version that is not selected is on PATH but does not run)
+    if on_path and subprocess.run([on_path, "-c", ""], capture_output=True, check=False).returncode == 0:
+        return Path(on_path)
+    if installed:
+        return installed[0]
+    pytest.fail(
+        f"the consumer test needs Python {version}, the oldest the wheel supports (requires-python): install it "
+        f"(pyenv install {version}, or your system's python{version}) and run the tests again"
+    )
 
 
 def wheel_metadata(wheel: Path) -> Message:
@@ -147,12 +186,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def synthesize_team_app(end: str, wheel: Path, home: Path) -> tuple[Path, dict[str, Any], dict[str, str], dict[str, Version]]:
-    """The team's app synthesized in a new environment at one end of the ranges: its cdk.out, its
-    template, where its imports came from, and the versions of the CDK packages installed."""
+def synthesize_team_app(
+    end: str, version: str, wheel: Path, home: Path
+) -> tuple[Path, dict[str, Any], dict[str, str], dict[str, Version], str]:
+    """The team's app synthesized in a new environment of Python `version` at one end of the ranges: its cdk.out,
+    its template, where its imports came from, the versions of the CDK packages installed, and the Python that ran."""
     environment = home / "venv"
     # No pip inside: the dev environment's pip installs into it (--python), which saves ensurepip's seconds.
-    venv.EnvBuilder(with_pip=False).create(environment)
+    run([str(interpreter(version)), "-m", "venv", "--without-pip", str(environment)], home)
     python = environment / "bin" / "python"
     ranges = declared_ranges().items()
     if end == "lowest":
@@ -160,17 +201,21 @@ def synthesize_team_app(end: str, wheel: Path, home: Path) -> tuple[Path, dict[s
     else:
         requirements = [f"{name}{specifier}" for name, specifier in ranges]
     # The SDK the functions' layer is built from, as the synth error asks a team to install it
-    requirements += [f"{name}=={version}" for name, version in SDK_VERSIONS.items()]
-    download_to_wheelhouse(requirements, home)
+    requirements += [f"{name}=={pin}" for name, pin in SDK_VERSIONS.items()]
+    # pip runs itself on the environment's Python (--python), so it resolves and installs for that version.
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    download_to_wheelhouse(pip, requirements, home)
     # Offline from the wheelhouse, which holds nothing newer than the index's newest in the ranges.
     # --no-compile: byte-compiling all of aws-cdk-lib costs about 8x the install; synth compiles what it imports.
     offline = ["--no-index", "--find-links", str(WHEELHOUSE), "--no-compile"]
     run([*pip, "install", "--quiet", *offline, str(wheel), *requirements], home, pip_environment())
     run([*pip, "check"], home, pip_environment())
-    probe = f"import json, importlib.metadata as m; print(json.dumps({{n: m.version(n) for n in {CDK_PACKAGES!r}}}))"
-    versions = json.loads(run([str(python), "-c", probe], home).stdout)
-    installed = {canonicalize_name(name): Version(version) for name, version in versions.items()}
+    probe = (
+        "import json, sys, importlib.metadata as m; "
+        f"print(json.dumps([{{n: m.version(n) for n in {CDK_PACKAGES!r}}}, '%d.%d' % sys.version_info[:2]]))"
+    )
+    versions, ran_on = json.loads(run([str(python), "-c", probe], home).stdout)
+    installed = {canonicalize_name(name): Version(number) for name, number in versions.items()}
 
     app_dir = home / "app"
     for package, module, text in (
@@ -188,7 +233,7 @@ def synthesize_team_app(end: str, wheel: Path, home: Path) -> tuple[Path, dict[s
     result = run([str(python), "app.py", str(outdir)], app_dir, env)
     origins = json.loads(result.stdout.strip().splitlines()[-1])
     template = json.loads((outdir / "TeamPipelines.template.json").read_text())
-    return outdir, template, origins, installed
+    return outdir, template, origins, installed, ran_on
 
 
 def test_the_wheel_installs_only_the_onceflow_package(wheel: Path) -> None:
@@ -235,13 +280,17 @@ def test_the_wheel_metadata_declares_ranges_the_version_the_licence_and_a_short_
     assert len(metadata.get_payload()) < 5_000
 
 
+@pytest.mark.parametrize("version", PYTHONS)
 @pytest.mark.parametrize("end", ENDS)
-def test_a_team_app_synthesizes_the_three_pipelines_with_cdk_nag_at_each_end_of_the_ranges(end: str, wheel: Path, tmp_path: Path) -> None:
-    # Given the wheel installed in a new environment with that end's aws-cdk-lib, constructs and cdk-nag
+def test_a_team_app_synthesizes_the_three_pipelines_with_cdk_nag_at_each_end_of_the_ranges(
+    end: str, version: str, wheel: Path, tmp_path: Path
+) -> None:
+    # Given the wheel installed in a new environment of that Python with that end's aws-cdk-lib, constructs and cdk-nag
     # When the team's app, with its own infra and runtime packages, is synthesized there with both nag
     # packs and no acknowledgement call (synth raises on an open finding)
-    outdir, template, origins, installed = synthesize_team_app(end, wheel, tmp_path)
-    # Then the environment ran the versions that end names
+    outdir, template, origins, installed, ran_on = synthesize_team_app(end, version, wheel, tmp_path)
+    # Then the environment ran that Python and the versions that end names
+    assert ran_on == version
     check_installed_versions(end, installed)
     # and the app synthesized the three pipelines, with its own packages and nothing open in cdk-nag
     check_the_team_app(outdir, template, origins)
@@ -305,3 +354,36 @@ def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, templat
     (layer_id,) = [logical_id for logical_id, body in template["Resources"].items() if body["Type"] == "AWS::Lambda::LayerVersion"]
     functions = [body for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"]
     assert all(body["Properties"]["Layers"][-1] == {"Ref": layer_id} for body in functions)
+
+
+def test_the_other_python_is_found_as_make_install_finds_python3_13_and_its_absence_fails_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a PATH whose python3.11 is a pyenv shim that does not run (a version not selected), and a pyenv with 3.11.7
+    # and 3.11.10 (whose names sort the other way as text)
+    oldest = oldest_supported_python()
+    assert oldest != SUITE_PYTHON
+    shims, pyenv = tmp_path / "shims", tmp_path / "pyenv"
+    shims.mkdir()
+    for path, status in [
+        (shims / f"python{oldest}", 1),
+        *[(pyenv / "versions" / f"{oldest}.{patch}" / "bin" / f"python{oldest}", 0) for patch in (7, 10)],
+    ]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\nexit {status}\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(shims))
+    monkeypatch.setenv("PYENV_ROOT", str(pyenv))
+    # When the consumer test looks for it, Then it takes pyenv's newest, and the suite's own Python for the suite's version
+    assert interpreter(oldest) == pyenv / "versions" / f"{oldest}.10" / "bin" / f"python{oldest}"
+    assert interpreter(SUITE_PYTHON) == Path(sys.executable)
+    # And a python3.11 on PATH that runs comes first
+    (shims / f"python{oldest}").write_text("#!/bin/sh\nexit 0\n")
+    assert interpreter(oldest) == shims / f"python{oldest}"
+    # And with neither, the test fails (it is not skipped), saying what to install
+    shutil.rmtree(pyenv)
+    (shims / f"python{oldest}").unlink()
+    with pytest.raises(
+        pytest.fail.Exception, match=rf"needs Python {oldest}, .* install it \(pyenv install {oldest}, or your system's python{oldest}\)"
+    ):
+        interpreter(oldest)

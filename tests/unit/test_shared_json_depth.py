@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
+from boto3.dynamodb.types import TypeSerializer
 
 from runtime.shared.json_depth import MAX_JSON_DEPTH, JsonTooDeep, check_depth, exceeds_depth
+from tests.stack_depth import deepest_stack
 
 
 def reference_depth(text: str) -> int:
@@ -89,3 +92,23 @@ def test_text_that_is_not_json_is_judged_by_its_brackets_outside_strings(text: s
     # Unbalanced or unclosed text: refused for depth only when its open brackets alone go past the limit; the parser
     # refuses the rest
     assert exceeds_depth(text) == (reference_depth(text) > MAX_JSON_DEPTH)
+
+
+def test_the_stack_probe_of_the_handler_tests_sees_a_walk_that_recurses_per_level() -> None:
+    # Given DynamoDB's marshalling (boto3's TypeSerializer), which recurses once or more per level, and a value 3 levels
+    # deep and one at the depth limit
+    serializer = TypeSerializer()
+
+    def value(depth: int) -> list[Any]:
+        return json.loads("[" * depth + "]" * depth)  # type: ignore[no-any-return]
+
+    serializer.serialize(value(3))  # what a first call imports, imported
+    # When each is marshalled, the stack measured
+    deepest = {}
+    for depth in (3, MAX_JSON_DEPTH):
+        with deepest_stack() as probe:
+            serializer.serialize(value(depth))
+        deepest[depth] = probe.deepest
+    # Then the deep one stacked a frame or more per extra level: the probe would show such a walk after the parser, which
+    # the handler tests (tests/integration/.../test_*32_levels*) assert there is none of
+    assert deepest[MAX_JSON_DEPTH] >= deepest[3] + (MAX_JSON_DEPTH - 3), deepest

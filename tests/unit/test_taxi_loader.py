@@ -975,6 +975,39 @@ def test_after_eight_failed_reads_in_a_row_the_rest_of_the_pass_is_not_tried(tmp
     assert report.states is not None and len(report.states.unreadable) == 200 and report.exit_status == 3
 
 
+def test_the_rows_a_pause_leaves_out_are_the_pass_s_last_whichever_reader_took_them() -> None:
+    # Given the read-back's 16 readers and a read that always fails at once (on Python 3.13 one reader could then do the
+    # pass's reads while the other 15 held rows they had taken off the queue, and those rows were left out every pass)
+    tried: list[int] = []
+    lock = threading.Lock()
+
+    def fail(item: str) -> str:
+        with lock:
+            tried.append(int(item))
+        return "GET: no answer after 3 attempts"
+
+    pool = taxi_loader._Readers(fail, taxi_loader.READERS)
+    try:
+        items = [str(n) for n in range(30)]
+        ever_read: set[int] = set()
+        for _ in range(4):
+            # When a pass reads the 30 rows, those left out last time first, as read_back orders them
+            pool.resume()
+            tried.clear()
+            answers = pool.map(items)
+            # Then the rows read are the pass's first ones, at least 8, and every later one was left out
+            read = [answer == "GET: no answer after 3 attempts" for answer in answers]
+            count = read.index(False)
+            assert count >= taxi_loader.FAILED_READS_TO_PAUSE and not any(read[count:]), read
+            assert sorted(tried) == sorted(int(item) for item in items[:count])
+            ever_read.update(tried)
+            items = items[count:] + items[:count]
+        # and after four passes of at least 8, each of the 30 rows was read
+        assert ever_read == set(range(30))
+    finally:
+        pool.close()
+
+
 # --- the HTTP client --------------------------------------------------------------------------
 
 

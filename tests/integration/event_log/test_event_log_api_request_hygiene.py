@@ -15,7 +15,9 @@ import pytest
 from devtools.event_log_world import EventLogWorld
 from runtime.event_log import contract
 from runtime.event_log.contract import HANDLER_API
+from runtime.shared.json_depth import MAX_JSON_DEPTH
 from tests.integration.event_log.test_event_log_api import LOG, call, request
+from tests.stack_depth import deepest_stack
 
 DOCUMENT = {"request_id": "client-0001", "position": 1, "event": {"kind": "SetCell", "cell": "B2", "value": "42"}}
 TEXT = json.dumps(DOCUMENT)
@@ -214,4 +216,32 @@ def test_a_body_nested_deeper_than_32_levels_is_a_400_naming_the_limit_and_write
     # Then each is the same 400 naming the limit, and nothing was written
     refusal = (400, {"error": "the request body is nested deeper than 32 levels of arrays and objects (the limit is 32)"})
     assert answers == [refusal] * 3
+    assert_nothing_written(api)
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_a_body_32_levels_deep_costs_the_handler_no_more_stack_than_a_shallow_one(api: EventLogWorld, path: str) -> None:
+    # Given bodies exactly at the depth limit, which the parser takes on every interpreter: an extra field and, on the
+    # append route, the event's value nested 32 levels in all; and the same bodies 3 levels deep
+    def body(depth: int, where: str) -> str:
+        nested = "[" * (depth - 1) + "]" * (depth - 1) if where == "x" else "[" * (depth - 2) + "]" * (depth - 2)
+        document = json.dumps(GOOD_BODIES[path])
+        if where == "x":
+            return document[:-1] + f', "x": {nested}' + "}"
+        return document.replace('"value": "42"', f'"value": {nested}')
+
+    for where in ["x", "value"] if path == ROUTES[0] else ["x"]:
+        call(posted(path, body(3, where), {"content-type": "application/json"}))  # what a first call imports, imported
+        # When each is posted, the stack the handler reaches measured
+        answers = {}
+        deepest = {}
+        for depth in (3, MAX_JSON_DEPTH):
+            with deepest_stack() as probe:
+                answers[depth] = call(posted(path, body(depth, where), {"content-type": "application/json"}))
+            deepest[depth] = probe.deepest
+        # Then both get the same 400 for the field, and the deep one stacked no more frames than the shallow one (give or
+        # take the odd finalizer): nothing after the parser walks the document level by level, so no interpreter's
+        # recursion limit is nearer for it
+        assert answers[MAX_JSON_DEPTH] == answers[3] and answers[3][0] == 400, answers
+        assert deepest[MAX_JSON_DEPTH] <= deepest[3] + 3, deepest
     assert_nothing_written(api)

@@ -19,7 +19,9 @@ import pytest
 from devtools.aws.esm import ShardRecord, lambda_event, records_from_payloads
 from devtools.runner_world import RunnerStatsWorld
 from runtime.shared.dynamo import from_attributes, to_attributes
+from runtime.shared.json_depth import MAX_JSON_DEPTH
 from tests.events.loader import load_event
+from tests.stack_depth import deepest_stack
 from tests.unit.runner_stats.test_runner_stats_parsing import VARIANTS, variant_payload
 
 CASES = load_event("runner_stats/bad_inputs.json")
@@ -170,3 +172,26 @@ def test_what_real_devices_send_is_kept_and_bad_clocks_are_rejected(world: Runne
     ids = [f"shardId-000000000000:{record.sequence_number}" for record in records]
     assert view.rejects == {ids[-2]: "bad_timestamp", ids[-1]: "bad_timestamp"}
     assert view.tendencies[501][0] == 1
+
+
+def test_a_message_32_levels_deep_is_applied_with_no_more_stack_than_a_shallow_one(world: RunnerStatsWorld) -> None:
+    # Given three messages of one run, each with an extra field (devices send metadata): the first and the second 3 levels
+    # deep in all, the third exactly at the depth limit, which the parser takes on every interpreter
+    def payload(sequence_id: int, depth: int) -> bytes:
+        text = json.dumps({**CASES["good"][0], "sequence_id": sequence_id}, default=float)
+        return (text[:-1] + ', "extra": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}").encode()
+
+    world.invoke(lambda_event(records_from_payloads([("3000", payload(1, 3))])))  # what a first call imports, imported
+    # When each of the other two arrives in its own batch, the stack the handler reaches measured
+    deepest = {}
+    for sequence_id, depth in ((2, 3), (3, MAX_JSON_DEPTH)):
+        with deepest_stack() as probe:
+            assert world.invoke(lambda_event(records_from_payloads([("3000", payload(sequence_id, depth))]))) == {"batchItemFailures": []}
+        deepest[depth] = probe.deepest
+    # Then all three are applied, and the deep one stacked no more frames than the shallow one (give or take the odd
+    # finalizer): nothing after the parser walks the document level by level, so no interpreter's recursion limit is
+    # nearer for it
+    view = world.view()
+    assert view.rejects == {}
+    assert [message.sequence_id for message in view.runs[RUN_A].archived] == [1, 2, 3]
+    assert deepest[MAX_JSON_DEPTH] <= deepest[3] + 3, deepest
