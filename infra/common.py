@@ -64,6 +64,11 @@ class CommonProps:
         (adot_layer_arns). OFF: none.
     adot_layer_arns: the ADOT Python layer per region for the OTEL mode; pinned
         (ADOT_PYTHON_LAYER_ARNS). A stack in a region not listed fails at deploy.
+    sdk_layer: True (the default): the functions run on the boto3 and botocore the handlers are
+        tested with (lambda_assets.SDK_VERSIONS), shipped in one layer per stack built from the
+        synthesizing environment, which must have exactly those versions installed (synth says
+        which pip command otherwise). False: they run on the boto3 the Lambda runtime ships, which
+        AWS updates on its own schedule (untested versions, nothing to pin).
     """
 
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
@@ -72,6 +77,7 @@ class CommonProps:
     powertools_layer_version: str = POWERTOOLS_LAYER_VERSION
     tracing: TracingMode = TracingMode.ACTIVE
     adot_layer_arns: Mapping[str, str] = field(default_factory=lambda: ADOT_PYTHON_LAYER_ARNS)
+    sdk_layer: bool = True
 
     @property
     def retain_data(self) -> bool:
@@ -94,6 +100,8 @@ class CommonProps:
             if match is None or match["region"] != region:
                 wanted = "that region's AWSOpenTelemetryDistroPython layer version ARN"
                 raise ConfigError(f"adot_layer_arns[{region!r}] must be {wanted}, not {arn!r}")
+        if not isinstance(self.sdk_layer, bool):
+            raise ConfigError(f"sdk_layer must be True or False, not {self.sdk_layer!r}")
         if self.tracing is TracingMode.OTEL and not self.adot_layer_arns:
             raise ConfigError("tracing OTEL needs the ADOT layer of at least one region in adot_layer_arns")
 

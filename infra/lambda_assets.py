@@ -43,6 +43,8 @@ __all__ = [
     "build_code_asset",
     "build_sdk_layer",
     "bytecode_compiler",
+    "check_sdk_versions",
+    "find_compiler",
     "installed_sdk_versions",
     "used_services",
 ]
@@ -102,12 +104,17 @@ def onceflow_cache_dir() -> Path:
 
 @functools.cache
 def bytecode_compiler() -> BytecodeCompiler | None:
-    """This interpreter if it is the functions' Python, else `python3.13` on PATH if it runs and is
-    3.13; None if there is neither (the assets then ship sources alone)."""
-    if sys.version_info[:2] == LAMBDA_PYTHON:
+    """The interpreter that compiles the assets' bytecode (find_compiler), looked for once per process."""
+    return find_compiler(sys.version_info[:2], os.environ.get("PATH", ""))
+
+
+def find_compiler(running: tuple[int, int], search_path: str) -> BytecodeCompiler | None:
+    """This interpreter if it is the functions' Python, else `python3.13` on search_path if it runs and
+    is 3.13; None if there is neither (the assets then ship sources alone)."""
+    if running == LAMBDA_PYTHON:
         candidate: str | None = sys.executable
     else:
-        candidate = shutil.which("python{}.{}".format(*LAMBDA_PYTHON))
+        candidate = shutil.which("python{}.{}".format(*LAMBDA_PYTHON), path=search_path)
     if candidate is None:
         return None
     probe = "import importlib.util, sys; print(sys.version_info[0], sys.version_info[1], importlib.util.MAGIC_NUMBER.hex())"
@@ -115,7 +122,7 @@ def bytecode_compiler() -> BytecodeCompiler | None:
         result = subprocess.run([candidate, "-I", "-c", probe], capture_output=True, text=True, timeout=60, check=True)
         major, minor, magic = result.stdout.split()
     except (OSError, subprocess.SubprocessError, ValueError):
-        return None
+        return None  # a pyenv shim of a version not selected, say
     if (int(major), int(minor)) != LAMBDA_PYTHON:
         return None
     return BytecodeCompiler(executable=candidate, magic=bytes.fromhex(magic))

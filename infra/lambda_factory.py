@@ -1,8 +1,10 @@
 """THE one place that makes Lambda functions.
 
 Every function of every pipeline gets the same shape: the one code asset built from runtime/
-alone, the latest Python runtime CDK offers on arm64, Powertools from the AWS-managed layer
-(resolved at deploy time from its public SSM parameter for the stack's region), JSON logs into
+alone with its bytecode (lambda_assets.build_code_asset), Python 3.13 (the interpreter the suite
+runs) on arm64, Powertools from the AWS-managed layer (resolved at deploy time from its public SSM
+parameter for the stack's region), the SDK the suite is tested with from the stack's SDK layer
+(lambda_assets.build_sdk_layer; CommonProps.sdk_layer), JSON logs into
 its own log group with the configured retention, tracing as CommonProps.tracing says (Lambda's
 active tracing by default, with no tracing SDK in the function), and a role that may write only to
 that log group until the caller grants it more.
@@ -11,9 +13,8 @@ that log group until the caller grants it more.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from aws_cdk import CfnMapping, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnMapping, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -22,16 +23,16 @@ from constructs import Construct
 
 from onceflow.infra.common import CommonProps
 from onceflow.infra.compliance import acknowledge
+from onceflow.infra.lambda_assets import LAMBDA_PYTHON, SDK_VERSIONS, build_code_asset, build_sdk_layer, bytecode_compiler
 from onceflow.runtime.shared.contract import TRACING_MODE_VARIABLE, TracingMode
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The interpreter the suite, the demo and the bench run (lambda_assets.LAMBDA_PYTHON; tests/infra/test_interpreter.py).
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 METRICS_NAMESPACE = "onceflow"
-# Only the runtime package goes into the asset; tests, infra and tooling stay out.
-_ASSET_EXCLUDES = ["*", ".*", "!runtime", "!runtime/**", "**/__pycache__", "**/*.pyc"]
 _CODE_ATTRIBUTE = "_onceflow_runtime_code"
 _LAYER_ATTRIBUTE = "_onceflow_powertools_layer"
+_SDK_LAYER_ATTRIBUTE = "_onceflow_sdk_layer"
 _ADOT_LAYER_ATTRIBUTE = "_onceflow_adot_layer"
 # The ADOT layer's handler wrapper (AWS_LAMBDA_EXEC_WRAPPER): it starts OpenTelemetry, then the handler.
 ADOT_EXEC_WRAPPER = "/opt/otel-instrument"
@@ -70,13 +71,39 @@ class CreatedFunction:
 
 
 def runtime_code(scope: Construct) -> lambda_.Code:
-    """The single code asset of a stack (one per stack: assets belong to a stack)."""
+    """The single code asset of a stack (one per stack: assets belong to a stack): runtime/ and its bytecode."""
     stack = Stack.of(scope)
     code = getattr(stack, _CODE_ATTRIBUTE, None)
     if code is None:
-        code = lambda_.Code.from_asset(str(PROJECT_ROOT), exclude=_ASSET_EXCLUDES)
+        code = lambda_.Code.from_asset(str(build_code_asset()))
         setattr(stack, _CODE_ATTRIBUTE, code)
+        if bytecode_compiler() is None:
+            python = "python{}.{}".format(*LAMBDA_PYTHON)
+            Annotations.of(stack).add_warning_v2(
+                "onceflow:no-bytecode",
+                f"No {python} interpreter to compile the functions' code and SDK with, so they ship sources alone and every "
+                f"cold start compiles them (slower). Put {python} on PATH (pyenv install {'.'.join(map(str, LAMBDA_PYTHON))}, "
+                f"or your system's {python} package) and synthesize again.",
+            )
     return code
+
+
+def sdk_layer(scope: Construct) -> lambda_.ILayerVersion:
+    """The stack's SDK layer: the boto3 and botocore the suite is tested with (SDK_VERSIONS), with bytecode."""
+    stack = Stack.of(scope)
+    layer: lambda_.ILayerVersion | None = getattr(stack, _SDK_LAYER_ATTRIBUTE, None)
+    if layer is None:
+        versions = ", ".join(f"{name} {version}" for name, version in SDK_VERSIONS.items())
+        layer = lambda_.LayerVersion(
+            stack,
+            "SdkLayer",
+            code=lambda_.Code.from_asset(str(build_sdk_layer())),
+            compatible_runtimes=[PYTHON_RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description=f"onceflow's AWS SDK for {PYTHON_RUNTIME.name}: {versions}",
+        )
+        setattr(stack, _SDK_LAYER_ATTRIBUTE, layer)
+    return layer
 
 
 def powertools_parameter(common: CommonProps) -> str:
@@ -157,7 +184,9 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
         memory_size=spec.memory_mb,
         timeout=Duration.seconds(spec.timeout_seconds),
         reserved_concurrent_executions=spec.reserved_concurrency,
-        layers=[powertools_layer(scope, common), *tracing_layers],
+        # The SDK layer last: Lambda unpacks layers in this order into /opt, so its files win where another
+        # layer (Powertools, ADOT) ships the same package.
+        layers=[powertools_layer(scope, common), *tracing_layers, *([sdk_layer(scope)] if common.sdk_layer else [])],
         tracing=tracing,
         log_group=log_group,
         logging_format=lambda_.LoggingFormat.JSON,
@@ -179,6 +208,13 @@ def create_function(scope: Construct, construct_id: str, spec: FunctionSpec, com
         f"Only actions that support no resource-level permissions use '*': {tracing_actions}"
         "for a DynamoDB stream consumer, dynamodb:ListStreams; every other statement of this role names its own resources.",
     )
+    runtime_reason = (
+        f"{PYTHON_RUNTIME.name} on purpose, not the newest runtime: it is the interpreter the handlers are tested, "
+        "benchmarked and compiled to bytecode with (the code asset and the SDK layer carry its .pyc files); "
+        "a newer one would run untested code and compile at every cold start."
+    )
+    for rule in ("AwsSolutions::AwsSolutions-L1", "Serverless::Serverless-LambdaLatestVersion"):
+        acknowledge(function.node.default_child, rule, runtime_reason)  # type: ignore[arg-type]
     alias = live_alias(scope, construct_id, function) if spec.snap_start else None
     return CreatedFunction(function=function, role=role, log_group=log_group, alias=alias)
 

@@ -21,6 +21,12 @@ def ref(logical_id: str) -> dict[str, Any]:
     return {"Ref": logical_id}
 
 
+def sdk_layer_ref(template_json: dict[str, Any]) -> dict[str, Any]:
+    """The reference to the stack's one layer version, the SDK layer (lambda_factory.sdk_layer), as a function's Layers holds it."""
+    (logical_id,) = [logical_id for logical_id, body in template_json["Resources"].items() if body["Type"] == "AWS::Lambda::LayerVersion"]
+    return ref(logical_id)
+
+
 def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 

@@ -31,6 +31,7 @@ STACK_SUFFIXES = ("Alarms", "RunnerStats", "EventLog", "TaxiEtl")
 # The complete inventory: (stack suffix, construct path inside the stack, rule) -> the one
 # CloudFormation resource type the acknowledged construct wraps. A new acknowledgement must be
 # added here, in review.
+_TAXI_ETL_FUNCTIONS = ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer", "RowState")
 _ACKNOWLEDGED_IN_EVERY_ENV = {
     ("RunnerStats", "RunnerStats/FailureQueue/Resource", "AwsSolutions::AwsSolutions-SQS3"): "AWS::SQS::Queue",
     ("RunnerStats", "RunnerStats/FailureQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
@@ -118,6 +119,17 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
     ): "AWS::IAM::Policy",
     # TaxiEtl: a shared API key is rotated by the operator, with its clients
     ("TaxiEtl", "TaxiEtl/ApiKeySecret/Resource", "AwsSolutions::AwsSolutions-SMG4"): "AWS::SecretsManager::Secret",
+    # Every function runs python3.13, the suite's interpreter and its bytecode's, not the newest runtime
+    # (the Lambda factory's acknowledgement)
+    **{
+        (suffix, f"{suffix}/{function}/Resource", rule): "AWS::Lambda::Function"
+        for suffix, function in (
+            ("RunnerStats", "Handler"),
+            *(("EventLog", name) for name in ("ApiHandler", "RouterHandler", "SnapshotWorker", "PayloadFinalizer", "PendingCheck")),
+            *(("TaxiEtl", f"{name}Function") for name in _TAXI_ETL_FUNCTIONS),
+        )
+        for rule in ("AwsSolutions::AwsSolutions-L1", "Serverless::Serverless-LambdaLatestVersion")
+    },
 }
 # An SQS event source's construct id embeds the queue's unique id (stack name + path hash), so the
 # paths of the two SQS event source mappings differ per environment.

@@ -132,6 +132,7 @@ SAMPLES: dict[type, dict[str, list[Any]]] = {
         "powertools_layer_version": ["3.36.0"],
         "tracing": [TracingMode.SDK, TracingMode.OTEL, TracingMode.OFF],
         "adot_layer_arns": [{"eu-west-1": ADOT_EU_WEST_1}],
+        "sdk_layer": [False],
     },
     RunnerStatsAlarms: {
         "iterator_age_ms": [5 * 60 * 1000],

@@ -33,6 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 import onceflow
+from onceflow.infra.lambda_assets import SDK_VERSIONS
 from runtime.event_log import contract as event_log_contract
 from runtime.runner_stats import contract as runner_stats_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
@@ -158,6 +159,8 @@ def synthesize_team_app(end: str, wheel: Path, home: Path) -> tuple[Path, dict[s
         requirements = [f"{name}=={lower_bound(specifier)}" for name, specifier in ranges]
     else:
         requirements = [f"{name}{specifier}" for name, specifier in ranges]
+    # The SDK the functions' layer is built from, as the synth error asks a team to install it
+    requirements += [f"{name}=={version}" for name, version in SDK_VERSIONS.items()]
     download_to_wheelhouse(requirements, home)
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
     # Offline from the wheelhouse, which holds nothing newer than the index's newest in the ranges.
@@ -242,7 +245,7 @@ def test_a_team_app_synthesizes_the_three_pipelines_with_cdk_nag_at_each_end_of_
     check_installed_versions(end, installed)
     # and the app synthesized the three pipelines, with its own packages and nothing open in cdk-nag
     check_the_team_app(outdir, template, origins)
-    # and each function's code is the one runtime/ asset
+    # and each function's code is the one runtime/ asset, with bytecode, and the SDK layer
     check_each_lambda_asset_holds_the_runtime_package_only(outdir, template)
 
 
@@ -291,10 +294,14 @@ def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, templat
     directory = outdir / assets[0]["source"]["path"]
     assert [path.name for path in directory.iterdir()] == ["runtime"]
     packages = {path.name for path in (directory / "runtime").iterdir()}
-    assert packages == {"__init__.py", "shared", "runner_stats", "event_log", "taxi_etl"}
-    # with no bytecode the deployment did not build
-    assert not [path for path in directory.rglob("*") if path.name == "__pycache__" or path.suffix == ".pyc"]
-    # and it holds the same files as the repository's runtime/
+    assert packages == {"__init__.py", "__pycache__", "shared", "runner_stats", "event_log", "taxi_etl"}
+    # and it holds the same files as the repository's runtime/, each with the bytecode the synth compiled for 3.13
     shipped = {path.relative_to(directory).as_posix() for path in directory.rglob("*.py")}
     repository = {path.relative_to(ROOT).as_posix() for path in (ROOT / "runtime").rglob("*.py")}
     assert shipped == repository
+    compiled = {path.relative_to(directory).as_posix() for path in directory.rglob("*.cpython-313.pyc")}
+    assert compiled == {f"{Path(name).parent}/__pycache__/{Path(name).stem}.cpython-313.pyc" for name in repository}
+    # and every function runs the stack's one SDK layer, last
+    (layer_id,) = [logical_id for logical_id, body in template["Resources"].items() if body["Type"] == "AWS::Lambda::LayerVersion"]
+    functions = [body for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"]
+    assert all(body["Properties"]["Layers"][-1] == {"Ref": layer_id} for body in functions)

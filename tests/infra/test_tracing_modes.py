@@ -30,6 +30,7 @@ from onceflow.infra.common import ADOT_PYTHON_LAYER_ARNS
 from onceflow.infra.config import ENVIRONMENTS
 from onceflow.infra.lambda_factory import ADOT_EXEC_WRAPPER
 from runtime.shared.contract import TRACING_MODE_VARIABLE
+from tests.infra.template_queries import sdk_layer_ref
 
 XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
@@ -74,7 +75,7 @@ def test_active_and_sdk_trace_every_function_and_the_state_machine_and_differ_on
         variables = function["Environment"]["Variables"]
         assert variables[TRACING_MODE_VARIABLE] == mode.value, name
         assert "AWS_LAMBDA_EXEC_WRAPPER" not in variables, name
-        assert len(function["Layers"]) == 1, name  # Powertools' alone
+        assert len(function["Layers"]) == 2, name  # Powertools' and the SDK's
     # And the state machine traces too, and every role may send its segments
     (machine,) = resources_of_type(template, "AWS::StepFunctions::StateMachine").values()
     assert machine["Properties"]["TracingConfiguration"] == {"Enabled": True}
@@ -102,6 +103,8 @@ def test_otel_adds_the_pinned_adot_layer_of_the_region_and_its_wrapper(templates
     # And every function runs Powertools' layer and the mapped ADOT layer, through the ADOT wrapper, with active tracing
     for name, function in functions(template).items():
         assert function["Layers"][1] == {"Fn::FindInMap": ["AdotPythonLayer", {"Ref": "AWS::Region"}, "Arn"]}, name
+        # the SDK layer last, so its boto3 and botocore win over any copy in the layers before it
+        assert function["Layers"][2] == sdk_layer_ref(template), name
         variables = function["Environment"]["Variables"]
         assert variables["AWS_LAMBDA_EXEC_WRAPPER"] == ADOT_EXEC_WRAPPER, name
         assert variables["OTEL_AWS_APPLICATION_SIGNALS_ENABLED"] == "false", name

@@ -39,6 +39,7 @@ from tests.infra.template_queries import (
     resolved_environment,
     resource,
     role_of,
+    sdk_layer_ref,
     unconditional,
 )
 
@@ -817,9 +818,10 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
     log_group_id = log_group_of(template_json, handler)
     log_group = resource(template_json, log_group_id, "AWS::Logs::LogGroup")
     assert log_group["Properties"]["RetentionInDays"] == EXPECTED[env_name]["log_retention_days"]
-    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time
-    (layer,) = props["Layers"]
-    assert template_json["Parameters"][layer["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
+    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time, then the stack's SDK layer
+    powertools, sdk = props["Layers"]
+    assert sdk == sdk_layer_ref(template_json)
+    assert template_json["Parameters"][powertools["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
     # and its role may write only to that log group
     logs = [s for s in statements_of(template_json, handler) if any(a.startswith("logs:") for a in as_list(s["Action"]))]
     assert logs == [{"Action": sorted(LOG_ACTIONS), "Effect": "Allow", "Resource": arn(log_group_id)}]

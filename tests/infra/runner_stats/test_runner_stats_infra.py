@@ -27,6 +27,7 @@ from runtime.runner_stats.contract import ENV_MESSAGES_TABLE, ENV_REJECTS_TABLE,
 from runtime.runner_stats.settings import RunnerStatsSettings
 from runtime.shared.contract import TRACING_MODE_VARIABLE
 from tests.conftest import assembly_for
+from tests.infra.template_queries import sdk_layer_ref
 
 ENVS = ("dev", "prod")
 
@@ -370,9 +371,10 @@ def test_function_runtime_architecture_handler_tracing_and_json_logs(
 def test_function_uses_the_aws_managed_powertools_layer_from_ssm(template_json: dict[str, Any]) -> None:
     # Given the function
     _, function = only(template_json, "AWS::Lambda::Function")
-    # When we follow its one layer reference
+    # When we follow its layer references: Powertools', then the stack's SDK layer
     layers = function["Properties"]["Layers"]
-    assert len(layers) == 1 and set(layers[0]) == {"Ref"}, layers
+    assert len(layers) == 2 and set(layers[0]) == {"Ref"}, layers
+    assert layers[1] == sdk_layer_ref(template_json)
     parameter = template_json["Parameters"][layers[0]["Ref"]]
     # Then it is an SSM parameter resolved at deploy time: the public Powertools parameter for
     # arm64 / python3.13 / the pinned version
@@ -469,26 +471,28 @@ def test_function_code_is_one_asset_holding_only_the_runtime_package(dev_assembl
     # Given the dev cloud assembly and its stack template
     template_json = load_assembly(dev_assembly)[f"{load_config('dev').stack_prefix}-RunnerStats"]
     _, function = only(template_json, "AWS::Lambda::Function")
-    # When we look up the function's code in the asset manifest
+    _, layer = only(template_json, "AWS::Lambda::LayerVersion")
+    # When we look up the function's code in the asset manifest (the other zip asset is the SDK layer)
     assets = zip_file_assets(dev_assembly)
-    assert len(assets) == 1, f"expected one code asset, found {sorted(assets)}"
-    (asset,) = assets.values()
-    (destination,) = asset["destinations"].values()
-    assert function["Properties"]["Code"]["S3Key"] == destination["objectKey"]
+    keys = {asset_id: destination["objectKey"] for asset_id, asset in assets.items() for destination in asset["destinations"].values()}
+    assert sorted(keys.values()) == sorted([function["Properties"]["Code"]["S3Key"], layer["Properties"]["Content"]["S3Key"]])
+    (asset,) = [assets[asset_id] for asset_id, key in keys.items() if key == function["Properties"]["Code"]["S3Key"]]
     directory = dev_assembly / asset["source"]["path"]
     contents = sorted(asset_files(directory))
     # Then the asset holds the runtime package and nothing else: no tests, infra, tooling,
-    # virtualenv, git data or byte code
+    # virtualenv or git data; bytecode only in __pycache__ beside its module (tests/infra/test_lambda_assets.py reads it)
     assert {path.parts[0] for path in contents} == {"runtime"}
-    unwanted = {"tests", "infra", "devtools", "benchmarks", ".venv", ".git", "node_modules", "cdk.out", "__pycache__"}
-    assert not [path for path in contents if unwanted & set(path.parts) or path.suffix == ".pyc"]
+    unwanted = {"tests", "infra", "devtools", "benchmarks", ".venv", ".git", "node_modules", "cdk.out"}
+    assert not [path for path in contents if unwanted & set(path.parts)]
+    compiled = [path for path in contents if "__pycache__" in path.parts]
+    assert compiled and all(path.parent.name == "__pycache__" and path.suffix == ".pyc" for path in compiled if path.suffix)
     # and exactly the runtime's source files, including the handler module the function names
     source = sorted(
         path.relative_to(PROJECT_ROOT)
         for path in (PROJECT_ROOT / "runtime").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     )
-    assert [path for path in contents if (directory / path).is_file()] == source
+    assert [path for path in contents if (directory / path).is_file() and "__pycache__" not in path.parts] == source
     module, _ = function["Properties"]["Handler"].rsplit(".", 1)
     assert (directory / (module.replace(".", "/") + ".py")).is_file()
 

@@ -49,6 +49,7 @@ from tests.infra.template_queries import (
     resolved_environment,
     resource,
     role_of,
+    sdk_layer_ref,
     unconditional,
     variables_of,
 )
@@ -1098,10 +1099,11 @@ def test_no_function_reaches_another_pipelines_resources(env_templates: dict[str
                 assert body["Type"] == "AWS::CloudWatch::Alarm", f"{other_name}/{logical_id} imports from another stack"
                 imports = [action for name in ("AlarmActions", "OKActions") for action in body["Properties"][name]]
                 assert all(set(action) == {"Fn::ImportValue"} for action in imports), logical_id
-    # and no other stack names one of the saga's resources
+    # and no other stack names one of the saga's resources (a resource of its own under the same logical id,
+    # as each stack's SdkLayer is, is not a reference)
     for other_name, other in others.items():
         text = json.dumps(other)
-        assert not [lid for lid in template_json["Resources"] if f'"{lid}"' in text], other_name
+        assert not [lid for lid in template_json["Resources"] if lid not in other["Resources"] and f'"{lid}"' in text], other_name
 
 
 # --- 7. environments and the runtime's settings ------------------------------------------------
@@ -1215,9 +1217,10 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
     assert props["LoggingConfig"]["LogFormat"] == "JSON"
     log_group = resource(template_json, log_group_of(template_json, handler), "AWS::Logs::LogGroup")
     assert log_group["Properties"]["RetentionInDays"] == EXPECTED[env_name]["log_retention_days"]
-    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time
-    (layer,) = props["Layers"]
-    assert template_json["Parameters"][layer["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
+    # and uses the AWS-managed Powertools layer, resolved from SSM at deploy time, then the stack's SDK layer
+    powertools, sdk = props["Layers"]
+    assert sdk == sdk_layer_ref(template_json)
+    assert template_json["Parameters"][powertools["Ref"]] == {"Type": "AWS::SSM::Parameter::Value<String>", "Default": POWERTOOLS_PARAMETER}
 
 
 def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(template_json: dict[str, Any], config: EnvConfig) -> None:

@@ -1,0 +1,292 @@
+"""What the functions deploy, read from the built directories and the synthesized stacks: the code
+asset and the SDK layer (onceflow/infra/lambda_assets.py) carry the lock's SDK and bytecode that
+Lambda's python3.13 uses as it is, build the same bytes twice, and hold every service model the
+handlers need; each function runs Powertools' layer, then the SDK layer."""
+
+from __future__ import annotations
+
+import email
+import importlib.util
+import json
+import marshal
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk.assertions import Annotations, Match, Template
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from devtools.aws.template_resources import resources_of_type
+from onceflow.constructs import CommonProps, ConfigError, RunnerStatsPipeline, RunnerStatsPipelineProps
+from onceflow.infra import lambda_assets, lambda_factory
+from onceflow.infra.lambda_assets import LAMBDA_PYTHON, SDK_VERSIONS, build_code_asset, build_sdk_layer, used_services
+from runtime.event_log import contract as event_log_contract
+from runtime.runner_stats import contract as runner_stats_contract
+from runtime.taxi_etl import contract as taxi_etl_contract
+from tests.conftest import assembly_for
+from tests.infra.template_queries import sdk_layer_ref
+from tests.unit.test_setup import lock_pins
+
+HANDLERS = sorted(
+    {
+        runner_stats_contract.HANDLER,
+        event_log_contract.HANDLER_API,
+        event_log_contract.HANDLER_ROUTER,
+        event_log_contract.HANDLER_WORKER,
+        event_log_contract.HANDLER_FINALIZER,
+        event_log_contract.HANDLER_PENDING_CHECK,
+        taxi_etl_contract.HANDLER_API,
+        taxi_etl_contract.HANDLER_ROW_STATE,
+        taxi_etl_contract.HANDLER_AUTHORIZER,
+        taxi_etl_contract.HANDLER_FLAG,
+        *taxi_etl_contract.PHASE_HANDLERS.values(),
+    }
+)
+# importlib's flags word of a hash-based .pyc whose source is never checked (PEP 552).
+UNCHECKED_HASH_FLAGS = 0b01
+
+
+@pytest.fixture(scope="module")
+def code_asset() -> Path:
+    return build_code_asset()
+
+
+@pytest.fixture(scope="module")
+def sdk_layer() -> Path:
+    return build_sdk_layer()
+
+
+def files_with_bytes(directory: Path) -> dict[str, bytes]:
+    return {path.relative_to(directory).as_posix(): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def modules(top: Path) -> Iterator[Path]:
+    return (path for path in sorted(top.rglob("*.py")) if "__pycache__" not in path.parts)
+
+
+# --- the SDK layer's versions -----------------------------------------------------------------------
+
+
+def test_the_layer_ships_exactly_the_locks_sdk(sdk_layer: Path) -> None:
+    # Given the built layer's distributions, as its dist-info metadata names them
+    shipped = {}
+    for metadata in (sdk_layer / "python").glob("*.dist-info/METADATA"):
+        message = email.message_from_bytes(metadata.read_bytes())
+        shipped[canonicalize_name(message["Name"])] = Version(message["Version"])
+    # Then they are the SDK distributions at the lock's versions, and nothing else
+    pins = lock_pins()
+    assert shipped == {canonicalize_name(name): pins[canonicalize_name(name)] for name in SDK_VERSIONS}
+    # and the packages themselves are at the root of python/, where Lambda puts /opt/python on sys.path
+    for package in ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3"):
+        assert (sdk_layer / "python" / package / "__init__.py").is_file(), package
+    assert (sdk_layer / "python" / "six.py").is_file()
+    assert sorted(path.name for path in sdk_layer.iterdir()) == ["python"]
+
+
+def test_botocore_data_is_kept_to_the_services_the_functions_call(sdk_layer: Path) -> None:
+    # Given the layer's botocore data
+    data = sdk_layer / "python" / "botocore" / "data"
+    # Then it holds the models of exactly the services runtime/ builds clients of, and what every client reads
+    assert sorted(path.name for path in data.iterdir() if path.is_dir()) == list(used_services())
+    assert sorted(path.name for path in data.iterdir() if path.is_file()) == sorted(lambda_assets.BOTOCORE_SHARED_DATA)
+
+
+# --- bytecode ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("built", "deployed_at"), [("code_asset", "/var/task"), ("sdk_layer", "/opt/python")])
+def test_every_module_has_bytecode_python313_uses_without_checking_the_source(
+    built: str, deployed_at: str, request: pytest.FixtureRequest
+) -> None:
+    # Given the built directory and the suite's interpreter, which is the functions' Python
+    assert sys.version_info[:2] == LAMBDA_PYTHON
+    directory: Path = request.getfixturevalue(built)
+    top = directory / "python" if built == "sdk_layer" else directory
+    sources = list(modules(top))
+    assert len(sources) > 50
+    tag = "cpython-{}{}".format(*LAMBDA_PYTHON)
+    for source in sources:
+        # When we read each module's .pyc
+        pyc = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+        assert pyc.is_file(), f"no bytecode for {source}"
+        data = pyc.read_bytes()
+        # Then it is 3.13's bytecode, hash-based and unchecked, of this very source
+        assert data[:4] == importlib.util.MAGIC_NUMBER, pyc
+        assert int.from_bytes(data[4:8], "little") == UNCHECKED_HASH_FLAGS, pyc
+        assert data[8:16] == importlib.util.source_hash(source.read_bytes()), pyc
+        # and tracebacks name the file where Lambda puts it
+        code = marshal.loads(data[16:])
+        assert code.co_filename == f"{deployed_at}/{source.relative_to(top).as_posix()}"
+    # and there is no bytecode without its source
+    compiled = {pyc.parent.parent / (pyc.name.split(".")[0] + ".py") for pyc in top.rglob("*.pyc")}
+    assert compiled == set(sources)
+
+
+def test_two_builds_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given two empty caches
+    builds = []
+    for name in ("first", "second"):
+        monkeypatch.setenv("ONCEFLOW_CACHE_DIR", str(tmp_path / name))
+        # When the asset and the layer are built into each
+        builds.append((files_with_bytes(build_code_asset()), files_with_bytes(build_sdk_layer())))
+    # Then every file, bytecode included, is byte for byte the same (so is the CDK asset hash)
+    (first_code, first_layer), (second_code, second_layer) = builds
+    assert any(name.endswith(".pyc") for name in first_code) and any(name.endswith(".pyc") for name in first_layer)
+    assert first_code == second_code
+    assert first_layer == second_layer
+
+
+def test_every_file_is_readable_by_lambdas_user(code_asset: Path, sdk_layer: Path) -> None:
+    # Given the built directories
+    for directory in (code_asset, sdk_layer):
+        # Then files are 644 and directories 755 (Lambda runs the handler as another user than the owner)
+        for path in directory.rglob("*"):
+            assert path.stat().st_mode & 0o777 == (0o755 if path.is_dir() else 0o644), path
+
+
+# --- the handlers on the asset and layer alone ----------------------------------------------------------
+
+HANDLER_PROBE = """
+import json, sys
+asset, layer, powertools = sys.argv[1:4]
+sys.path[:0] = [asset, layer, powertools]
+import importlib
+for module in json.loads(sys.argv[4]):
+    importlib.import_module(module)
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
+from runtime.shared.aws import Clients
+clients = Clients()
+names = sorted(name for name, member in vars(Clients).items() if isinstance(member, property))
+built = {name: type(getattr(clients, name)).__name__ for name in names}
+SecretsProvider(boto3_client=clients.secretsmanager)
+import boto3, botocore, runtime
+print(json.dumps({"clients": built, "botocore": botocore.__file__, "boto3": boto3.__file__, "runtime": runtime.__file__,
+                  "versions": [boto3.__version__, botocore.__version__], "path": sys.path}))
+"""
+
+
+def powertools_only(directory: Path) -> Path:
+    """What the Powertools layer provides beside the SDK: the package and its one other dependency."""
+    directory.mkdir()
+    for module in ("aws_lambda_powertools", "typing_extensions"):
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None
+        origin = Path(spec.origin)
+        target = origin.parent if origin.name == "__init__.py" else origin
+        (directory / target.name).symlink_to(target)
+    return directory
+
+
+def test_every_handler_imports_and_builds_every_client_from_the_asset_and_layer_alone(
+    code_asset: Path, sdk_layer: Path, tmp_path: Path
+) -> None:
+    # Given a fresh interpreter without site-packages: the asset, the SDK layer and Powertools only, as on Lambda
+    environment = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "eu-west-1"}
+    environment |= {"AWS_ACCESS_KEY_ID": "AKIDUMMY", "AWS_SECRET_ACCESS_KEY": "dummy", "AWS_EC2_METADATA_DISABLED": "true"}
+    handler_modules = [handler.rsplit(".", 1)[0] for handler in HANDLERS]
+    paths = [str(code_asset), str(sdk_layer / "python"), str(powertools_only(tmp_path / "pt"))]
+    # When it imports every handler module and builds every client the functions build (no call is made)
+    command = [sys.executable, "-I", "-S", "-c", HANDLER_PROBE, *paths, json.dumps(handler_modules)]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(result.stdout)
+    # Then each service's model was in the pruned layer
+    assert probe["clients"] == {
+        "dynamodb": "DynamoDB",
+        "s3": "S3",
+        "secretsmanager": "SecretsManager",
+        "sqs": "SQS",
+        "stepfunctions": "SFN",
+    }
+    # and the SDK and the code came from the layer and the asset, at the pinned versions
+    assert probe["botocore"].startswith(str(sdk_layer / "python")) and probe["boto3"].startswith(str(sdk_layer / "python"))
+    assert probe["runtime"].startswith(str(code_asset))
+    assert probe["versions"] == [SDK_VERSIONS["boto3"], SDK_VERSIONS["botocore"]]
+    assert not [entry for entry in probe["path"] if "site-packages" in entry]
+
+
+# --- the synthesized stacks ---------------------------------------------------------------------------
+
+
+def zip_assets(assembly: Path, stack: str) -> dict[str, Path]:
+    """A stack's zip assets: object key -> the staged directory."""
+    files = json.loads((assembly / f"{stack}.assets.json").read_text())["files"]
+    return {
+        destination["objectKey"]: assembly / asset["source"]["path"]
+        for asset in files.values()
+        if asset["source"]["packaging"] == "zip"
+        for destination in asset["destinations"].values()
+    }
+
+
+def test_each_stack_has_one_sdk_layer_built_from_the_lock_and_every_function_runs_it_after_powertools(
+    dev_templates: dict[str, Any], code_asset: Path, sdk_layer: Path
+) -> None:
+    assembly = assembly_for("dev")
+    for stack, template in dev_templates.items():
+        functions = resources_of_type(template, "AWS::Lambda::Function")
+        layers = resources_of_type(template, "AWS::Lambda::LayerVersion")
+        if not functions:
+            assert layers == {}, stack
+            continue
+        # Given the stack's one layer version
+        ((layer_id, layer),) = layers.items()
+        properties = layer["Properties"]
+        # Then it is for python3.13 on arm64 and says which SDK it holds
+        assert properties["CompatibleRuntimes"] == ["python3.13"]
+        assert properties["CompatibleArchitectures"] == ["arm64"]
+        for name, version in SDK_VERSIONS.items():
+            assert f"{name} {version}" in properties["Description"]
+        # and its content is the built layer, and every function's code the built asset
+        staged = zip_assets(assembly, stack)
+        assert files_with_bytes(staged[properties["Content"]["S3Key"]]) == files_with_bytes(sdk_layer)
+        for function in functions.values():
+            assert files_with_bytes(staged[function["Properties"]["Code"]["S3Key"]]) == files_with_bytes(code_asset)
+            # and each function runs Powertools' layer first, the SDK layer last (its files win)
+            layers_of_function = function["Properties"]["Layers"]
+            assert set(layers_of_function[0]) == {"Ref"} and "powertools" in template["Parameters"][layers_of_function[0]["Ref"]]["Default"]
+            assert layers_of_function[-1] == {"Ref": layer_id} == sdk_layer_ref(template)
+
+
+def runner_stats_stack(common: CommonProps, outdir: Path) -> Stack:
+    stack = Stack(App(outdir=str(outdir)), "Team")
+    RunnerStatsPipeline(stack, "Runs", RunnerStatsPipelineProps(common=common))
+    return stack
+
+
+def test_without_the_sdk_layer_the_functions_run_the_runtimes_boto3(tmp_path: Path) -> None:
+    # Given a construct whose CommonProps turn the SDK layer off
+    template = Template.from_stack(runner_stats_stack(CommonProps(sdk_layer=False), tmp_path)).to_json()
+    # Then there is no layer version, and the function runs Powertools' layer alone
+    assert resources_of_type(template, "AWS::Lambda::LayerVersion") == {}
+    ((_, function),) = resources_of_type(template, "AWS::Lambda::Function").items()
+    (powertools,) = function["Properties"]["Layers"]
+    assert "powertools" in template["Parameters"][powertools["Ref"]]["Default"]
+
+
+def test_sdk_layer_must_be_a_bool(tmp_path: Path) -> None:
+    # Given CommonProps with a string for sdk_layer, When a construct is built with it, Then synth stops
+    with pytest.raises(ConfigError, match="sdk_layer must be True or False"):
+        runner_stats_stack(CommonProps(sdk_layer="no"), tmp_path)  # type: ignore[arg-type]
+
+
+def test_without_a_313_interpreter_the_assets_ship_sources_and_the_stack_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given no interpreter of the functions' Python to compile with
+    monkeypatch.setenv("ONCEFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(lambda_assets, "bytecode_compiler", lambda: None)
+    monkeypatch.setattr(lambda_factory, "bytecode_compiler", lambda: None)
+    # When a stack is built
+    stack = runner_stats_stack(CommonProps(), tmp_path / "out")
+    # Then the stack warns that cold starts will compile, and how to fix it
+    Annotations.from_stack(stack).has_warning("/Team", Match.string_like_regexp("No python3.13 interpreter.*every cold start compiles"))
+    Annotations.from_stack(stack).has_warning("/Team", Match.string_like_regexp("Put python3.13 on PATH"))
+    # and the asset and the layer hold sources alone
+    for built in (build_code_asset(), build_sdk_layer()):
+        assert built.is_relative_to(tmp_path / "cache")
+        assert any(built.rglob("*.py")) and not any(built.rglob("*.pyc"))
