@@ -127,6 +127,7 @@ figures = {{"import_ms": (time.process_time() - cpu) * 1000, "import_wall_ms": (
 import json
 import os
 figures["file"] = getattr(module, "__file__", "")
+figures["cached"] = getattr(module, "__cached__", None)
 figures["bytecode_written"] = not sys.dont_write_bytecode
 figures["compiled"] = list(compiled)
 figures["path"] = list(sys.path)
@@ -389,13 +390,21 @@ def search_path_argument(files: LambdaFiles) -> str:
     return os.pathsep.join(str(folder) for folder in files.search_path)
 
 
-def probe(module: str, entry_point: str | None, env: Mapping[str, str], files: LambdaFiles, *, breakdown: bool = False) -> Figures:
+def run_probe(
+    module: str, entry_point: str | None, env: Mapping[str, str], files: LambdaFiles, *, breakdown: bool = False
+) -> dict[str, Any]:
+    """What one fresh interpreter measured and saw (the PROBE's figures), unchecked."""
     argv = [*interpreter(), "-c", PROBE, search_path_argument(files), module, entry_point or ""] + (["breakdown"] if breakdown else [])
     done = subprocess.run(argv, capture_output=True, text=True, env=dict(env), cwd=files.task_root, timeout=120, check=False)
     results = [line[len(PROBE_PREFIX) :] for line in done.stdout.splitlines() if line.startswith(PROBE_PREFIX)]
     if done.returncode != 0 or len(results) != 1:
         raise RuntimeError(f"measuring {module} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-    values = json.loads(results[0])
+    return json.loads(results[0])  # type: ignore[no-any-return]
+
+
+def probe(module: str, entry_point: str | None, env: Mapping[str, str], files: LambdaFiles, *, breakdown: bool = False) -> Figures:
+    """One fresh interpreter's figures, refused unless it was a cold start as Lambda's (check_probe)."""
+    values = run_probe(module, entry_point, env, files, breakdown=breakdown)
     check_probe(module, values, files)
     first = values.get("first_extra_ms")
     return Figures(
@@ -522,10 +531,12 @@ def print_first_call(function: LambdaFunction, parts: Mapping[str, float], clien
     construction = parts.get("client construction", 0.0)
     print(f"  first call of {function.module}: {total:.1f} ms ({total / boto3_ms:.2f}x boto3), median of {BREAKDOWN_RUNS}")
     print(f"    SDK modules it imports (boto3, botocore's client, loaders, endpoints): {parts.get('SDK modules imported', 0.0):>6.1f} ms")
-    print(f"    client construction ({len(clients)}: {', '.join(clients) or 'none'}): {construction:>6.1f} ms, of which (a file read while the default session is made counts in both)")
+    print(f"    client construction ({len(clients)}: {', '.join(clients) or 'none'}): {construction:>6.1f} ms, of which")
+    print("      (a file read while the default session is made counts in both)")
     for part in ("default session", *SDK_DATA_PARTS.values(), "other SDK data", "endpoint rules built"):
         print(f"      {part + (' read' if part in SDK_DATA_PARTS.values() else ''):<30} {parts.get(part, 0.0):>6.1f} ms")
     print(f"    the rest (settings, wiring, the handler's own first-call work): {parts['first call'] - construction:>6.1f} ms")
+
 
 def main(templates: dict[str, dict[str, Any]]) -> bool:
     """Prints the figures; True when every handler module imports within TARGET_RATIO of bare boto3."""
