@@ -14,6 +14,12 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 # The dev environment, every package pinned with its hashes; `make lock` writes it from requirements-dev.txt.
 LOCK := requirements-dev.lock
+# uv installs the lock into the venv (the same pins, every hash checked, as pip would: a third of
+# pip's time); uv itself comes through pip from requirements-uv.lock, pinned with the hashes of
+# every platform's wheel. `make lock` writes both locks.
+UV_VERSION := 0.13.8
+UV_LOCK := requirements-uv.lock
+UV := $(VENV)/bin/uv
 # pip-tools lives only in this throwaway venv: `make install` never needs it.
 LOCK_VENV := build/lock-venv-$(PYTHON_VERSION)
 PIP_TOOLS := pip-tools==7.6.2
@@ -33,22 +39,23 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 help: ## lists these targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
-install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock (hashes checked), installs the project itself in editable mode (its console scripts in .venv/bin) and runs npm ci; does nothing when up to date
+install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock with uv (hashes checked), installs the project itself in editable mode (its console scripts in .venv/bin) and runs npm ci; does nothing when up to date
 
-# Re-runs only when the lock or pyproject.toml changed; otherwise `make install` does nothing. pip
-# checks every hash, so nothing outside the lock (pip-tools included) can come in. --no-deps: the
-# lock is the whole closure, so pip installs exactly its lines and resolves nothing (pip 23.2, as
-# Python 3.11's venv brings it, otherwise refuses the lock whenever a package newer than its pin
-# exists that another pin asks for with an extra, as pytest-cov asks for coverage[toml]); `pip
-# check` then fails on anything missing. Then the project itself, editable and without dependencies
-# (the lock has them, and setuptools to build it), so onceflow-taxi-load and onceflow-event-log are
-# in .venv/bin and run the working tree's code.
-$(STAMP): $(LOCK) pyproject.toml
-	@echo "make install: the locked Python packages into $(VENV) (2-3 minutes on a fresh machine)"
+# Re-runs only when a lock or pyproject.toml changed; otherwise `make install` does nothing. First
+# uv, by pip with its hashes; then uv installs the lock, checking every hash (--require-hashes), so
+# nothing outside the lock (pip-tools included) can come in. --no-deps: the lock is the whole
+# closure, so uv installs exactly its lines and resolves nothing; `pip check` then fails on anything
+# missing. --compile-bytecode, as pip does by default: these machines set PYTHONDONTWRITEBYTECODE,
+# so without it every process of the suite would compile botocore, moto and the CDK from source.
+# Then the project itself, editable and without dependencies (the lock has them, and setuptools to
+# build it), so onceflow-taxi-load and onceflow-event-log are in .venv/bin and run the working tree's code.
+$(STAMP): $(LOCK) $(UV_LOCK) pyproject.toml
+	@echo "make install: the locked Python packages into $(VENV) (about a minute on a fresh machine)"
 	@test -n "$(PYTHON)" || $(NO_PYTHON)
 	@# A venv of another Python (3.11 before) is made again: the lock is resolved for $(PYTHON_VERSION).
 	test "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = $(PYTHON_VERSION) || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(UV_LOCK)
+	$(UV) pip install --quiet --python $(PY) --require-hashes --no-deps --compile-bytecode -r $(LOCK)
 	$(PY) -m pip check
 	@echo "make install: onceflow itself, editable (its console scripts into $(VENV)/bin)"
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --no-index --editable .
@@ -63,12 +70,14 @@ $(NODE_STAMP): package.json package-lock.json | $(STAMP)
 # Resolved against the default index alone (no pip config, find-links or extra indexes of this
 # machine), so the lock names only files that every machine can download. Existing pins are kept
 # while they still fit requirements-dev.txt; LOCK_ARGS=--upgrade moves everything to the newest.
-lock: ## regenerates requirements-dev.lock (pins + hashes) from requirements-dev.txt with pip-tools; LOCK_ARGS=--upgrade to upgrade
+lock: ## regenerates requirements-dev.lock (pins + hashes) from requirements-dev.txt, and requirements-uv.lock (uv's, UV_VERSION), with pip-tools; LOCK_ARGS=--upgrade to upgrade
 	@test -n "$(PYTHON)" || $(NO_PYTHON)
 	test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet $(PIP_TOOLS); }
 	env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock" \
 		$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
 		$(LOCK_ARGS) --output-file $(LOCK) requirements-dev.txt
+	echo "uv==$(UV_VERSION)" | env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock" \
+		$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links --output-file $(UV_LOCK) -
 
 synth: install ## cdk synth into cdk.out/<env> (ENV=dev|prod); cdk-nag fails it on any unacknowledged finding
 	npx cdk synth -c env=$(ENV) --quiet --no-notices -o cdk.out/$(ENV)

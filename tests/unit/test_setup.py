@@ -19,6 +19,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = ROOT / "Makefile"
 LOCK = ROOT / "requirements-dev.lock"
+UV_LOCK = ROOT / "requirements-uv.lock"
 PACKAGE_JSON = ROOT / "package.json"
 PACKAGE_LOCK = ROOT / "package-lock.json"
 
@@ -117,6 +118,22 @@ def test_every_pin_of_the_lock_has_hashes_and_the_build_backend_is_pinned() -> N
     # And the lock names no index or find-links of the machine that compiled it
     index_options = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
     assert [line for line in LOCK.read_text().splitlines() if line.startswith(index_options)] == []
+
+
+def test_uv_is_locked_at_the_makefile_s_version_with_its_hashes_and_installs_the_lock_checking_them() -> None:
+    # Given the uv version the Makefile names and requirements-uv.lock, which pip installs uv from
+    [version] = [line.split(":=")[1].strip() for line in makefile_lines() if line.startswith("UV_VERSION :=")]
+    text = UV_LOCK.read_text()
+    # Then the lock pins uv alone, at that version, with the hashes of its wheels (one per platform)
+    assert {canonicalize_name(m.group(1)): m.group(2) for m in map(PIN.match, text.splitlines()) if m} == {"uv": version}
+    assert text.count("--hash=sha256:") > 1
+    # And `make install` installs uv and then the lock with hashes required, resolving nothing
+    recipe = [line.strip() for line in makefile_lines()]
+    assert "$(PY) -m pip install --quiet --require-hashes --no-deps -r $(UV_LOCK)" in recipe
+    [uv_install] = [line for line in recipe if line.startswith("$(UV) pip install")]
+    assert {"--require-hashes", "--no-deps", "--compile-bytecode"} <= set(uv_install.split())
+    assert uv_install.endswith("-r $(LOCK)")
+    assert "$(PY) -m pip check" in recipe
 
 
 # --- package.json and package-lock.json ----------------------------------------------------------
