@@ -3,7 +3,9 @@
 build_code_asset(): runtime/ (the only package the functions need of the project) and its bytecode.
 build_sdk_layer(): the SDK the suite is tested with (SDK_VERSIONS, the lock's pins), copied from the
 synthesizing environment's installed distributions, botocore's data kept to the services the
-functions call, and its bytecode. Lambda's own boto3 is whatever the runtime ships that month.
+functions call (their models, and their entries of the endpoints table: botocore parses all of
+endpoints.json, 1.25 MB, at each cold start's first client), and its bytecode. Lambda's own boto3
+is whatever the runtime ships that month.
 
 Bytecode: each module's `__pycache__/<name>.cpython-313.pyc`, compiled by an interpreter of the
 functions' Python with invalidation mode UNCHECKED_HASH, so Lambda's read-only file system uses it as
@@ -24,12 +26,13 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -44,8 +47,10 @@ __all__ = [
     "build_sdk_layer",
     "bytecode_compiler",
     "check_sdk_versions",
+    "endpoint_prefixes",
     "find_compiler",
     "installed_sdk_versions",
+    "pruned_endpoints_table",
     "used_services",
 ]
 
@@ -69,10 +74,11 @@ TASK_ROOT: Final = "/var/task"  # where Lambda unpacks the code asset
 LAYER_ROOT: Final = "/opt/python"  # where a Python layer's python/ lands, on sys.path
 # What botocore reads for any client of any service, beside the service's own directory.
 BOTOCORE_SHARED_DATA: Final = ("_retry.json", "endpoints.json", "partitions.json", "sdk-default-configuration.json")
+ENDPOINTS_TABLE: Final = PurePosixPath("botocore", "data", "endpoints.json")
 # Written by the installer, not part of the distribution (RECORD would list bytecode and data not shipped).
 _INSTALLER_FILES: Final = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 # A change to what is built or how: a new cache key for everything.
-_BUILD_FORMAT: Final = "1"
+_BUILD_FORMAT: Final = "2"
 _HASH_SEED: Final = "0"
 _COMPILE = """
 import compileall, py_compile, sys
@@ -171,6 +177,28 @@ def used_services(runtime_package: Path = RUNTIME_PACKAGE) -> tuple[str, ...]:
     return tuple(sorted(services))
 
 
+def endpoint_prefixes(services: Iterable[str]) -> tuple[str, ...]:
+    """The endpoints table's keys of the services: each model's endpointPrefix (stepfunctions is
+    `states`), read from the installed botocore's own data (not ~/.aws/models)."""
+    from botocore.loaders import Loader  # the synthesizing environment's SDK, checked by then: only when building
+
+    data = importlib.metadata.distribution("botocore").locate_file("botocore/data")
+    loader = Loader(extra_search_paths=[str(data)], include_default_search_paths=False)
+    return tuple(sorted({loader.load_service_model(service, "service-2")["metadata"]["endpointPrefix"] for service in services}))
+
+
+def pruned_endpoints_table(table: bytes, prefixes: Collection[str]) -> bytes:
+    """botocore's endpoints table (data/endpoints.json) with each partition's services kept to the
+    entries of prefixes; everything else as it is: every partition in order, with its regions,
+    regionRegex, dnsSuffix and defaults (variants included), which botocore reads for any client.
+    Compact JSON in the table's own order, so the same table gives the same bytes. A client of a
+    service not kept cannot be built anyway: its model is not in the layer (UnknownServiceError)."""
+    endpoints = json.loads(table)
+    for partition in endpoints["partitions"]:
+        partition["services"] = {prefix: entry for prefix, entry in partition["services"].items() if prefix in prefixes}
+    return json.dumps(endpoints, separators=(",", ":")).encode()
+
+
 def build_code_asset() -> Path:
     """The functions' code asset: a directory holding runtime/ and its bytecode (cached by content)."""
     copies = [(RUNTIME_PACKAGE / path, PurePosixPath("runtime", *path.parts)) for path in sorted(_files_of(RUNTIME_PACKAGE))]
@@ -196,8 +224,8 @@ def _files_of(directory: Path) -> Iterator[Path]:
             yield path.relative_to(directory)
 
 
-def _sdk_files(services: Iterable[str]) -> Iterator[tuple[Path, PurePosixPath]]:
-    """(installed file, path in python/) of every SDK file the layer ships."""
+def _sdk_files(services: Collection[str]) -> Iterator[tuple[Path | bytes, PurePosixPath]]:
+    """(installed file or the content to write, path in python/) of every SDK file the layer ships."""
     kept_services = set(services)
     for name in SDK_VERSIONS:
         distribution = importlib.metadata.distribution(name)
@@ -211,7 +239,11 @@ def _sdk_files(services: Iterable[str]) -> Iterator[tuple[Path, PurePosixPath]]:
                 continue  # another service's models
             if parts[:2] == ("botocore", "data") and len(parts) == 3 and parts[2] not in BOTOCORE_SHARED_DATA:
                 continue
-            yield Path(str(distribution.locate_file(file))), PurePosixPath(*parts)
+            installed = Path(str(distribution.locate_file(file)))
+            if PurePosixPath(*parts) == ENDPOINTS_TABLE:
+                yield pruned_endpoints_table(installed.read_bytes(), endpoint_prefixes(kept_services)), ENDPOINTS_TABLE
+                continue
+            yield installed, PurePosixPath(*parts)
 
 
 def _cached_build(kind: str, inputs: list[tuple[str, bytes]], build: Callable[[Path], None]) -> Path:
@@ -241,13 +273,17 @@ def _cached_build(kind: str, inputs: list[tuple[str, bytes]], build: Callable[[P
     return target
 
 
-def _fill(root: Path, copies: Iterable[tuple[Path, PurePosixPath]], deployed_at: str, into: str = "") -> None:
-    """Copies the files (readable by every user, as Lambda needs) and compiles them as found at deployed_at."""
+def _fill(root: Path, copies: Iterable[tuple[Path | bytes, PurePosixPath]], deployed_at: str, into: str = "") -> None:
+    """Copies the files or writes the contents given (readable by every user, as Lambda needs) and
+    compiles them as found at deployed_at."""
     top = root / into if into else root
     for source, relative in copies:
         destination = top.joinpath(*relative.parts)
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, destination)
+        if isinstance(source, bytes):
+            destination.write_bytes(source)
+        else:
+            shutil.copyfile(source, destination)
     compiler = bytecode_compiler()
     if compiler is not None:
         _compile(compiler, top, deployed_at)

@@ -6,6 +6,7 @@ handlers need; each function runs Powertools' layer, then the SDK layer."""
 from __future__ import annotations
 
 import email
+import importlib.metadata
 import importlib.util
 import json
 import marshal
@@ -95,6 +96,148 @@ def test_botocore_data_is_kept_to_the_services_the_functions_call(sdk_layer: Pat
     # Then it holds the models of exactly the services runtime/ builds clients of, and what every client reads
     assert sorted(path.name for path in data.iterdir() if path.is_dir()) == list(used_services())
     assert sorted(path.name for path in data.iterdir() if path.is_file()) == sorted(lambda_assets.BOTOCORE_SHARED_DATA)
+
+
+# --- the endpoints table --------------------------------------------------------------------------
+
+# The endpoints table's keys of used_services(): each model's endpointPrefix (Step Functions' is `states`).
+USED_ENDPOINT_PREFIXES = ("dynamodb", "s3", "secretsmanager", "sqs", "states")
+# A region of each partition a function may be deployed in; a service is checked where the full table lists it.
+REGIONS = ("us-east-1", "eu-west-1", "ap-east-1", "cn-north-1", "us-gov-west-1", "us-iso-east-1")
+
+
+def full_endpoints_table() -> bytes:
+    """The endpoints table of the suite's own botocore (the lock's), all services."""
+    return Path(str(importlib.metadata.distribution("botocore").locate_file("botocore/data/endpoints.json"))).read_bytes()
+
+
+def test_the_layers_endpoints_table_keeps_every_partition_and_the_used_services_entries_alone(sdk_layer: Path) -> None:
+    # Given botocore's full endpoints table and the layer's
+    full_bytes = full_endpoints_table()
+    full, pruned = json.loads(full_bytes), json.loads((sdk_layer / "python" / lambda_assets.ENDPOINTS_TABLE).read_bytes())
+    # Then every partition is there, in the same order, and the table's own fields are unchanged
+    assert [partition["partition"] for partition in pruned["partitions"]] == [partition["partition"] for partition in full["partitions"]]
+    assert {key: value for key, value in pruned.items() if key != "partitions"} == {
+        key: value for key, value in full.items() if key != "partitions"
+    }
+    for kept, original in zip(pruned["partitions"], full["partitions"], strict=True):
+        # and each partition's metadata (regions, regionRegex, dnsSuffix, defaults with their variants) is as it was
+        assert {key: value for key, value in kept.items() if key != "services"} == {
+            key: value for key, value in original.items() if key != "services"
+        }
+        # and its services are the used services' entries alone, each exactly as the full table has it
+        assert kept["services"] == {
+            prefix: original["services"][prefix] for prefix in USED_ENDPOINT_PREFIXES if prefix in original["services"]
+        }
+    assert list(pruned["partitions"][0]["services"]) == list(USED_ENDPOINT_PREFIXES)
+    # and what a cold start parses is a small part of the full table
+    assert len((sdk_layer / "python" / lambda_assets.ENDPOINTS_TABLE).read_bytes()) * 20 < len(full_bytes)
+
+
+ENDPOINT_PROBE = """
+import json, sys
+sys.path[:0] = json.loads(sys.argv[1])
+import botocore.session
+from botocore.exceptions import UnknownServiceError
+from runtime.shared.aws import client_config
+
+cases, not_kept = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+CALLS = {"dynamodb": ("list_tables", {}), "s3": ("list_objects_v2", {"Bucket": "bucket"}), "secretsmanager": ("list_secrets", {}),
+         "sqs": ("list_queues", {}), "stepfunctions": ("list_state_machines", {})}
+KEYS = {"aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "dummy"}
+
+
+class Sent(Exception):
+    pass
+
+
+def stop(request, **_):
+    raise Sent(request.url, request.headers["Authorization"].decode())
+
+
+session = botocore.session.get_session()
+resolved = []
+for service, region, config in cases:
+    client = session.create_client(service, region_name=region, config=client_config(service) if config == "functions" else None, **KEYS)
+    client.meta.events.register("before-send", stop)
+    operation, parameters = CALLS[service]
+    try:
+        getattr(client, operation)(**parameters)
+        raise AssertionError("the request was not stopped before it was sent")
+    except Sent as sent:
+        url, authorization = sent.args
+    scope = authorization.split("Credential=")[1].split(",")[0].split("/")
+    case = {"case": [service, region, config], "url": url, "signing_region": scope[2], "signing_name": scope[3]}
+    if service == "s3":
+        presigned = client.generate_presigned_url("get_object", Params={"Bucket": "bucket", "Key": "key"})
+        base, query = presigned.split("?")
+        fields = dict(field.split("=", 1) for field in query.split("&"))
+        case["presigned"] = {"url": base, "fields": sorted(fields), "scope": fields.get("X-Amz-Credential", "").split("%2F")[2:4]}
+    resolved.append(case)
+refused = {}
+for service in not_kept:
+    try:
+        session.create_client(service, region_name="eu-west-1", **KEYS)
+        refused[service] = None
+    except UnknownServiceError as error:
+        refused[service] = type(error).__name__
+print(json.dumps({"botocore": botocore.__file__, "builtin_data": session.get_component("endpoint_resolver").uses_builtin_data,
+                  "resolved": resolved, "refused": refused}))
+"""
+
+
+def test_clients_on_the_layers_table_resolve_every_endpoint_as_on_the_full_one(code_asset: Path, sdk_layer: Path) -> None:
+    # Given each used service in a region of each partition where the full table lists it, with botocore's
+    # defaults and with the functions' own config (regional S3 addressing, SigV4 presigning)
+    full = json.loads(full_endpoints_table())
+    partitions = {partition["partition"]: partition for partition in full["partitions"]}
+    cases = []
+    for service, prefix in zip(used_services(), USED_ENDPOINT_PREFIXES, strict=True):
+        for region in REGIONS:
+            partition = next(partition for partition in partitions.values() if region in partition["regions"])
+            if region in partition["services"].get(prefix, {}).get("endpoints", {}):
+                cases += [[service, region, "defaults"], [service, region, "functions"]]
+    assert {region for _, region, _ in cases} == set(REGIONS)
+    assert len(cases) >= 2 * len(REGIONS) * 3
+    not_kept = ["sts", "lambda"]
+    # When a fresh interpreter on the layer alone (and the code asset, for the config) and one on the suite's
+    # botocore each build those clients, stop each request before it is sent, and presign an S3 GET
+    environment = {"PATH": os.environ.get("PATH", ""), "AWS_EC2_METADATA_DISABLED": "true"}
+    environment |= {"AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    arguments = [json.dumps(cases), json.dumps(not_kept)]
+    on_layer = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", ENDPOINT_PROBE, json.dumps([str(code_asset), str(sdk_layer / "python")]), *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    on_full = subprocess.run(
+        [sys.executable, "-I", "-c", ENDPOINT_PROBE, json.dumps([str(code_asset)]), *arguments],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+        check=False,
+    )
+    layer_out, layer_err = on_layer.communicate(timeout=120)
+    assert on_layer.returncode == 0, layer_err[-3000:]
+    assert on_full.returncode == 0, on_full.stderr[-3000:]
+    pruned, unpruned = json.loads(layer_out), json.loads(on_full.stdout)
+    # Then each botocore is the one meant, and both read their table as botocore's own data (no custom-endpoint path)
+    assert pruned["botocore"].startswith(str(sdk_layer / "python")) and not unpruned["botocore"].startswith(str(sdk_layer))
+    assert pruned["builtin_data"] is unpruned["builtin_data"] is True
+    # and every request went to the same URL, signed for the same service and region, and every presigned URL is the same
+    assert [case["case"] for case in pruned["resolved"]] == cases
+    assert pruned["resolved"] == unpruned["resolved"]
+    # (in every partition of REGIONS: each one's DNS suffix ends some request's host)
+    hosts = [case["url"].split("/")[2] for case in pruned["resolved"]]
+    for region in REGIONS:
+        suffix = next(partition["dnsSuffix"] for partition in partitions.values() if region in partition["regions"])
+        assert any(host.endswith(f".{region}.{suffix}") for host in hosts), (region, suffix)
+    # and a service whose models and entries the layer does not keep is refused by name, not resolved some other way
+    assert pruned["refused"] == {service: "UnknownServiceError" for service in not_kept}
+    assert unpruned["refused"] == {service: None for service in not_kept}
 
 
 # --- bytecode ------------------------------------------------------------------------------------

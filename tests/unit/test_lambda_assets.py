@@ -4,6 +4,7 @@ choice of the interpreter that compiles, and the cache."""
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ from onceflow.infra.lambda_assets import (
     SDK_VERSIONS,
     SdkVersionMismatch,
     check_sdk_versions,
+    endpoint_prefixes,
     find_compiler,
+    pruned_endpoints_table,
     used_services,
 )
 from runtime.shared import aws
@@ -93,6 +96,53 @@ def test_used_services_reads_literal_client_calls_only(tmp_path: Path) -> None:
     (tmp_path / "sub" / "b.py").write_text('x = self._client("sqs")\n')
     # When the services are listed, Then only the literal _client calls count
     assert used_services(tmp_path) == ("kinesis", "sqs")
+
+
+# --- the endpoints table ---------------------------------------------------------------------------
+
+
+def test_endpoint_prefixes_are_the_keys_of_the_used_services_in_the_endpoints_table() -> None:
+    # Given the services the functions call
+    # When their keys in botocore's endpoints table are read from the installed models
+    # Then each is the service's own name, except Step Functions' (`states`)
+    assert endpoint_prefixes(used_services()) == ("dynamodb", "s3", "secretsmanager", "sqs", "states")
+
+
+def partition(name: str, services: dict[str, object]) -> dict[str, object]:
+    return {
+        "defaults": {
+            "hostname": "{service}.{region}.{dnsSuffix}",
+            "variants": [{"hostname": "{service}-fips.{region}.{dnsSuffix}", "tags": ["fips"]}],
+        },
+        "dnsSuffix": f"{name}.example",
+        "partition": name,
+        "regionRegex": "^(us)\\-\\w+\\-\\d+$",
+        "regions": {"us-east-1": {"description": "East"}},
+        "services": services,
+    }
+
+
+def test_pruning_keeps_every_partition_as_it_is_and_the_given_services_entries_alone() -> None:
+    # Given a table of two partitions, the first with services in an order of its own, the second with none kept
+    sqs = {"endpoints": {"us-east-1": {"variants": [{"hostname": "sqs-fips.us-east-1.aws.example", "tags": ["fips"]}]}}}
+    dynamodb = {"defaults": {"protocols": ["https"]}, "endpoints": {"local": {"hostname": "localhost:8000"}, "us-east-1": {}}}
+    lambda_ = {"endpoints": {"us-east-1": {}}}
+    table = {
+        "partitions": [partition("aws", {"sqs": sqs, "lambda": lambda_, "dynamodb": dynamodb}), partition("aws-cn", {"lambda": lambda_})],
+        "version": 3,
+    }
+    # When it is kept to dynamodb and sqs
+    pruned = pruned_endpoints_table(json.dumps(table).encode(), ["dynamodb", "sqs"])
+    # Then both partitions are there with their metadata, and only those services' entries, unchanged
+    assert json.loads(pruned) == {
+        "partitions": [partition("aws", {"sqs": sqs, "dynamodb": dynamodb}), partition("aws-cn", {})],
+        "version": 3,
+    }
+    # and the table's own key order is kept (the order botocore iterates), whatever order the services are given in
+    assert list(json.loads(pruned)["partitions"][0]["services"]) == ["sqs", "dynamodb"]
+    assert pruned_endpoints_table(json.dumps(table).encode(), ["sqs", "dynamodb"]) == pruned
+    # and it is compact JSON
+    assert b" " not in pruned
 
 
 # --- the interpreter that compiles ------------------------------------------------------------------
