@@ -19,6 +19,7 @@ from devtools.aws.clients import new_client
 from devtools.aws.esm import EventSourceMapping, ListShard
 from devtools.aws.lambda_context import ClockedLambdaContext, FakeLambdaContext, as_lambda_context
 from devtools.aws.moto_patches import VirtualClock, embedded_aws, fast_transactions
+from devtools.aws.moto_state import MotoState
 from devtools.aws.sqs_esm import SqsEventSource, next_visible_at, queue_depth
 from devtools.aws.table_stream import TableStream, dynamodb_stream_event, filter_patterns
 from devtools.aws.template_resources import EmbeddedCloud, Template, find_function, resources_of_type
@@ -67,6 +68,16 @@ class Clients(aws.Clients):
         return cls(dynamodb=client("dynamodb"), s3=client("s3"), sqs=client("sqs"))
 
 
+@dataclass(frozen=True)
+class WorldState:
+    """An `EventLogWorld` at one moment (see `EventLogWorld.capture`)."""
+
+    moto: MotoState
+    now: float
+    rng: tuple[Any, ...]
+    stream: TableStream
+
+
 @dataclass
 class EventLogWorld:
     template: Template
@@ -107,6 +118,22 @@ class EventLogWorld:
             stream=TableStream(api.log_table, stream_arn, filter_patterns(mapping)),
             rng=random.Random(seed),
         )
+
+    def capture(self) -> WorldState:
+        """This world as it is now: moto's state, the clock's time, the random draws, the stream's position."""
+        return WorldState(MotoState.capture(), self.clock(), self.rng.getstate(), replace(self.stream))
+
+    @contextmanager
+    def restored(self, state: WorldState) -> Iterator[EventLogWorld]:
+        """This world put back to `state`, on a new clock at `state.now` that drives SQS while the
+        block runs: a run in it starts where a run on the world as captured started, and nothing
+        it changes survives the next restore."""
+        clock = VirtualClock(state.now)
+        with clock.driving_sqs():
+            state.moto.restore()
+            rng = random.Random()
+            rng.setstate(state.rng)
+            yield replace(self, clock=clock, rng=rng, stream=replace(state.stream))
 
     # --- the API ------------------------------------------------------------------------------
 

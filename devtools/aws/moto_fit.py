@@ -224,6 +224,7 @@ REACHING_MODULES = (
     "devtools.aws.capacity",
     "devtools.aws.moto_patches",
     "devtools.aws.moto_server",
+    "devtools.aws.moto_state",
     "devtools.aws.service_limits",
     "devtools.aws.sqs_esm",
     "devtools.aws.table_stream",

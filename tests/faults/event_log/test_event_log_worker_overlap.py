@@ -429,59 +429,76 @@ class CrashRun:
     redone: int
 
 
-def crash_run(target: str | None, when: str) -> CrashRun:
-    """Snapshot 2 handled by a worker that dies at `target` (or not at all), then redelivered
-    after the lease to healthy workers until built."""
+@contextmanager
+def crash_runs() -> Iterator[Callable[[str | None, str], CrashRun]]:
+    """Runs of `crash_run`, each from the same start (snapshot 1 built, snapshot 2's message
+    received): built once, captured, and restored before every run."""
     with fresh_world() as world:
         message = snapshot_2_message(world)
-        clients = Clients.new()
-        tag_chunk_puts(clients.s3)
-        puts = ChunkPuts(snapshot_prefix(LOG, 2)).attach(clients.s3)
-        crasher = CrashAtWrite(target, when).attach(clients.dynamodb, clients.s3, clients.sqs)
-        written = 0
-        try:
-            outcome = handle(world, message, worker(world, clients), "dying")
-        except SimulatedCrash:
-            outcome, successor = redeliver_after_the_lease(world, message)
-            written = successor.progress.chunks_written
-        # (a crash after the root was set leaves only the tail of the finish to the redelivery)
-        assert outcome in {Outcome.BUILT, Outcome.ALREADY_BUILT}
-        marker = world.log_store().read_marker(LOG, BUILT_SEQ)
-        assert marker is not None and marker.root
-        _, cells, _ = world.snapshot_cells(marker.root)
-        return CrashRun(
-            names=crasher.names,
-            crashed=crasher.crashed,
-            problems=world.verify(LOG),
-            cells=[(cell.cell, cell.value) for cell in cells],
-            redone=puts.landed + written - chunks_of_snapshot_2(world),
-        )
+        start = world.capture()
+
+        def run(target: str | None, when: str) -> CrashRun:
+            with world.restored(start) as restored:
+                return crash_run(restored, message, target, when)
+
+        yield run
+
+
+def crash_run(world: EventLogWorld, message: dict[str, Any], target: str | None, when: str) -> CrashRun:
+    """Snapshot 2's `message` handled by a worker that dies at `target` (or not at all), then
+    redelivered after the lease to healthy workers until built."""
+    clients = Clients.new()
+    tag_chunk_puts(clients.s3)
+    puts = ChunkPuts(snapshot_prefix(LOG, 2)).attach(clients.s3)
+    crasher = CrashAtWrite(target, when).attach(clients.dynamodb, clients.s3, clients.sqs)
+    written = 0
+    try:
+        outcome = handle(world, message, worker(world, clients), "dying")
+    except SimulatedCrash:
+        outcome, successor = redeliver_after_the_lease(world, message)
+        written = successor.progress.chunks_written
+    # (a crash after the root was set leaves only the tail of the finish to the redelivery)
+    assert outcome in {Outcome.BUILT, Outcome.ALREADY_BUILT}
+    marker = world.log_store().read_marker(LOG, BUILT_SEQ)
+    assert marker is not None and marker.root
+    _, cells, _ = world.snapshot_cells(marker.root)
+    return CrashRun(
+        names=crasher.names,
+        crashed=crasher.crashed,
+        problems=world.verify(LOG),
+        cells=[(cell.cell, cell.value) for cell in cells],
+        redone=puts.landed + written - chunks_of_snapshot_2(world),
+    )
 
 
 def test_a_crash_before_or_after_each_write_of_an_overlapped_build_redoes_at_most_one_chunk() -> None:
-    # Given the writes of a clean handling of snapshot 2 (reads ahead in flight at nearly every one), by name
-    clean = crash_run(None, "before")
-    assert clean.problems == [] and clean.redone == 0
-    assert len(set(clean.names)) == len(clean.names)
-    assert sum(name.startswith("PutObject") and ".ndjson" in name for name in clean.names) > 3
-    failures: list[str] = []
-    # When the worker's process dies before, and after, each of them
-    for name in clean.names:
-        for when in ("before", "after"):
-            run = crash_run(name, when)
-            # Then the redelivery builds the same snapshot, equal to the replay, with at most one chunk written again
-            if not run.crashed:
-                failures.append(f"{when} {name}: no crash happened")
-            if run.problems or run.cells != clean.cells:
-                failures.append(f"{when} {name}: {run.problems or 'cells differ from the clean pass'}")
-            if run.redone > 1:
-                failures.append(f"{when} {name}: {run.redone} chunks written again")
+    with crash_runs() as crash_run_at:
+        # Given the writes of a clean handling of snapshot 2 (reads ahead in flight at nearly every one), by name
+        clean = crash_run_at(None, "before")
+        assert clean.problems == [] and clean.redone == 0
+        assert len(set(clean.names)) == len(clean.names)
+        assert sum(name.startswith("PutObject") and ".ndjson" in name for name in clean.names) > 3
+        failures: list[str] = []
+        # When the worker's process dies before, and after, each of them
+        for name in clean.names:
+            for when in ("before", "after"):
+                run = crash_run_at(name, when)
+                # Then the redelivery builds the same snapshot, equal to the replay, with at most one chunk written again
+                if not run.crashed:
+                    failures.append(f"{when} {name}: no crash happened")
+                if run.problems or run.cells != clean.cells:
+                    failures.append(f"{when} {name}: {run.problems or 'cells differ from the clean pass'}")
+                if run.redone > 1:
+                    failures.append(f"{when} {name}: {run.redone} chunks written again")
     assert failures == []
 
 
 def test_the_write_names_of_a_build_are_the_same_in_every_run() -> None:
-    # Given two clean handlings of snapshot 2, each with reads ahead racing its writes
-    first, second = crash_run(None, "before"), crash_run(None, "before")
+    # Given two clean handlings of snapshot 2, each in a world of its own, with reads ahead racing its writes
+    with crash_runs() as first_world:
+        first = first_world(None, "before")
+    with crash_runs() as second_world:
+        second = second_world(None, "before")
     # Then they made the same writes in the same order: a crash named by a write hits the same write
     assert first.names == second.names
 
