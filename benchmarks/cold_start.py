@@ -43,6 +43,7 @@ not the milliseconds.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -124,6 +125,7 @@ _frozen_importlib_external.SourceLoader.source_to_code = _noting_source_to_code
 wall, cpu = time.perf_counter(), time.process_time()
 module = __import__(sys.argv[2], fromlist=["_"])
 figures = {{"import_ms": (time.process_time() - cpu) * 1000, "import_wall_ms": (time.perf_counter() - wall) * 1000}}
+import importlib.util
 import json
 import os
 figures["file"] = getattr(module, "__file__", "")
@@ -341,8 +343,9 @@ def built_assets() -> tuple[Path, Path]:
 
 
 def copy_powertools_layer(python_folder: Path) -> None:
-    """The Powertools layer's packages, as pip installed them in this venv (every file its RECORD lists:
-    sources, extensions and pip's bytecode)."""
+    """The Powertools layer's packages, as installed in this venv: every file its RECORD lists (sources
+    and extensions), and each module's bytecode beside it, which RECORD lists when pip compiled it but
+    not when uv did (`make install`'s --compile-bytecode)."""
     for distribution in POWERTOOLS_LAYER_DISTRIBUTIONS:
         for file in metadata.distribution(distribution).files or ():
             source = Path(str(file.locate()))
@@ -350,7 +353,13 @@ def copy_powertools_layer(python_folder: Path) -> None:
                 continue
             target = python_folder / str(file)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)  # keeps the modification time pip's bytecode was checked against
+            shutil.copy2(source, target)  # keeps the modification time the installer's bytecode was checked against
+            if source.suffix == ".py":
+                bytecode = Path(importlib.util.cache_from_source(str(source)))
+                if bytecode.is_file():
+                    copied = Path(importlib.util.cache_from_source(str(target)))
+                    copied.parent.mkdir(exist_ok=True)
+                    shutil.copy2(bytecode, copied)
 
 
 def files_under(folder: Path) -> set[Path]:
