@@ -613,7 +613,7 @@ def main(templates: dict[str, dict[str, Any]]) -> bool:
             passed = ratio <= TARGET_RATIO
             first_passed = first_ratio <= FIRST_CALL_TARGET_RATIO
             ok = ok and passed and first_passed
-            medians[function.module] = import_ms
+            medians[function.module] = ratio
             if not first_passed:
                 over_first_call.append(function)
             print(
