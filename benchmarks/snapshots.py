@@ -24,18 +24,9 @@ from typing import Any
 from devtools.event_log_replay import replay
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log.cells import cell_name, order_key
-from runtime.event_log.models import (
-    BuildState,
-    CellEvent,
-    EntryKind,
-    Head,
-    LogEntry,
-    PendingSnapshot,
-    SideEffect,
-    SideEffectMessage,
-    SnapshotMarker,
-    marker_seq,
-)
+from runtime.event_log.entries import EntryKind, marker_seq
+from runtime.event_log.messages import SideEffect, SideEffectMessage
+from runtime.event_log.models import BuildState, CellEvent, Head, LogEntry, PendingSnapshot, SnapshotMarker
 from runtime.event_log.snapshots import Outcome, SnapshotWorker, WorkerOptions
 
 LOG = "bench-sheet"

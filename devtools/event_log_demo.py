@@ -24,7 +24,8 @@ from devtools.demo_progress import Progress, progress
 from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import contract as event_log_contract
-from runtime.event_log.models import EntryKind, SideEffectMessage
+from runtime.event_log.entries import EntryKind
+from runtime.event_log.messages import SideEffectMessage
 from runtime.event_log.objects import S3Objects
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 

@@ -29,9 +29,10 @@ from ops.event_log_store import LogRepairStore
 from runtime.event_log import contract as event_log_contract
 from runtime.event_log import finalizer_handler, finalizer_wiring, router_handler, router_wiring, worker_handler, worker_wiring
 from runtime.event_log.api_wiring import ApiSettings
+from runtime.event_log.entries import CELL_KINDS, EntryKind
 from runtime.event_log.finalizer_wiring import FinalizerSettings
 from runtime.event_log.logic import chain_digest, decode_chunk
-from runtime.event_log.models import CELL_KINDS, AppendRequest, AppendResult, CellEvent, EntryKind, LogEntry
+from runtime.event_log.models import AppendRequest, AppendResult, CellEvent, LogEntry
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.router_wiring import RouterSettings
 from runtime.event_log.service import EventLogService

@@ -29,10 +29,10 @@ from ops.cli import AwsSession, StackKind, add_aws_options, add_target, resolve_
 from ops.event_log_store import LogRepairStore
 from ops.progress import Bar, progress_bar
 from runtime.event_log import contract as event_log_contract
+from runtime.event_log.entries import LOG_ID, EntryKind
 from runtime.event_log.errors import ObjectMissing
-from runtime.event_log.models import EntryKind, SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage, side_effect_request_id
 from runtime.event_log.objects import S3Objects, SqsQueue
-from runtime.event_log.parsing import LOG_ID, side_effect_request_id
 from runtime.event_log.store import DynamoPendingStore
 
 EVENT_LOG = StackKind(

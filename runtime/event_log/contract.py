@@ -72,7 +72,7 @@ KEY_SEQ: Final = "seq"
 INDEX_SEGMENT_EVENTS: Final = "SegmentEvents"
 KEY_SEGMENT: Final = "segment_key"
 KEY_CELL_ORDER: Final = "cell_order"
-# The log entries whose stream records reach the router (runtime.event_log.models.SIDE_EFFECT_KINDS).
+# The log entries whose stream records reach the router (runtime.event_log.entries.SIDE_EFFECT_KINDS).
 SIDE_EFFECT_KINDS: Final = ("Snapshot", "LargePayload")
 # The bucket's prefixes: large payloads and snapshot chunks.
 PAYLOADS_PREFIX: Final = "payloads/"

@@ -11,7 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, finalizer_wiring
 from runtime.event_log.finalizer_wiring import FinalizerDeps, FinalizerSettings
-from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage
 from runtime.event_log.objects import MessageQueue, PayloadObjects
 from runtime.event_log.side_effects import finalize_payload
 from runtime.event_log.sqs_batch import process_batch

@@ -12,10 +12,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from runtime.event_log.cells import order_key
-from runtime.event_log.models import CellValue, EntryKind, Head, LogEntry, PayloadRef, SnapshotMarker
+from runtime.event_log.entries import EntryKind
+from runtime.event_log.models import CellValue, Head, LogEntry, PayloadRef, SnapshotMarker
 from runtime.shared.consistency import deterministic_id
 
 
@@ -116,3 +118,8 @@ def root_key(log_id: str, number: int) -> str:
 def chain_digest(previous: str, body: bytes) -> str:
     """SHA-256 chained over the chunks in order: the root's digest checks every chunk and their order."""
     return hashlib.sha256(f"{previous}:{hashlib.sha256(body).hexdigest()}".encode()).hexdigest()
+
+
+def iso_utc(epoch_seconds: float) -> str:
+    """When an entry or a snapshot root was written, as the log stores it."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,38 +1,14 @@
 """Value types of the event log and its snapshots. Pure data, no I/O.
 
-Positions. Events of a log are numbered 1, 2, 3, ... (the client names the position it appends
-at, which makes the entry key deterministic). The Snapshot entry that closes segment k sits at
-`cut_k + 0.5`: right after the last event it covers, in the same sort order, without taking a
-position a client could be appending at. Segment k is the events in (cut_{k-1}, cut_k]; an event
-belongs to the segment that was open (head.snapshots + 1) when it was appended.
+Where an entry sits (positions, kinds) is in entries.py; the side effects' messages in messages.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from enum import StrEnum
 
-HALF = Decimal("0.5")
-# Events are numbered below this; keeps every position (and a marker's .5) exact in DynamoDB.
-MAX_POSITION = 10**12 - 1
-
-
-class EntryKind(StrEnum):
-    SET_CELL = "SetCell"
-    CLEAR_CELL = "ClearCell"
-    LARGE_PAYLOAD = "LargePayload"  # a SetCell whose value is an S3 object
-    SNAPSHOT = "Snapshot"
-
-
-CELL_KINDS = frozenset({EntryKind.SET_CELL, EntryKind.CLEAR_CELL, EntryKind.LARGE_PAYLOAD})
-# The entries the stream router is invoked for (its FilterCriteria): each has a side effect.
-SIDE_EFFECT_KINDS = (EntryKind.SNAPSHOT, EntryKind.LARGE_PAYLOAD)
-
-
-def marker_seq(cut: int) -> Decimal:
-    """Sort key of the Snapshot entry that closes the segment ending at event `cut`."""
-    return Decimal(cut) + HALF
+from runtime.event_log.entries import CELL_KINDS, EntryKind, marker_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,19 +174,3 @@ class SnapshotRoot:
             "digest": self.digest,
             "format": "ndjson; one cell per line, in row-major cell order",
         }
-
-
-class SideEffect(StrEnum):
-    BUILD_SNAPSHOT = "build_snapshot"
-    FINALIZE_PAYLOAD = "finalize_payload"
-
-
-@dataclass(frozen=True, slots=True)
-class SideEffectMessage:
-    """One SQS message of the stream router; `request_id` is deterministic per side effect."""
-
-    effect: SideEffect
-    log_id: str
-    seq: Decimal
-    request_id: str
-    payload_key: str | None = None

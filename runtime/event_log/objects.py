@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import ClientError
 
 from runtime.event_log.errors import ObjectMissing
-from runtime.event_log.models import SideEffectMessage
+from runtime.event_log.messages import SideEffectMessage, message_body
 from runtime.shared.aws import error_code
 
 if TYPE_CHECKING:
@@ -120,13 +119,6 @@ class S3Objects:
             if error_code(err) in _MISSING_OBJECT:
                 raise ObjectMissing(f"s3://{self._bucket}/{key} does not exist") from err
             raise
-
-
-def message_body(message: SideEffectMessage) -> str:
-    body: dict[str, Any] = {"effect": message.effect.value, "log_id": message.log_id, "seq": str(message.seq)}
-    if message.payload_key is not None:
-        body["payload_key"] = message.payload_key
-    return json.dumps(body, separators=(",", ":"))
 
 
 class SqsQueue:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
-from runtime.event_log.models import PendingSnapshot, SideEffect, SideEffectMessage
-from runtime.event_log.parsing import side_effect_request_id
+from runtime.event_log.messages import SideEffect, SideEffectMessage, side_effect_request_id
+from runtime.event_log.models import PendingSnapshot
 
 
 class PendingStatus(StrEnum):

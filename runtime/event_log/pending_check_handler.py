@@ -16,7 +16,8 @@ from typing import Any, Protocol
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, pending_check_wiring
-from runtime.event_log.models import PendingSnapshot, SideEffectMessage
+from runtime.event_log.messages import SideEffectMessage
+from runtime.event_log.models import PendingSnapshot
 from runtime.event_log.objects import MessageQueue
 from runtime.event_log.pending_check import PendingReport, PendingStatus, check, format_duration, recovery_messages
 from runtime.event_log.pending_check_wiring import PendingCheckDeps, PendingCheckSettings

@@ -13,10 +13,10 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from runtime.event_log.entries import MAX_POSITION, EntryKind
 from runtime.event_log.errors import (
     AppendConflict,
     EntryExists,
@@ -27,8 +27,8 @@ from runtime.event_log.errors import (
     RequestMismatch,
     TransientConflict,
 )
-from runtime.event_log.logic import next_marker, snapshot_due
-from runtime.event_log.models import MAX_POSITION, AppendRequest, AppendResult, CellEvent, EntryKind, Head, LogEntry, PayloadRef
+from runtime.event_log.logic import iso_utc, next_marker, snapshot_due
+from runtime.event_log.models import AppendRequest, AppendResult, CellEvent, Head, LogEntry, PayloadRef
 from runtime.event_log.objects import ObjectStore, PayloadObjects
 from runtime.event_log.store import LogStore
 from runtime.shared.consistency import deterministic_id
@@ -49,10 +49,6 @@ class LogOptions:
     payload_max_bytes: int = 100 * 1024 * 1024
     pending_tag: str = "onceflow-pending=true"
     url_expiry_seconds: int = 900
-
-
-def iso_utc(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def payload_key(log_id: str, request_id: str) -> str:

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.event_log.errors import PoisonMessage
-from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage, side_effect_of_record
 from runtime.event_log.objects import MessageQueue, PayloadObjects
-from runtime.event_log.parsing import side_effect_of_record
 from runtime.shared.observability import logger
 
 

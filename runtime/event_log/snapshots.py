@@ -54,14 +54,14 @@ from runtime.event_log.logic import (
     chunk_key,
     decode_chunk,
     encode_cell,
+    iso_utc,
     merge_segment,
     root_key,
     snapshot_prefix,
 )
-from runtime.event_log.models import BuildState, CellValue, PendingSnapshot, SideEffect, SideEffectMessage, SnapshotMarker, SnapshotRoot
+from runtime.event_log.messages import SideEffect, SideEffectMessage, side_effect_request_id
+from runtime.event_log.models import BuildState, CellValue, PendingSnapshot, SnapshotMarker, SnapshotRoot
 from runtime.event_log.objects import MessageQueue, ObjectStore
-from runtime.event_log.parsing import side_effect_request_id
-from runtime.event_log.service import iso_utc
 from runtime.event_log.store import LogStore, PendingStore
 from runtime.shared import snapstart
 from runtime.shared.concurrency import ReadAhead, map_bounded

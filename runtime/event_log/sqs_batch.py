@@ -7,9 +7,8 @@ from typing import Any
 
 from runtime.event_log import contract
 from runtime.event_log.errors import PoisonMessage
-from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage, parse_message
 from runtime.event_log.objects import MessageQueue
-from runtime.event_log.parsing import parse_message
 from runtime.shared.consistency import full_jitter_backoff
 from runtime.shared.observability import MetricUnit, logger, metrics
 

@@ -20,17 +20,9 @@ from botocore.exceptions import ClientError
 
 from runtime.event_log import contract
 from runtime.event_log.cells import order_key
+from runtime.event_log.entries import EntryKind
 from runtime.event_log.errors import EntryExists, HeadMoved, RootConflict, TransientConflict
-from runtime.event_log.models import (
-    BuildState,
-    CellEvent,
-    EntryKind,
-    Head,
-    LogEntry,
-    PayloadRef,
-    PendingSnapshot,
-    SnapshotMarker,
-)
+from runtime.event_log.models import BuildState, CellEvent, Head, LogEntry, PayloadRef, PendingSnapshot, SnapshotMarker
 from runtime.shared.concurrency import ReadAhead
 from runtime.shared.dynamo import (
     cancellation_codes,

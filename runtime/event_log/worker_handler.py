@@ -10,7 +10,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from runtime.event_log import contract, worker_wiring
-from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage
 from runtime.event_log.sqs_batch import process_batch
 from runtime.event_log.worker_wiring import WorkerDeps, WorkerSettings
 from runtime.shared.aws import Clients

@@ -13,6 +13,10 @@ HANDLER_API: Final = "runtime.taxi_etl.api_handler.handler"
 HANDLER_ROW_STATE: Final = "runtime.taxi_etl.row_state_handler.handler"
 HANDLER_AUTHORIZER: Final = "runtime.taxi_etl.authorizer_handler.handler"
 
+# StoreRequestIds as requests.py makes them and row_state.py parses them: k-<Idempotency-Key>, kb-<key>-<line>, c-<hash>.
+IDEMPOTENCY_KEY_PATTERN: Final = r"[A-Za-z0-9_-]{1,64}"
+CONTENT_ID_HEX_CHARS: Final = 32  # c-<hash>: deterministic_id's default length
+
 # The saga's phases as the state machine and the stack outputs name them (runtime.taxi_etl.models.Phase, title-cased).
 PHASE_VALIDATION: Final = "Validation"
 PHASE_TRANSFORMATION: Final = "Transformation"

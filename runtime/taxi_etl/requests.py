@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from runtime.shared.consistency import deterministic_id
 from runtime.shared.http import CSV, body_text, require_media_type
 from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
+from runtime.taxi_etl.contract import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.state_budget import check_state_budget
 from runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
 from runtime.taxi_etl.trips import COLUMN_COUNTS
 
-IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
-CONTENT_ID_HEX_CHARS = 32  # c-<hash>: deterministic_id's default length
+IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
 MEDIA_TYPES = (CSV,)  # what /trips and /trips/batch take (charset=utf-8 or none); anything else is a 415
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.

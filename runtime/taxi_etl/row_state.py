@@ -31,15 +31,14 @@ from typing import Any
 from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
-from runtime.taxi_etl.requests import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY
 from runtime.taxi_etl.store import StatusRow
 from runtime.taxi_etl.trip_items import final_item, same_trip
 
 _PHASE_OF_REASON: dict[int, Phase] = {phase.reason: phase for phase in Phase}
 # The ids requests.py gives rows, exactly: k-<Idempotency-Key>, kb-<Idempotency-Key>-<line number
 # from 1> and c-<hex hash>. Not a batch's execution name (kb-<key>, cb-...) nor a redrive's (r2-...).
-_KEY = IDEMPOTENCY_KEY.pattern
-_ROW_ID = re.compile(rf"k-{_KEY}|kb-{_KEY}-[1-9][0-9]*|c-[0-9a-f]{{{CONTENT_ID_HEX_CHARS}}}")
+_KEY = contract.IDEMPOTENCY_KEY_PATTERN
+_ROW_ID = re.compile(rf"k-{_KEY}|kb-{_KEY}-[1-9][0-9]*|c-[0-9a-f]{{{contract.CONTENT_ID_HEX_CHARS}}}")
 
 
 class State(StrEnum):
@@ -87,7 +86,7 @@ def parse_row_id(text: str | None) -> str:
     if not STORE_REQUEST_ID.fullmatch(text) or not _ROW_ID.fullmatch(text):
         raise InvalidRequest(
             "a StoreRequestId is what POST /trips or /trips/batch answered: k-<key>, kb-<key>-<n> or c-<hash>"
-            f" (a key is 1-64 letters, digits, '_' or '-'; n a line number from 1; the hash {CONTENT_ID_HEX_CHARS} hex digits),"
+            f" (a key is 1-64 letters, digits, '_' or '-'; n a line number from 1; the hash {contract.CONTENT_ID_HEX_CHARS} hex digits),"
             " at most 80 characters"
         )
     return text

@@ -58,23 +58,21 @@ from devtools.state import capture
 from ops.taxi_store import StatusRepairTable
 from runtime.event_log import contract as event_log
 from runtime.event_log.cells import order_key
+from runtime.event_log.entries import EntryKind
 from runtime.event_log.logic import chunk_key, decode_chunk, root_key
+from runtime.event_log.messages import SideEffect, SideEffectMessage, parse_message, side_effect_of_record, side_effect_request_id
 from runtime.event_log.models import (
     AppendRequest,
     BuildState,
     CellEvent,
     CellValue,
-    EntryKind,
     Head,
     LogEntry,
     PayloadRef,
     PendingSnapshot,
-    SideEffect,
-    SideEffectMessage,
     SnapshotMarker,
 )
 from runtime.event_log.objects import S3Objects, SqsQueue
-from runtime.event_log.parsing import parse_message, side_effect_of_record, side_effect_request_id
 from runtime.event_log.service import EventLogService, LogOptions, payload_key
 from runtime.event_log.side_effects import RouterQueues, StreamRouter
 from runtime.event_log.snapshots import Outcome, SnapshotWorker, WorkerOptions

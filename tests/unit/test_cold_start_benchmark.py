@@ -218,3 +218,64 @@ def test_a_snapstart_handler_is_measured_after_a_restore_and_the_first_call_take
     assert clients == ["dynamodb"]
     assert 0 < parts["service models"] < parts["client construction"] <= parts["first call"]
     assert parts["endpoint rule sets"] > 0
+
+
+def test_a_handlers_import_is_split_in_its_own_bare_boto3_and_the_rest(
+    dev_templates: dict[str, Template], built_lambda: LambdaFiles
+) -> None:
+    # Given a handler and the staged asset and layers
+    function = next(f for f in cold_start.lambda_functions(dev_templates) if f.module == "runtime.event_log.router_handler")
+    env = cold_start.lambda_environment(function, built_lambda)
+    # When one interpreter measures it, and another the baseline
+    handler = cold_start.probe(function.module, function.entry_point, env, built_lambda)
+    baseline = cold_start.probe(cold_start.BASELINE, None, cold_start.lambda_environment(None, built_lambda), built_lambda)
+    # Then the handler's import holds its own bare boto3 part and more; the baseline is that part alone
+    assert 0 < handler.boto3_ms < handler.import_ms
+    assert baseline.boto3_ms == baseline.import_ms
+    # And the paired ratio is each interpreter's own: the median of import / boto3 part
+    figures = [
+        cold_start.Figures(import_ms=120.0, import_wall_ms=0.0, first_extra_ms=30.0, boto3_ms=100.0),
+        cold_start.Figures(import_ms=260.0, import_wall_ms=0.0, first_extra_ms=20.0, boto3_ms=200.0),
+        cold_start.Figures(import_ms=110.0, import_wall_ms=0.0, first_extra_ms=40.0, boto3_ms=100.0),
+    ]
+    assert cold_start.paired_ratio(figures) == pytest.approx(1.2)
+    assert cold_start.paired_ratio(figures, with_first_call=True) == pytest.approx(1.5)
+
+
+# What a handler's cold start must not load, beyond another function's entry point or wiring: what only other
+# paths of its slice use (each frozen dataclass of a slice's models costs about a millisecond at import).
+NOT_ON_THE_COLD_PATH = {
+    "runtime.event_log.router_handler": ("runtime.event_log.models", "runtime.event_log.parsing", "runtime.event_log.store"),
+    "runtime.event_log.finalizer_handler": ("runtime.event_log.models", "runtime.event_log.parsing", "runtime.event_log.store"),
+    "runtime.event_log.worker_handler": ("runtime.event_log.service", "runtime.event_log.parsing"),
+    "runtime.taxi_etl.row_state_handler": ("runtime.taxi_etl.requests", "runtime.taxi_etl.trip_lines", "runtime.taxi_etl.state_budget"),
+}
+# Another function's wiring that a handler composes: the taxi API answers a re-sent row from its state, read as GET does.
+COMPOSED_WIRING = {"runtime.taxi_etl.api_handler": {"runtime.taxi_etl.row_state_wiring"}}
+
+
+def wiring_of(handler_module: str) -> str:
+    package, _, name = handler_module.rpartition(".")
+    return f"{package}.{name.removesuffix('handler')}wiring"
+
+
+def test_a_handlers_cold_start_loads_only_its_own_function_and_no_tracing_sdk(
+    dev_templates: dict[str, Template], built_lambda: LambdaFiles
+) -> None:
+    # Given every function of the dev templates, tracing in the default mode, and the staged asset and layers
+    functions = cold_start.lambda_functions(dev_templates)
+    assert {f.environment.get(TRACING_MODE_VARIABLE, TracingMode.ACTIVE.value) for f in functions} == {TracingMode.ACTIVE.value}
+    assert set(NOT_ON_THE_COLD_PATH) | set(COMPOSED_WIRING) <= {f.module for f in functions}
+    for function in functions:
+        # When a fresh interpreter imports its handler module from the asset's bytecode
+        seen = cold_start.run_probe(function.module, None, cold_start.lambda_environment(function, built_lambda), built_lambda)
+        cold_start.check_probe(function.module, seen, built_lambda)
+        loaded = set(seen["modules"])
+        assert function.module in loaded
+        # Then no other function's handler module or wiring was loaded (but the one it composes)
+        others = {f.module for f in functions if f is not function}
+        assert not loaded & others, function.module
+        assert not loaded & ({wiring_of(module) for module in others} - COMPOSED_WIRING.get(function.module, set())), function.module
+        # And nothing its cold path does not use, and no X-Ray SDK (Lambda traces in the `active` mode)
+        assert not loaded & set(NOT_ON_THE_COLD_PATH.get(function.module, ())), function.module
+        assert not [name for name in loaded if name.split(".")[0] == "aws_xray_sdk"], function.module

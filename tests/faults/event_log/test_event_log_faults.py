@@ -24,9 +24,9 @@ from devtools.event_log_world import Clients, EventLogWorld, embedded_event_log_
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import worker_handler
 from runtime.event_log.errors import PoisonMessage
-from runtime.event_log.models import BuildState, SideEffect
+from runtime.event_log.messages import SideEffect, parse_message
+from runtime.event_log.models import BuildState
 from runtime.event_log.objects import S3Objects
-from runtime.event_log.parsing import parse_message
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.sqs_batch import POISON_RETRY_CAP_SECONDS
 from runtime.event_log.store import DynamoPendingStore

@@ -31,8 +31,7 @@ from devtools.event_log_world import Clients, EventLogWorld, embedded_event_log_
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import store as store_module
 from runtime.event_log.logic import snapshot_prefix
-from runtime.event_log.models import SideEffect
-from runtime.event_log.parsing import parse_message
+from runtime.event_log.messages import SideEffect, parse_message
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.store import DynamoPendingStore
 from tests.conftest import EVENT_LOG_STACK, SMALL_LOG, templates_for

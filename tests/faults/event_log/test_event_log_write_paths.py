@@ -17,8 +17,9 @@ from devtools.aws.moto_patches import VirtualClock
 from devtools.aws.table_stream import dynamodb_stream_event
 from devtools.event_log_world import Clients, EventLogWorld, edit_request, embedded_event_log_cloud
 from devtools.sheet_workload import sheet_edits
+from runtime.event_log.entries import EntryKind
 from runtime.event_log.finalizer_handler import handle_payload_event
-from runtime.event_log.models import AppendRequest, CellEvent, EntryKind, PayloadRef
+from runtime.event_log.models import AppendRequest, CellEvent, PayloadRef
 from runtime.event_log.objects import S3Objects, SqsQueue
 from runtime.event_log.service import EventLogService, payload_key
 from runtime.event_log.side_effects import StreamRouter

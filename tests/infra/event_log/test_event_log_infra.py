@@ -878,7 +878,7 @@ def test_construct_requires_its_props_type(tmp_path: Path) -> None:
 def test_the_router_filter_names_exactly_the_runtime_side_effect_kinds() -> None:
     # Given the kinds the runtime gives a side effect, and the infra's filter (infra never imports runtime)
     from runtime.event_log.contract import SIDE_EFFECT_KINDS as FILTERED
-    from runtime.event_log.models import SIDE_EFFECT_KINDS
+    from runtime.event_log.entries import SIDE_EFFECT_KINDS
 
     # When they are compared
     # Then they are the same kinds, so no side-effect entry is filtered out and nothing else gets in

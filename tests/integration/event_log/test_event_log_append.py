@@ -16,9 +16,10 @@ from devtools.aws.faults import SimulatedCrash, WriteBoundaryCrasher
 from devtools.aws.moto_patches import atomic_moto_dynamodb
 from devtools.event_log_world import EventLogWorld, edit_request
 from devtools.sheet_workload import Edit, sheet_edits
+from runtime.event_log.entries import EntryKind
 from runtime.event_log.errors import AppendConflict, HeadMoved, RequestMismatch
 from runtime.event_log.logic import next_marker
-from runtime.event_log.models import AppendRequest, CellEvent, EntryKind, Head, LogEntry
+from runtime.event_log.models import AppendRequest, CellEvent, Head, LogEntry
 from runtime.event_log.objects import S3Objects
 from runtime.event_log.service import EventLogService
 from runtime.event_log.store import DynamoLogStore

@@ -29,9 +29,8 @@ from ops import event_log_pending
 from ops.cli import UsageError, resources_from_stack
 from runtime.event_log import pending_check_handler, pending_check_wiring, worker_handler
 from runtime.event_log.contract import HANDLER_WORKER
-from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage, parse_message, side_effect_request_id
 from runtime.event_log.objects import S3Objects, SqsQueue
-from runtime.event_log.parsing import parse_message, side_effect_request_id
 from runtime.event_log.snapshots import Outcome, SnapshotWorker
 from runtime.event_log.store import DynamoLogStore, DynamoPendingStore
 from runtime.shared import observability

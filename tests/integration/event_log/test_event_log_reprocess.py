@@ -9,7 +9,8 @@ import pytest
 from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
 from ops import event_log_reprocess
-from runtime.event_log.models import AppendRequest, CellEvent, EntryKind, PayloadRef
+from runtime.event_log.entries import EntryKind
+from runtime.event_log.models import AppendRequest, CellEvent, PayloadRef
 from runtime.event_log.service import payload_key
 
 LOG = "sheet-ops"

@@ -10,8 +10,7 @@ from devtools.aws.table_stream import StreamFilter, dynamodb_stream_event, filte
 from devtools.event_log_world import EventLogWorld
 from devtools.sheet_workload import sheet_edits
 from runtime.event_log import contract
-from runtime.event_log.models import SideEffect, SideEffectMessage
-from runtime.event_log.parsing import side_effect_request_id
+from runtime.event_log.messages import SideEffect, SideEffectMessage, side_effect_request_id
 from runtime.event_log.side_effects import StreamRouter
 
 LOG = "sheet-r"

@@ -18,6 +18,7 @@ import pytest
 
 from devtools.event_log_replay import replay
 from runtime.event_log.cells import cell_name, order_key
+from runtime.event_log.entries import EntryKind
 from runtime.event_log.logic import (
     MergedCell,
     apply_event,
@@ -31,7 +32,7 @@ from runtime.event_log.logic import (
     snapshot_due,
     snapshot_prefix,
 )
-from runtime.event_log.models import CellEvent, CellValue, EntryKind, Head, LogEntry, PayloadRef, SnapshotMarker
+from runtime.event_log.models import CellEvent, CellValue, Head, LogEntry, PayloadRef, SnapshotMarker
 
 LOG = "sheet-1"
 _request_numbers = itertools.count(1)

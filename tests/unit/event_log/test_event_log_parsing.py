@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from runtime.event_log.entries import MAX_POSITION, EntryKind
 from runtime.event_log.errors import PoisonMessage
-from runtime.event_log.models import MAX_POSITION, AppendRequest, CellEvent, EntryKind, SideEffect, SideEffectMessage
-from runtime.event_log.parsing import parse_append, parse_json_object, parse_message, side_effect_of_record, side_effect_request_id
+from runtime.event_log.messages import SideEffect, SideEffectMessage, parse_message, side_effect_of_record, side_effect_request_id
+from runtime.event_log.models import AppendRequest, CellEvent
+from runtime.event_log.parsing import parse_append, parse_json_object
 from runtime.shared.json_depth import MAX_JSON_DEPTH
 from runtime.shared.refusals import InvalidRequest
 from tests.events.loader import load_event

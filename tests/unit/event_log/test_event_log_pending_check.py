@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from runtime.event_log.models import BuildState, PendingSnapshot, SideEffect
-from runtime.event_log.parsing import side_effect_request_id
+from runtime.event_log.messages import SideEffect, side_effect_request_id
+from runtime.event_log.models import BuildState, PendingSnapshot
 from runtime.event_log.pending_check import (
     PendingStatus,
     StuckRules,

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from devtools.aws import service_limits as limits
+from runtime.event_log.entries import MAX_POSITION
 from runtime.event_log.logic import chunk_key, root_key
-from runtime.event_log.models import MAX_POSITION, Head
+from runtime.event_log.models import Head
 from runtime.event_log.service import CHUNK_URLS_BUDGET_BYTES, EventLogService
 from runtime.shared.http import HttpResponse
 from runtime.shared.responses import LAMBDA_RESPONSE_BYTES, RESPONSE_BUDGET_BYTES, result_bytes

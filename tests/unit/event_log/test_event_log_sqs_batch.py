@@ -8,7 +8,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime.event_log.models import SideEffect, SideEffectMessage
+from runtime.event_log.messages import SideEffect, SideEffectMessage
 from runtime.event_log.sqs_batch import POISON_RETRY_CAP_SECONDS, process_batch
 from tests.events.loader import load_event
 
