@@ -1,6 +1,6 @@
 """Queries on synthesized templates that the stack-property tests share: resources, functions,
-their roles and log groups, IAM grants as (resource, condition) -> actions, and an environment
-that records which variables a settings class reads."""
+their roles and log groups, IAM grants as (resource, condition) -> actions, an environment
+that records which variables a settings class reads, and the handlers the three pipelines deploy."""
 
 from __future__ import annotations
 
@@ -9,8 +9,28 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from devtools.aws.template_resources import find_function
+from runtime.event_log import contract as event_log_contract
+from runtime.runner_stats import contract as runner_stats_contract
+from runtime.taxi_etl import contract as taxi_etl_contract
 
 Grants = dict[tuple[str, str | None], set[str]]
+
+# Every function's handler ("module.function") in the three pipelines' templates.
+EVERY_HANDLER = frozenset(
+    {
+        runner_stats_contract.HANDLER,
+        event_log_contract.HANDLER_API,
+        event_log_contract.HANDLER_ROUTER,
+        event_log_contract.HANDLER_WORKER,
+        event_log_contract.HANDLER_FINALIZER,
+        event_log_contract.HANDLER_PENDING_CHECK,
+        taxi_etl_contract.HANDLER_API,
+        taxi_etl_contract.HANDLER_ROW_STATE,
+        taxi_etl_contract.HANDLER_AUTHORIZER,
+        taxi_etl_contract.HANDLER_FLAG,
+        *taxi_etl_contract.PHASE_HANDLERS.values(),
+    }
+)
 
 
 def arn(logical_id: str) -> dict[str, Any]:

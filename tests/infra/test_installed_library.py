@@ -41,9 +41,7 @@ from packaging.version import Version
 
 import onceflow
 from onceflow.infra.lambda_assets import SDK_VERSIONS
-from runtime.event_log import contract as event_log_contract
-from runtime.runner_stats import contract as runner_stats_contract
-from runtime.taxi_etl import contract as taxi_etl_contract
+from tests.infra.template_queries import EVERY_HANDLER
 from tests.unit.test_setup import lock_pins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,19 +57,6 @@ MACHINE_PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"
 # mode, each environment is built once, and the cases may run on several workers at once.
 ENDS = ("lowest", "newest")
 SUITE_PYTHON = "{}.{}".format(*sys.version_info[:2])
-EXPECTED_HANDLERS = {
-    runner_stats_contract.HANDLER,
-    event_log_contract.HANDLER_API,
-    event_log_contract.HANDLER_ROUTER,
-    event_log_contract.HANDLER_WORKER,
-    event_log_contract.HANDLER_FINALIZER,
-    event_log_contract.HANDLER_PENDING_CHECK,
-    taxi_etl_contract.HANDLER_API,
-    taxi_etl_contract.HANDLER_ROW_STATE,
-    taxi_etl_contract.HANDLER_AUTHORIZER,
-    taxi_etl_contract.HANDLER_FLAG,
-    *taxi_etl_contract.PHASE_HANDLERS.values(),
-}
 
 CONSUMER_APP = '''
 """A team's CDK app: its own infra and runtime packages, and onceflow's constructs with defaults."""
@@ -321,7 +306,7 @@ def check_the_team_app(outdir: Path, template: dict[str, Any], origins: dict[str
     assert not Path(origins["onceflow"]).is_relative_to(ROOT)
     # and the stack holds the three pipelines, with the handler paths Lambda runs
     functions = {body["Properties"]["Handler"] for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"}
-    assert functions == EXPECTED_HANDLERS
+    assert functions == EVERY_HANDLER
     assert sum(body["Type"] == "AWS::DynamoDB::Table" for body in template["Resources"].values()) == 4 + 2 + 4
     # and cdk-nag found nothing open
     report = outdir / "validation-report.json"

@@ -27,28 +27,11 @@ from devtools.aws.template_resources import resources_of_type
 from onceflow.constructs import CommonProps, ConfigError, RunnerStatsPipeline, RunnerStatsPipelineProps
 from onceflow.infra import lambda_assets, lambda_factory
 from onceflow.infra.lambda_assets import LAMBDA_PYTHON, SDK_VERSIONS, build_code_asset, build_sdk_layer, used_services
-from runtime.event_log import contract as event_log_contract
-from runtime.runner_stats import contract as runner_stats_contract
-from runtime.taxi_etl import contract as taxi_etl_contract
 from tests.conftest import assembly_for
-from tests.infra.template_queries import sdk_layer_ref
+from tests.infra.template_queries import EVERY_HANDLER, sdk_layer_ref
 from tests.unit.test_setup import lock_pins
 
-HANDLERS = sorted(
-    {
-        runner_stats_contract.HANDLER,
-        event_log_contract.HANDLER_API,
-        event_log_contract.HANDLER_ROUTER,
-        event_log_contract.HANDLER_WORKER,
-        event_log_contract.HANDLER_FINALIZER,
-        event_log_contract.HANDLER_PENDING_CHECK,
-        taxi_etl_contract.HANDLER_API,
-        taxi_etl_contract.HANDLER_ROW_STATE,
-        taxi_etl_contract.HANDLER_AUTHORIZER,
-        taxi_etl_contract.HANDLER_FLAG,
-        *taxi_etl_contract.PHASE_HANDLERS.values(),
-    }
-)
+HANDLERS = sorted(EVERY_HANDLER)
 # importlib's flags word of a hash-based .pyc whose source is never checked (PEP 552).
 UNCHECKED_HASH_FLAGS = 0b01
 
