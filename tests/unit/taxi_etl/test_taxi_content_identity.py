@@ -10,7 +10,9 @@ Pure: no AWS.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import json
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
@@ -22,10 +24,11 @@ from hypothesis import strategies as st
 
 from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl.requests import Submission, content_id, parse_batch, parse_single
-from runtime.taxi_etl.trip_lines import canonical_line, line_columns, validate_line
+from runtime.taxi_etl.trip_lines import Accepted, canonical_line, line_columns, transform_tuple, validate_line
 from runtime.taxi_etl.trips import AMOUNTS, COLUMNS
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "taxi_etl" / "yellow_2019-10_sample.csv"
+SCHEMA_ROWS = json.loads((SAMPLE.parent / "schema_rows.json").read_text(encoding="utf-8"))
 MAX_LINE_BYTES = 4096
 MAX_LINES = 100
 INDEX = {name: index for index, name in enumerate(COLUMNS)}
@@ -269,3 +272,130 @@ def test_headers_of_two_layouts_in_one_batch_are_refused() -> None:
     # Then it is refused: one batch, one layout
     with pytest.raises(InvalidRequest, match="headers have 17 and 18 columns"):
         batch(text)
+
+
+# --- ids the sample's rows had before issue 36, kept -----------------------------------------
+
+# sha256 of the 2,000 content ids of the sample's data rows, each as `content_id(row)` gives it, joined by "\n".
+# Computed with main's code at 21a2973, before the id changes of issue 36 (blanked cells, payment_type 0):
+#   rows = SAMPLE.read_text(encoding="utf-8").splitlines()[1:]
+#   hashlib.sha256("\n".join(content_id(row) for row in rows).encode()).hexdigest()
+# Deployed tables hold these trips under these ids: a changed digest would store every reloaded trip twice.
+SAMPLE_IDS_BEFORE_ISSUE_36 = "83ec9ae5a8194884823a8756570f24eb0530a6dd4fc18bf67b103b3e69af93e6"
+
+
+def test_the_sample_s_rows_keep_the_ids_they_had_before_the_identity_fixes() -> None:
+    # Given the 2,000 real rows, none with a blanked cell or a payment_type 0
+    assert all(validate_line(row).blanked == () for row in ROWS)  # type: ignore[union-attr]
+    # When their content ids are computed, as sent and from the canonical spelling each route submits
+    as_sent = [content_id(row) for row in ROWS]
+    as_submitted = [content_id(canonical_line(row) or row) for row in ROWS]
+    # Then they are the ids main's code gave them
+    digest = hashlib.sha256("\n".join(as_sent).encode()).hexdigest()
+    assert (digest, as_submitted) == (SAMPLE_IDS_BEFORE_ISSUE_36, as_sent)
+
+
+# --- identity holes found with real rows (issue 36) --------------------------------------------
+
+
+def with_cell(row: str, name: str, text: str) -> str:
+    cells = line_columns(row)
+    cells[INDEX[name]] = text
+    return ",".join(cells)
+
+
+@pytest.mark.parametrize(
+    ("name", "first", "second"),
+    [("passenger_count", "10", "11"), ("trip_distance", "-1.50", "-2.70"), ("rate_code_id", "7", "8"), ("store_and_fwd_flag", "y", "n")],
+)
+def test_rows_that_differ_only_in_a_blanked_cell_are_two_trips(name: str, first: str, second: str) -> None:
+    # Given a real 2019 row twice, differing only in a cell validation blanks (out of the data dictionary's range)
+    one, other = with_cell(ROWS[0], name, first), with_cell(ROWS[0], name, second)
+    assert validate_line(one).blanked == validate_line(other).blanked == (name,)  # type: ignore[union-attr]
+    # When each is sent alone and both in one batch
+    ids = single(one).store_request_ids + single(other).store_request_ids
+    batched = batch(f"{HEADER}\n{one}\n{other}")
+    # Then they are two trips on every route, and neither has the id of the row with that cell empty
+    assert len(set(ids)) == 2 and batched.store_request_ids == ids and len(batched.rows) == 2
+    assert content_id(with_cell(ROWS[0], name, "")) not in ids
+    # And the line each submits still carries the value, which validation blanks again (a canonical line is its own)
+    submitted = single(one).rows[0].tuple
+    assert line_columns(submitted)[INDEX[name]] == first and canonical_line(submitted) == submitted
+
+
+@pytest.mark.parametrize(
+    ("name", "spelled", "same_as"),
+    [
+        ("passenger_count", "10.0", "10"),
+        ("passenger_count", " 011 ", "11"),
+        ("rate_code_id", "07", "7"),
+        ("trip_distance", "-1.5", "-1.50"),
+        ("trip_distance", "1500", "1500.00"),
+        ("store_and_fwd_flag", '"y"', "y"),
+    ],
+)
+def test_a_blanked_value_re_spelled_is_one_trip(name: str, spelled: str, same_as: str) -> None:
+    # Given a real row with one out-of-range cell spelled two ways
+    one, other = with_cell(ROWS[0], name, spelled), with_cell(ROWS[0], name, same_as)
+    # When both are parsed on the single route
+    # Then they have one id: the value is normalized as a valid one would be
+    assert single(one).store_request_ids == single(other).store_request_ids
+
+
+def test_payment_type_0_and_empty_are_one_trip_before_2025_and_two_from_2025() -> None:
+    # Given a real 2019 row with payment_type empty (a TLC CSV's unknown) and 0 (a Parquet export's unknown)
+    empty, zero = with_cell(ROWS[0], "payment_type", ""), with_cell(ROWS[0], "payment_type", "0")
+    # And a real 2025 row, where 0 is a code of its own (Flex Fare), and the same row with payment_type empty
+    row_2025 = SCHEMA_ROWS["yellow_2025"]["row"]
+    flex_fare, unknown_2025 = with_cell(row_2025, "payment_type", "0"), with_cell(row_2025, "payment_type", "")
+    # When each is parsed
+    # Then the 2019 spellings are one trip, submitted as the TLC CSV writes it (empty); the 2025 rows are two trips
+    assert single(zero).store_request_ids == single(empty).store_request_ids
+    assert single(zero).rows[0].tuple == canonical_line(empty)
+    assert single(flex_fare).store_request_ids != single(unknown_2025).store_request_ids
+
+
+def test_a_parquet_export_row_and_the_same_trip_from_a_tlc_csv_are_one_trip() -> None:
+    # Given the parquet-derived 2020 row (float codes, payment_type 0) and the same trip as a TLC CSV writes it
+    parquet = SCHEMA_ROWS["parquet_2020_payment_0"]["row"]
+    tlc_csv = "2,2020-06-01 10:00:00,2020-06-01 10:15:00,1,2.10,1,N,142,236,,12,0,0.5,0,0,0.3,15.3,2.5"
+    # When both are sent alone
+    # Then they have one id
+    assert single(parquet).store_request_ids == single(tlc_csv).store_request_ids
+
+
+def test_a_distance_with_a_plus_sign_is_the_distance() -> None:
+    # Given a real row with trip_distance 7.93 and the same row with +7.93, as amounts with "+" are read
+    plus = with_cell(ROWS[0], "trip_distance", "+7.93")
+    # When it is validated, transformed and parsed
+    validated = validate_line(plus)
+    assert isinstance(validated, Accepted)
+    transformed = transform_tuple(validated.tuple)
+    # Then nothing is blanked, the transform writes 7.93, and it is the row's own trip
+    assert validated.blanked == ()
+    assert transformed == transform_tuple(ROWS[0])
+    assert single(plus).store_request_ids == (content_id(ROWS[0]),)
+
+
+def test_a_headerless_batch_whose_first_line_is_truncated_refuses_that_line() -> None:
+    # Given a headerless batch of real rows whose first line was cut at its last comma (17 fields, a 2017 row's shape)
+    text = "\n".join([ROWS[0].rsplit(",", 1)[0], *ROWS[1:5]])
+    # When it is parsed
+    with pytest.raises(InvalidRequest) as refused:
+        batch(text)
+    # Then the short first line is refused, by the layout most lines have, and no good row is
+    assert str(refused.value) == (
+        "1 of 5 lines cannot be trips, nothing was accepted: "
+        "line 1 has 17 columns, but most lines (4 of 5) have 18 (a truncated or shifted row)"
+    )
+
+
+def test_a_headerless_batch_keeps_the_first_line_s_layout_when_most_lines_have_it() -> None:
+    # Given a headerless batch of 2017-layout rows (real rows cut to 17 columns) with one 18-column row among them
+    rows_2017 = [",".join(line_columns(row)[:17]) for row in ROWS[:3]]
+    text = "\n".join([*rows_2017[:2], ROWS[3], rows_2017[2]])
+    # When it is parsed
+    with pytest.raises(InvalidRequest) as refused:
+        batch(text)
+    # Then the 18-column row is refused against line 1, which most lines agree with
+    assert "line 3 has 18 columns, but line 1 has 17" in str(refused.value)
