@@ -13,7 +13,7 @@ import csv
 import hashlib
 import io
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
@@ -54,6 +54,12 @@ def batch(text: str) -> Submission:
     return parse_batch(text, None, max_lines=MAX_LINES, max_line_bytes=MAX_LINE_BYTES)
 
 
+def with_cell(row: str, name: str, text: str) -> str:
+    cells = line_columns(row)
+    cells[INDEX[name]] = text
+    return ",".join(cells)
+
+
 # --- spellings --------------------------------------------------------------------------------
 
 
@@ -72,7 +78,7 @@ def amount_spellings(text: str) -> list[str]:
 
 def distance_spellings(text: str) -> list[str]:
     value = Decimal(text)
-    return [text, format(value.normalize(), "f"), format(value.quantize(Decimal("0.001")), "f"), f"{text}0"]
+    return [text, format(value.normalize(), "f"), format(value.quantize(Decimal("0.001")), "f"), f"{text}0", f"+{text}"]
 
 
 def code_spellings(text: str) -> list[str]:
@@ -184,6 +190,117 @@ def test_a_re_saved_file_gives_the_same_ids_in_batches(data: st.DataObject) -> N
     resaved = [store_request_id for text in batches for store_request_id in batch(text).store_request_ids]
     # Then every row has the id the original file's row has
     assert resaved == [content_id(row) for row in ROWS]
+
+
+# An unknown payment before the 2025 edition, as TLC CSVs (empty) and Parquet exports (0, 0.0) write it.
+UNKNOWN_PAYMENT_SPELLINGS = ("", "0", "0.0", "00", "0.", " 0 ", '"0"')
+
+
+# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
+@pytest.mark.no_cover
+@settings(max_examples=60, deadline=None)
+@given(row_and_variant(), st.sampled_from(UNKNOWN_PAYMENT_SPELLINGS))
+def test_an_unknown_payment_before_2025_in_any_spelling_on_any_route_is_one_trip(case: tuple[str, str], payment: str) -> None:
+    # Given a real 2019 row with payment_type unknown (empty), and a re-spelling of it whose payment_type is drawn
+    # from the unknown's spellings
+    row, variant = case
+    unknown = with_cell(row, "payment_type", "")
+    cells = variant.split(",")
+    cells[INDEX["payment_type"]] = payment
+    respelled_unknown = ",".join(cells)
+    # When the re-spelling is sent alone, in a headerless batch and under the file's header
+    routes = {
+        "single": single(respelled_unknown).store_request_ids,
+        "batch": batch(respelled_unknown).store_request_ids,
+        "batch under a header": batch(f"{HEADER}\n{respelled_unknown}").store_request_ids,
+    }
+    # Then every route gives the id of the row with the payment left empty
+    assert routes == {route: (content_id(unknown),) for route in routes}
+
+
+# The columns validation blanks rather than rejects, with values out of the data dictionary's range in their
+# canonical spelling (an integer code, a decimal distance with two places, a flag as sent).
+OUT_OF_RANGE: dict[str, st.SearchStrategy[str]] = {
+    "passenger_count": st.integers(10, 10**9 - 1).map(str),
+    "trip_distance": st.one_of(st.integers(-(10**6), -1), st.integers(100_000, 10**8)).map(lambda cents: format(Decimal(cents).scaleb(-2), "f")),
+    "rate_code_id": st.integers(7, 10**9 - 1).filter(lambda code: code != 99).map(str),
+    "store_and_fwd_flag": st.sampled_from(["y", "n", "X", "YES", "no", "?", "Y N"]),
+}
+
+
+@st.composite
+def blanked_value_respelled(draw: st.DrawFn) -> tuple[str, str, str]:
+    """(column, a real row with an out-of-range value there, the same row with the value re-spelled)."""
+    row, name = draw(st.sampled_from(ROWS)), draw(st.sampled_from(sorted(OUT_OF_RANGE)))
+    value = draw(OUT_OF_RANGE[name])
+    options = distance_spellings(value)[:4] if name == "trip_distance" else code_spellings(value) if name in CODE_COLUMNS else [value]
+    spelled = draw(st.sampled_from(options))
+    padded = f" {spelled} " if draw(st.booleans()) else spelled
+    return name, with_cell(row, name, value), with_cell(row, name, f'"{padded}"' if draw(st.booleans()) else padded)
+
+
+@settings(max_examples=80, deadline=None)
+@given(blanked_value_respelled())
+def test_a_blanked_value_in_any_spelling_is_one_trip_of_its_own(case: tuple[str, str, str]) -> None:
+    # Given a real row with an out-of-range value in a column validation blanks, and the value re-spelled
+    name, row, variant = case
+    # When both are sent alone
+    ids = single(row).store_request_ids + single(variant).store_request_ids
+    # Then they are one trip, not the trip with that cell empty; its submitted line keeps the value and is canonical
+    assert ids[0] == ids[1] != content_id(with_cell(row, name, ""))
+    submitted = single(variant).rows[0].tuple
+    assert canonical_line(submitted) == submitted and validate_line(submitted).blanked == (name,)  # type: ignore[union-attr]
+
+
+def amount_text(cents: int) -> str:
+    return format((Decimal(cents).scaleb(-2) + 0).normalize(), "f")
+
+
+# Values of every column, valid or not, in one spelling each, so that two different texts are two different values;
+# the only exception is payment_type 0 before 2025, which is unknown, as an empty one is (`meaning`).
+CODE_VALUES = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["", "-1", "+1", "1.5", "x"]))
+CELL_VALUES: dict[str, st.SearchStrategy[str]] = {
+    "vendor_id": CODE_VALUES,
+    "passenger_count": CODE_VALUES,
+    "trip_distance": st.one_of(
+        st.integers(-500, 150_000).map(lambda cents: format(Decimal(cents).scaleb(-2), "f")), st.sampled_from(["", "x", "1.2.3"])
+    ),
+    "rate_code_id": CODE_VALUES,
+    "store_and_fwd_flag": st.sampled_from(["", "Y", "N", "y", "n", "1", "0", "X", "YES", "2.5"]),
+    "pu_location_id": CODE_VALUES,
+    "do_location_id": CODE_VALUES,
+    "payment_type": CODE_VALUES,
+    **{name: st.one_of(st.integers(-100_000, 1_100_000).map(amount_text), st.sampled_from(["x", "1.234"])) for name in AMOUNTS[:8]},
+}
+
+
+def meaning(name: str, text: str) -> str:
+    return "" if name == "payment_type" and text == "0" else text  # every sample row is picked up in 2019
+
+
+@st.composite
+def row_and_two_values(draw: st.DrawFn) -> tuple[str, str, str, str]:
+    """(a real row, a column, two values for it): a cell of any column, dates included (shifted by seconds)."""
+    row, name = draw(st.sampled_from(ROWS)), draw(st.sampled_from([*CELL_VALUES, *DATE_COLUMNS]))
+    if name in DATE_COLUMNS:
+        moment = datetime.strptime(line_columns(row)[INDEX[name]], "%Y-%m-%dT%H:%M:%S.000")
+        first, second = (
+            (moment + timedelta(seconds=draw(st.integers(-3600, 3600)))).strftime("%Y-%m-%dT%H:%M:%S.000") for _ in range(2)
+        )
+        return row, name, first, second
+    return row, name, draw(CELL_VALUES[name]), draw(CELL_VALUES[name])
+
+
+@settings(max_examples=300, deadline=None)
+@given(row_and_two_values())
+def test_rows_that_differ_in_any_cell_valid_or_not_are_two_trips(case: tuple[str, str, str, str]) -> None:
+    # Given a real row with one cell set to two values, each valid, blanked by validation, or rejecting the row
+    row, name, first, second = case
+    one, other = with_cell(row, name, first), with_cell(row, name, second)
+    # When each gets the id every route gives it (the hash of the canonical line it submits, or of the line as sent)
+    ids = [content_id(canonical_line(line) or line) for line in (one, other)]
+    # Then the ids are equal only when the values mean the same
+    assert (ids[0] == ids[1]) == (meaning(name, first) == meaning(name, second))
 
 
 # --- spellings that are one trip, by example --------------------------------------------------
@@ -298,12 +415,6 @@ def test_the_sample_s_rows_keep_the_ids_they_had_before_the_identity_fixes() -> 
 # --- identity holes found with real rows (issue 36) --------------------------------------------
 
 
-def with_cell(row: str, name: str, text: str) -> str:
-    cells = line_columns(row)
-    cells[INDEX[name]] = text
-    return ",".join(cells)
-
-
 @pytest.mark.parametrize(
     ("name", "first", "second"),
     [("passenger_count", "10", "11"), ("trip_distance", "-1.50", "-2.70"), ("rate_code_id", "7", "8"), ("store_and_fwd_flag", "y", "n")],
@@ -399,3 +510,18 @@ def test_a_headerless_batch_keeps_the_first_line_s_layout_when_most_lines_have_i
         batch(text)
     # Then the 18-column row is refused against line 1, which most lines agree with
     assert "line 3 has 18 columns, but line 1 has 17" in str(refused.value)
+
+
+@pytest.mark.parametrize("flag", ["1", "2.5"])
+def test_a_2017_row_with_a_number_for_its_flag_submits_a_line_the_saga_takes(flag: str) -> None:
+    # Given a real row (no congestion surcharge) cut to the 2017 layout, with a number for store_and_fwd_flag: blanked
+    # there, but where an 18- or 19-column line has a number in that column, it is a 2009-2016 coordinate
+    row_2017 = with_cell(",".join(line_columns(ROWS[1])[:17]), "store_and_fwd_flag", flag)
+    assert validate_line(row_2017).blanked == ("store_and_fwd_flag",)  # type: ignore[union-attr]
+    # When it is sent alone
+    submitted = single(row_2017).rows[0].tuple
+    # Then it submits a 20-column canonical line that validation takes (the flag blanked again), as the trip it is,
+    # and another flag is another trip
+    assert len(line_columns(submitted)) == 20 and canonical_line(submitted) == submitted
+    assert validate_line(submitted).blanked == ("store_and_fwd_flag",)  # type: ignore[union-attr]
+    assert single(row_2017).store_request_ids != single(with_cell(row_2017, "store_and_fwd_flag", "3")).store_request_ids
