@@ -218,11 +218,15 @@ def test_an_unknown_payment_before_2025_in_any_spelling_on_any_route_is_one_trip
     assert routes == {route: (content_id(unknown),) for route in routes}
 
 
+def distance_text(cents: int) -> str:
+    return format(Decimal(cents).scaleb(-2), "f")  # two places, as TLC files write a distance
+
+
 # The columns validation blanks rather than rejects, with values out of the data dictionary's range in their
 # canonical spelling (an integer code, a decimal distance with two places, a flag as sent).
 OUT_OF_RANGE: dict[str, st.SearchStrategy[str]] = {
     "passenger_count": st.integers(10, 10**9 - 1).map(str),
-    "trip_distance": st.one_of(st.integers(-(10**6), -1), st.integers(100_000, 10**8)).map(lambda cents: format(Decimal(cents).scaleb(-2), "f")),
+    "trip_distance": st.one_of(st.integers(-(10**6), -1), st.integers(100_000, 10**8)).map(distance_text),
     "rate_code_id": st.integers(7, 10**9 - 1).filter(lambda code: code != 99).map(str),
     "store_and_fwd_flag": st.sampled_from(["y", "n", "X", "YES", "no", "?", "Y N"]),
 }
@@ -262,9 +266,7 @@ CODE_VALUES = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["", "-1",
 CELL_VALUES: dict[str, st.SearchStrategy[str]] = {
     "vendor_id": CODE_VALUES,
     "passenger_count": CODE_VALUES,
-    "trip_distance": st.one_of(
-        st.integers(-500, 150_000).map(lambda cents: format(Decimal(cents).scaleb(-2), "f")), st.sampled_from(["", "x", "1.2.3"])
-    ),
+    "trip_distance": st.one_of(st.integers(-500, 150_000).map(distance_text), st.sampled_from(["", "x", "1.2.3"])),
     "rate_code_id": CODE_VALUES,
     "store_and_fwd_flag": st.sampled_from(["", "Y", "N", "y", "n", "1", "0", "X", "YES", "2.5"]),
     "pu_location_id": CODE_VALUES,
@@ -284,9 +286,7 @@ def row_and_two_values(draw: st.DrawFn) -> tuple[str, str, str, str]:
     row, name = draw(st.sampled_from(ROWS)), draw(st.sampled_from([*CELL_VALUES, *DATE_COLUMNS]))
     if name in DATE_COLUMNS:
         moment = datetime.strptime(line_columns(row)[INDEX[name]], "%Y-%m-%dT%H:%M:%S.000")
-        first, second = (
-            (moment + timedelta(seconds=draw(st.integers(-3600, 3600)))).strftime("%Y-%m-%dT%H:%M:%S.000") for _ in range(2)
-        )
+        first, second = ((moment + timedelta(seconds=draw(st.integers(-3600, 3600)))).strftime("%Y-%m-%dT%H:%M:%S.000") for _ in range(2))
         return row, name, first, second
     return row, name, draw(CELL_VALUES[name]), draw(CELL_VALUES[name])
 
