@@ -33,9 +33,10 @@ Why a rerun never stores a row twice
    BOM copy, a re-saved file or another --batch-lines map to the same ids and add nothing.
 2. **The header decides the layout**, as the API does: each batch carries the file's header line
    (its body stays within 64 KiB with it), a data line whose field count differs from the header's
-   (without a header, from the first data line's) is refused by its line number and not sent, so a
-   truncated row cannot pass for another year's layout. Blank lines are not sent, and a malformed
-   line is refused in the API's words and left out: one bad line never refuses the batch around it.
+   (without a header, from the first data line's, unless most of the first 100 data lines have
+   another count) is refused by its line number and not sent, so a truncated row cannot pass for
+   another year's layout. Blank lines are not sent, and a malformed line is refused in the API's
+   words and left out: one bad line never refuses the batch around it.
 3. **The checkpoint** `<file>.onceflow-progress` is an optimisation, not what makes a rerun safe: an
    append-only JSON-lines file of the execution names (content, not line ranges or the file's bytes)
    of the batches the API acknowledged, per API URL. A rerun computes each batch's ids as the API
