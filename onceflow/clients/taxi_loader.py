@@ -33,9 +33,10 @@ Why a rerun never stores a row twice
    BOM copy, a re-saved file or another --batch-lines map to the same ids and add nothing.
 2. **The header decides the layout**, as the API does: each batch carries the file's header line
    (its body stays within 64 KiB with it), a data line whose field count differs from the header's
-   (without a header, from the first data line's) is refused by its line number and not sent, so a
-   truncated row cannot pass for another year's layout. Blank lines are not sent, and a malformed
-   line is refused in the API's words and left out: one bad line never refuses the batch around it.
+   (without a header, from the first data line's, unless most of the first 100 data lines have
+   another count) is refused by its line number and not sent, so a truncated row cannot pass for
+   another year's layout. Blank lines are not sent, and a malformed line is refused in the API's
+   words and left out: one bad line never refuses the batch around it.
 3. **The checkpoint** `<file>.onceflow-progress` is an optimisation, not what makes a rerun safe: an
    append-only JSON-lines file of the execution names (content, not line ranges or the file's bytes)
    of the batches the API acknowledged, per API URL. A rerun computes each batch's ids as the API
@@ -84,6 +85,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import http.client
+import itertools
 import json
 import os
 import queue
@@ -107,7 +109,15 @@ from onceflow.clients import extra
 from onceflow.clients.local import LOCAL_ENV, LocalCloud, LocalCloudError, missing_file, running_local_cloud
 from onceflow.runtime.shared.consistency import deterministic_id
 from onceflow.runtime.taxi_etl import contract
-from onceflow.runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
+from onceflow.runtime.taxi_etl.trip_lines import (
+    Schema,
+    canonical_line,
+    header_schema,
+    headerless_layout,
+    is_header,
+    line_columns,
+    row_schema,
+)
 from onceflow.runtime.taxi_etl.trips import MAX_LINE_BYTES
 
 PROG = "onceflow-taxi-load"  # the console script; also `python -m onceflow.clients.taxi_loader`
@@ -120,6 +130,7 @@ INTERRUPTED_EXIT_STATUS = 130  # Ctrl-C, as a shell reports it
 # Step Functions' 262,144 in their widest state (runtime/taxi_etl/state_budget.py), so prod's 200 fit too; wider
 # rows get a 413 and are split (`_deliver`), so the default need not be lower.
 DEFAULT_BATCH_LINES = 100
+LAYOUT_LINES = 100  # the data lines before any header read ahead to decide a headerless file's layout
 MAX_BATCH_LINES = 1000  # the most any deployment takes (TaxiEtlConfig.batch_max_lines)
 BATCH_MAX_BYTES = 64 * 1024  # the API's body limit (TaxiEtlConfig.batch_max_bytes)
 CONTENT_ID_HEX_CHARS = 32  # c-<hash>, as the API makes it (runtime.taxi_etl.requests.content_id)
@@ -226,21 +237,38 @@ def apply_layout(lines: Iterable[Line]) -> Iterator[Line]:
     """The header decides the layout, as the API decides it for a batch: a data line whose field count
     differs from the header's is refused (a truncated or shifted row, e.g. a 2019 row cut short, which
     would otherwise pass for a 2017 one). A header further down (files concatenated) decides from there
-    on; before any header, the first data line does."""
-    fields = 0
-    source = ""
+    on. Before any header, the first data line does, unless most of the first LAYOUT_LINES data lines have
+    another count (trip_lines.headerless_layout, the API's rule for a headerless batch): then a first line
+    cut short is refused, not every good line after it. Those lines are read ahead, so memory holds at most
+    LAYOUT_LINES lines more."""
+    lines = iter(lines)
+    ahead: list[Line] = []
+    rows: list[Line] = []
     for line in lines:
+        ahead.append(line)
+        if line.kind is Kind.ROW:
+            rows.append(line)
+        if line.kind is Kind.HEADER or len(rows) >= LAYOUT_LINES:
+            break
+    layout = headerless_layout([line.fields for line in rows]) if rows else None
+    fields, source = 0, ""
+    if layout is not None:
+        fields, agreeing = layout
+        first = rows[0]
+        source = (
+            f"the first data line (line {first.number}) has"
+            if fields == first.fields
+            else f"most of the first data lines ({agreeing} of {len(rows)}) have"
+        )
+    for line in itertools.chain(ahead, lines):
         if line.kind is Kind.HEADER:
-            fields, source = line.fields, f"the header (line {line.number})"
-        elif line.kind is Kind.ROW:
-            if not fields:
-                fields, source = line.fields, f"the first data line (line {line.number})"
-            elif line.fields != fields:
-                line = Line(
-                    line.number,
-                    Kind.REFUSED,
-                    problem=f"line {line.number} has {line.fields} columns, but {source} has {fields} (a truncated or shifted row)",
-                )
+            fields, source = line.fields, f"the header (line {line.number}) has"
+        elif line.kind is Kind.ROW and line.fields != fields:
+            line = Line(
+                line.number,
+                Kind.REFUSED,
+                problem=f"line {line.number} has {line.fields} columns, but {source} {fields} (a truncated or shifted row)",
+            )
         yield line
 
 

@@ -12,8 +12,8 @@ Only what would make a request meaningless is refused here (not text, no line, w
 count, a layout whose columns are not mapped, too long, too many lines); a line's content is the
 Validate phase's to judge, and is flagged in the status tables, not refused. Header lines are
 skipped wherever they are in a batch; a header of an unmapped layout refuses the request. The
-header decides a batch's layout (without one, its first line does): a line with another field
-count is refused by number. Telling the layout by a line's shape is left to a single headerless row.
+header decides a batch's layout (without one, its first line does, unless most lines have another
+field count): a line with another field count is refused by number. Telling the layout by a line's shape is left to a single headerless row.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.contract import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.state_budget import check_state_budget
-from runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, is_header, line_columns, row_schema
-from runtime.taxi_etl.trips import COLUMN_COUNTS
+from runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, headerless_layout, is_header, line_columns, row_schema
 
 IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
@@ -133,7 +132,7 @@ def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: i
         raise InvalidRequest("the batch has no CSV line")
     if len(lines) > max_lines:
         raise PayloadTooLarge(f"the batch has {len(lines)} lines; the limit is {max_lines}")
-    layout = _batch_layout(headers, lines[0])
+    layout = _batch_layout(headers, lines)
     problems = [problem for number, line in enumerate(lines, start=1) if (problem := _line_problem(line, number, max_line_bytes, layout))]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
@@ -156,19 +155,29 @@ class _Layout:
     source: str  # "the header" or "line 1"
 
 
-def _batch_layout(headers: list[str], first_line: str) -> _Layout | None:
-    """The header decides a batch's layout; without one, its first line does (one batch, one file's layout).
-    A truncated or shifted line then cannot pass for another year's layout. None when line 1 is no trip's shape."""
+def _batch_layout(headers: list[str], lines: list[str]) -> _Layout | None:
+    """The header decides a batch's layout (one batch, one file's layout); without one, its first line does, unless
+    most lines have another field count: then that count does, and a first line cut short is refused, not every
+    good line after it. A truncated or shifted line then cannot pass for another year's layout. None when no line
+    has a trip's shape."""
     widths = sorted({len(line_columns(header)) for header in headers})
     if len(widths) > 1:
         raise InvalidRequest(f"the batch's headers have {' and '.join(map(str, widths))} columns; send one layout per batch")
     if widths:
         return _Layout(widths[0], "the header")
+    counts = [_field_count(line) for line in lines]
+    layout = headerless_layout(counts)
+    if layout is None:
+        return None
+    fields, agreeing = layout
+    return _Layout(fields, "line 1" if fields == counts[0] else f"most lines ({agreeing} of {len(counts)})")
+
+
+def _field_count(line: str) -> int | None:
     try:
-        fields = len(line_columns(first_line))
+        return len(line_columns(line))
     except ValueError:
         return None
-    return _Layout(fields, "line 1") if fields in COLUMN_COUNTS else None
 
 
 def _data_lines(text: str) -> list[str]:
@@ -209,5 +218,6 @@ def _line_problem(line: str, number: int, max_line_bytes: int, layout: _Layout |
     if not schema.mapped:
         return f"line {number} has the {schema} layout; {_unmapped(schema)}"
     if layout is not None and len(columns) != layout.fields:
-        return f"line {number} has {len(columns)} columns, but {layout.source} has {layout.fields} (a truncated or shifted row)"
+        verb = "have" if layout.source.startswith("most") else "has"
+        return f"line {number} has {len(columns)} columns, but {layout.source} {verb} {layout.fields} (a truncated or shifted row)"
     return None

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Container
+from collections import Counter
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Final, NamedTuple, TypeVar
 
@@ -22,6 +23,7 @@ from typing import Final, NamedTuple, TypeVar
 # wheel, which has no top-level `runtime` package (Lambda's name for the same folder).
 from .trips import (
     AMOUNTS,
+    COLUMN_COUNTS,
     COLUMNS,
     EARLIEST_LOCAL,
     INPUT_SEPARATOR,
@@ -110,6 +112,21 @@ def row_schema(columns: list[str]) -> Schema | None:
     return SCHEMA_BY_COLUMNS.get(len(columns))
 
 
+def headerless_layout(field_counts: Sequence[int | None]) -> tuple[int, int] | None:
+    """The field count that decides the layout of headerless lines with these counts (None: not one CSV record), and
+    how many lines have it: the first line's, unless more lines have one other count of a trip's shape; so a first
+    line cut short (a 2019 row at 17 fields passes for a 2017 one) is refused, not every good line after it.
+    None when no line has a trip's shape."""
+    shaped = Counter(count for count in field_counts if count in COLUMN_COUNTS)
+    if not shaped:
+        return None
+    first = field_counts[0]
+    most, agreeing = shaped.most_common(1)[0]
+    if first is not None and shaped[first] >= agreeing:
+        return first, shaped[first]
+    return most, agreeing
+
+
 def is_header(columns: list[str]) -> bool:
     return bool(columns) and columns[0].strip().lstrip("\ufeff").strip().lower() in _HEADER_FIRST_CELLS
 
@@ -161,7 +178,8 @@ _ISO_DATETIME: Final = r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.
 _US_DATETIME: Final = r"(\d{1,2})/(\d{1,2})/(\d{4}) (\d{1,2}):(\d{2}):(\d{2}) ([AaPp])[Mm]"
 _CODE: Final = r"\d{1,9}(?:\.0*)?"  # "1", and "1.0" as float columns of parquet-derived exports write it
 _DECIMAL: Final = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"  # no exponents, NaN or Infinity
-_DISTANCE: Final = r"(?:\d+(?:\.\d{0,20})?|\.\d{1,20})"  # bounded places so DynamoDB's 38 digits always suffice
+# A "+" is read as amounts read it; bounded places so DynamoDB's 38 digits always suffice.
+_DISTANCE: Final = r"\+?(?:\d+(?:\.\d{0,20})?|\.\d{1,20})"
 
 
 def parse_local_datetime(text: str) -> datetime | None:
@@ -230,6 +248,7 @@ class _Row(NamedTuple):  # not a dataclass: creating one costs each cold start ~
 
     cells: tuple[str, ...]  # stripped, with blanked cells empty; as many as the input had
     blanked: _Names
+    blanked_values: _Names  # the stripped values of the blanked cells, in the order `blanked` names them
     vendor_id: int | None  # None: unknown (an empty code)
     pickup: datetime
     dropoff: datetime
@@ -249,11 +268,23 @@ class _Draft:
 
     A plain class, not a dataclass: creating a dataclass costs each cold start ~0.3 ms more."""
 
-    __slots__ = ("amounts", "blanked", "cells", "locations", "passenger_count", "payment_type", "rate_code", "trip_distance", "vendor_id")
+    __slots__ = (
+        "amounts",
+        "blanked",
+        "blanked_values",
+        "cells",
+        "locations",
+        "passenger_count",
+        "payment_type",
+        "rate_code",
+        "trip_distance",
+        "vendor_id",
+    )
 
     def __init__(self, cells: list[str]) -> None:
         self.cells = cells
         self.blanked: list[str] = []
+        self.blanked_values: list[str] = []
         self.vendor_id: int | None = None
         self.passenger_count: int | None = None
         self.trip_distance: Decimal | None = None
@@ -273,12 +304,14 @@ class _Draft:
         if text and value is None:
             self.cells[_INDEX[name]] = ""
             self.blanked.append(name)
+            self.blanked_values.append(text)
         return value
 
     def row(self, pickup: datetime, dropoff: datetime) -> _Row:
         return _Row(
             cells=tuple(self.cells),
             blanked=tuple(self.blanked),
+            blanked_values=tuple(self.blanked_values),
             vendor_id=self.vendor_id,
             pickup=pickup,
             dropoff=dropoff,
@@ -459,6 +492,13 @@ def validate_line(raw: str) -> Accepted | Rejected:
     Accepted.tuple is the line re-written as CSV with the same column count, cells stripped,
     blanked unimportant cells empty, and dates as received (the transform normalizes them).
     """
+    checked = _validated(raw)
+    if isinstance(checked, Rejected):
+        return checked
+    return Accepted(tuple=_csv_line(checked.cells), blanked=checked.blanked)
+
+
+def _validated(raw: str) -> _Row | Rejected:
     line = raw[:-2] if raw.endswith("\r\n") else raw[:-1] if raw.endswith(("\n", "\r")) else raw
     if len(line) > MAX_LINE_BYTES or len(line.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
         return Rejected(Rule.LINE_TOO_LONG, f"the line is longer than {MAX_LINE_BYTES} utf-8 bytes: {show(line)}")
@@ -469,15 +509,13 @@ def validate_line(raw: str) -> Accepted | Rejected:
         columns = line_columns(line)
     except ValueError as error:
         return Rejected(Rule.COLUMN_COUNT, f"{error}: {show(line)}")
-    checked = _check(columns)
-    if isinstance(checked, Rejected):
-        return checked
-    return Accepted(tuple=_csv_line(checked.cells), blanked=checked.blanked)
+    return _check(columns)
 
 
 _CANONICAL_DATETIME: Final = "%Y-%m-%dT%H:%M:%S.000"  # the NYC Open Data spelling, so most lines are canonical as sent
 _CODE_COLUMNS: Final = ("vendor_id", "passenger_count", "rate_code_id", "pu_location_id", "do_location_id", "payment_type")
 _DISTANCE_PLACES: Final = Decimal("0.01")
+_EXACT: Final = Context(prec=2 * MAX_LINE_BYTES)  # more digits than any cell of a line can have: no rounding
 # The canonical line has the 2019-2021 layout's 18 columns, plus a later fee only when one is charged:
 # the layout of the data set this project is proven on, so an NYC Open Data 2019 row is its own canonical
 # spelling and its content id is the one it had before amounts were normalized.
@@ -496,20 +534,38 @@ def _canonical_distance(text: str) -> str:
     return format(value.quantize(_DISTANCE_PLACES) if value.as_tuple().exponent > -2 else value, "f")  # type: ignore[operator]
 
 
+def _blanked_spelling(name: str, text: str) -> str:
+    """The spelling of a value validation blanks, for the canonical line: codes as integers and decimal distances
+    with two places, as valid ones are written, unless that would make the value a valid one; else as sent (stripped).
+    Exact, at any length: two values that differ never share a spelling, and the spelling is still blanked."""
+    if name == "trip_distance" and re.fullmatch(_DECIMAL, text):
+        value = Decimal(text).normalize(_EXACT)
+        places = value.quantize(_DISTANCE_PLACES, context=_EXACT) if value.as_tuple().exponent > -2 else value  # type: ignore[operator]
+        spelled = format(places, "f")
+        return spelled if _distance(spelled) is None else text
+    if name in _CODE_COLUMNS and (code := _parse_code(text)) is not None:
+        return str(code)  # an integer out of the column's range stays out of it
+    return text
+
+
 def canonical_line(raw: str) -> str | None:
     """The one spelling of the trip a line describes, or None when the line does not validate.
 
     A trip's content id is the hash of this text, so it must depend on the parsed values alone:
     a byte-order mark, CRLF, quoting, blanks around values, any TLC date format (the same wall-clock
     second, which is one instant), codes written as floats ("1.0") or with leading zeros, amounts
-    with more or fewer trailing zeros or a leading "+", an empty fee (0), and the fee columns a file's
-    layout has or leaves out all give the same text. Dates are written as NYC Open Data writes them,
-    amounts in their shortest form and distances with two places, so an Open Data line is canonical as sent.
+    and distances with more or fewer trailing zeros or a leading "+", an empty fee (0), payment_type 0
+    before 2025 (unknown, as an empty one), and the fee columns a file's layout has or leaves out all
+    give the same text. Dates are written as NYC Open Data writes them, amounts in their shortest form
+    and distances with two places, so an Open Data line is canonical as sent.
+
+    A cell validation blanks keeps its value here (`_blanked_spelling`), so rows that differ only in such
+    a cell are two trips; validating the canonical line blanks it again, so the line is its own canonical line.
     """
-    validated = validate_line(raw)
-    if isinstance(validated, Rejected):
+    row = _validated(raw)
+    if isinstance(row, Rejected):
         return None
-    cells = line_columns(validated.tuple)
+    cells = list(row.cells)
     cells += [""] * (len(COLUMNS) - len(cells))  # absent fees are empty, as validation reads them (0)
     for name in ("pickup_datetime", "dropoff_datetime"):
         moment = parse_local_datetime(cells[_INDEX[name]])
@@ -519,11 +575,19 @@ def canonical_line(raw: str) -> str | None:
         code = _parse_code(cells[_INDEX[name]]) if cells[_INDEX[name]] else None
         if code is not None:
             cells[_INDEX[name]] = str(code)
+    if row.payment_type is None:  # empty, or 0 before the 2025 edition: both unknown
+        cells[_INDEX["payment_type"]] = ""
     if cells[_INDEX["trip_distance"]]:
         cells[_INDEX["trip_distance"]] = _canonical_distance(cells[_INDEX["trip_distance"]])
     for name in AMOUNTS:
         cells[_INDEX[name]] = _canonical_amount(cells[_INDEX[name]])
-    while len(cells) > _CANONICAL_MIN_COLUMNS and cells[-1] == "0":
+    for name, text in zip(row.blanked, row.blanked_values, strict=True):
+        cells[_INDEX[name]] = _blanked_spelling(name, text)
+    # In the 18- and 19-column layouts a number where store_and_fwd_flag stands is a 2009-2016 coordinate (row_schema):
+    # a row that kept such a blanked flag keeps all 20 columns, a layout that has no coordinates.
+    flag = cells[_INDEX["store_and_fwd_flag"]]
+    keep = len(COLUMNS) if flag not in STORE_AND_FWD_FLAGS and re.fullmatch(_NUMBER, flag) else _CANONICAL_MIN_COLUMNS
+    while len(cells) > keep and cells[-1] == "0":
         cells.pop()
     return _csv_line(tuple(cells))
 

@@ -214,7 +214,10 @@ def test_batches_go_without_a_key_and_every_row_gets_the_content_id_the_api_give
     # and the loader computes the same ids itself, for every layout's rows and for a line that does not validate
     layouts = [value["row"] for value in SCHEMA_ROWS.values() if isinstance(value, dict) and "row" in value]
     layouts = [row for row in layouts if classify(1, row.encode(), len(row)).kind is Kind.ROW]  # the mapped ones
-    for row in [*ROWS, *layouts, DROPOFF_BEFORE_PICKUP, SPRING_FORWARD_GAP, ROWS[0].replace(",29.5,", ",29.50,")]:
+    # (and for the rows of issue 36's identity holes: cells validation blanks, payment_type 0 before 2025, a "+" distance)
+    holes = [ROWS[0].replace(",1,7.93,1,N,", cells) for cells in (",10,7.93,1,N,", ",1,-1.50,7,y,", ",1,+7.93,1,N,")]
+    holes += [ROWS[0].replace(",170,1,", ",170,0,"), ROWS[0].replace(",1,7.93,1,N,", ",1,7.93,1,7,").rsplit(",", 1)[0]]
+    for row in [*ROWS, *layouts, DROPOFF_BEFORE_PICKUP, SPRING_FORWARD_GAP, ROWS[0].replace(",29.5,", ",29.50,"), *holes]:
         assert taxi_loader.content_id(row) == content_id(parse_batch(row, None, max_lines=1, max_line_bytes=4096).rows[0].tuple)
     # and the checkpoint holds the three batches' execution names, which the API gave, in the file's order
     assert report.exit_status == 0 and api.posts == 3
@@ -310,6 +313,34 @@ def test_without_a_header_the_first_data_line_decides_and_a_later_header_decides
     rows_2019, from_header = sorted(api.bodies, key=lambda body: body.startswith(b"VendorID"))
     assert rows_2019.count(b"\n") == 10 and not rows_2019.startswith(b"VendorID") and from_header.startswith(b"VendorID")
     assert report.states is not None and report.states.stored == 12 and report.exit_status == 1
+
+
+def test_a_headerless_file_whose_first_line_is_truncated_refuses_that_line_and_loads_the_rest(tmp_path: Path) -> None:
+    # Given a headerless file of 150 real 2019 rows whose first line was cut at its last comma (17 fields: alone, a 2017 row)
+    lines = [TRUNCATED, *ROWS[:149]]
+    api = FakeApi()
+    # When it is loaded
+    report, out = run(write(tmp_path / "cut-first.csv", lines), api)
+    # Then only the cut line is refused, by the count most of the first 100 data lines have, and every other row is stored
+    assert [line for line in out.splitlines() if line.startswith("REFUSED")] == [
+        "REFUSED line 1 has 17 columns, but most of the first data lines (99 of 100) have 18 (a truncated or shifted row)",
+    ]
+    assert report.states is not None and report.states.stored == 149 and report.exit_status == 1
+    assert sorted(ids_of(report).values()) == sorted(content_id(row) for row in ROWS[:149])
+
+
+def test_a_headerless_file_of_2017_rows_keeps_their_layout_and_refuses_the_odd_row(tmp_path: Path) -> None:
+    # Given a headerless file of real rows cut to the 2017 layout (17 columns), one 18-column row among them
+    rows_2017 = [",".join(ROWS[index].split(",")[:17]) for index in range(20)]
+    lines = [*rows_2017[:10], ROWS[30], *rows_2017[10:]]
+    api = FakeApi()
+    # When it is loaded
+    report, out = run(write(tmp_path / "2017.csv", lines), api)
+    # Then the 18-column row is refused against the first data line, which most lines agree with
+    assert [line for line in out.splitlines() if line.startswith("REFUSED")] == [
+        "REFUSED line 11 has 18 columns, but the first data line (line 1) has 17 (a truncated or shifted row)",
+    ]
+    assert report.states is not None and report.states.stored == 20
 
 
 # --- reruns and the checkpoint ----------------------------------------------------------------

@@ -36,6 +36,12 @@ def assert_nothing_happened(world: TaxiWorld) -> None:
         ("/trips/batch", "\n".join([GOOD] * 50 + ["x" * 4000] * 20), 413, "the limit is 65536"),
         ("/trips/batch", "\n".join([GOOD, "1,2,3,4,5", GOOD, "a;b;c"]), 400, "2 of 4 lines cannot be trips, nothing was accepted"),
         ("/trips/batch", "vendorid,tpep_pickup_datetime\n", 400, "the batch has no CSV line"),
+        (
+            "/trips/batch",
+            "\n".join([GOOD.rsplit(",", 1)[0], *LINES[1:4]]),  # a headerless batch whose first line was cut to 17 fields
+            400,
+            "1 of 4 lines cannot be trips, nothing was accepted: line 1 has 17 columns, but most lines (3 of 4) have 18",
+        ),
     ],
 )
 def test_bad_input_gets_a_clear_4xx_and_stores_nothing(

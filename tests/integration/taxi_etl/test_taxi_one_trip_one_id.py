@@ -63,3 +63,36 @@ def test_a_new_row_sent_alone_still_starts_its_execution(saga: TaxiWorld) -> Non
     assert (status, body["duplicate"]) == (202, False)
     assert body["execution"] == body["StoreRequestId"]
     assert list(saga.final_items()) == [body["StoreRequestId"]]
+
+
+def with_cell(line: str, index: int, text: str) -> str:
+    cells = line_columns(line)
+    cells[index] = text
+    return ",".join(cells)
+
+
+PASSENGER_COUNT, PAYMENT_TYPE = 3, 9
+
+
+def test_two_rows_that_differ_only_in_a_blanked_cell_are_two_stored_trips(saga: TaxiWorld) -> None:
+    # Given a real 2019 row with passenger_count 10 stored (out of the dictionary's range: validation blanks it)
+    status, first = saga.post("/trips", with_cell(LINES[200], PASSENGER_COUNT, "10"))
+    assert (status, first["duplicate"]) == (202, False)
+    # When the same row with passenger_count 11 is posted
+    status, second = saga.post("/trips", with_cell(LINES[200], PASSENGER_COUNT, "11"))
+    # Then it is a trip of its own, started and stored, not answered as a duplicate of the first
+    assert (status, second["duplicate"]) == (202, False) and second["StoreRequestId"] != first["StoreRequestId"]
+    assert sorted(saga.final_items()) == sorted([first["StoreRequestId"], second["StoreRequestId"]])
+    assert "passenger_count" not in saga.final_items()[second["StoreRequestId"]]  # blanked: unknown, as before
+
+
+def test_a_parquet_export_s_payment_0_re_sends_the_tlc_csv_s_empty_payment(saga: TaxiWorld) -> None:
+    # Given a real 2019 row with payment_type empty (unknown), as a TLC CSV writes it, stored
+    status, first = saga.post("/trips", with_cell(LINES[201], PAYMENT_TYPE, ""))
+    assert status == 202
+    stored = saga.final_items()
+    # When the same trip is posted as a Parquet-derived CSV writes it, payment_type 0
+    status, again = saga.post("/trips", with_cell(LINES[201], PAYMENT_TYPE, "0"))
+    # Then it is the stored trip: a duplicate, and the trips table is unchanged
+    assert (status, again["duplicate"], again["StoreRequestId"]) == (200, True, first["StoreRequestId"])
+    assert saga.final_items() == stored
