@@ -722,7 +722,7 @@ def test_the_file_is_streamed_batch_by_batch(tmp_path: Path) -> None:
     assert 200 <= raw.produced < 300
 
 
-# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
+# Unmeasured: it replays paths that lighter tests measure, at more CPU than it adds to coverage (docs/development.md)
 @pytest.mark.no_cover
 @pytest.mark.parametrize("in_flight", [1, taxi_loader.DEFAULT_IN_FLIGHT])
 def test_a_load_reads_the_file_twice_as_a_stream_and_sends_as_it_reads(tmp_path: Path, in_flight: int) -> None:
@@ -776,7 +776,7 @@ def test_a_file_changed_while_it_is_loaded_is_noted_and_its_rows_are_judged_as_s
 # --- the summary and the exit status ----------------------------------------------------------
 
 
-# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
+# Unmeasured: it replays paths that lighter tests measure, at more CPU than it adds to coverage (docs/development.md)
 @pytest.mark.no_cover
 def test_the_summary_groups_flagged_rows_by_phase_reason_and_detail(tmp_path: Path) -> None:
     # Given real rows (the sample's 2,000, with its four findings), 3 rows that fail validation, 2 transformation, and 1 whose store fails

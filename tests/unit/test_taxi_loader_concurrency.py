@@ -50,8 +50,8 @@ from tests.unit.test_taxi_loader import (
     write,
 )
 
-# Unmeasured (coverage's tracer doubles their CPU); every path they take is measured in lighter tests:
-# docs/development.md
+# Unmeasured: they replay paths that lighter tests measure, at more CPU than they add to coverage
+# (docs/development.md)
 pytestmark = pytest.mark.no_cover
 
 WAIT = 5.0  # a test's longest wait for a sender thread; never reached when the loader is right

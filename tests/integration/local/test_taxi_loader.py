@@ -36,8 +36,8 @@ from onceflow.runtime.taxi_etl import contract
 from runtime.taxi_etl.store import STATUS_REASON
 from tests.integration.local.raw_http import request
 
-# Unmeasured (coverage's tracer doubles their CPU); every path they take is measured in lighter tests:
-# docs/development.md
+# Unmeasured: they replay paths that lighter tests measure, at more CPU than they add to coverage
+# (docs/development.md)
 pytestmark = pytest.mark.no_cover
 
 SCHEMA_ROWS = schema_rows()

@@ -247,7 +247,7 @@ def test_execution_input_is_the_rows_and_their_ids(saga: TaxiWorld) -> None:
     assert execution_input == {"rows": [{"StoreRequestId": body["StoreRequestId"], "tuple": GOOD}]}
 
 
-# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
+# Unmeasured: it replays paths that lighter tests measure, at more CPU than it adds to coverage (docs/development.md)
 @pytest.mark.no_cover
 def test_all_2000_real_rows_are_stored_each_with_its_findings(saga: TaxiWorld) -> None:
     # Given the whole real sample, sent as the portal exports it: header first, in batches of 100

@@ -131,7 +131,7 @@ def test_a_row_as_nyc_open_data_exports_it_is_its_own_canonical_spelling() -> No
     assert [row for row in ROWS if canonical_line(row) != row] == []
 
 
-# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
+# Unmeasured: it replays paths that lighter tests measure, at more CPU than it adds to coverage (docs/development.md)
 @pytest.mark.no_cover
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(row_and_variant(), st.sampled_from(["\n", "\r\n"]))
@@ -164,7 +164,7 @@ def test_another_amount_is_another_trip(row: str, name: str, change: str) -> Non
     assert content_id(changed) != content_id(row)
 
 
-# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
+# Unmeasured: it replays paths that lighter tests measure, at more CPU than it adds to coverage (docs/development.md)
 @pytest.mark.no_cover
 @settings(max_examples=12, deadline=None)
 @given(st.data())
@@ -196,8 +196,6 @@ def test_a_re_saved_file_gives_the_same_ids_in_batches(data: st.DataObject) -> N
 UNKNOWN_PAYMENT_SPELLINGS = ("", "0", "0.0", "00", "0.", " 0 ", '"0"')
 
 
-# Unmeasured (coverage's tracer doubles its CPU); every path it takes is measured in lighter tests: docs/development.md
-@pytest.mark.no_cover
 @settings(max_examples=60, deadline=None)
 @given(row_and_variant(), st.sampled_from(UNKNOWN_PAYMENT_SPELLINGS))
 def test_an_unknown_payment_before_2025_in_any_spelling_on_any_route_is_one_trip(case: tuple[str, str], payment: str) -> None:
