@@ -177,6 +177,7 @@ def eastern_to_utc(local: datetime) -> datetime | None:
 _ISO_DATETIME: Final = r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.\d{1,6})?"
 _US_DATETIME: Final = r"(\d{1,2})/(\d{1,2})/(\d{4}) (\d{1,2}):(\d{2}):(\d{2}) ([AaPp])[Mm]"
 _CODE: Final = r"\d{1,9}(?:\.0*)?"  # "1", and "1.0" as float columns of parquet-derived exports write it
+_ANY_LENGTH_CODE: Final = re.compile(r"(\d+)(?:\.0*)?")  # a code's spelling at any length, for a blanked one's id
 _DECIMAL: Final = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"  # no exponents, NaN or Infinity
 # A "+" is read as amounts read it; bounded places so DynamoDB's 38 digits always suffice.
 _DISTANCE: Final = r"\+?(?:\d+(?:\.\d{0,20})?|\.\d{1,20})"
@@ -535,17 +536,26 @@ def _canonical_distance(text: str) -> str:
 
 
 def _blanked_spelling(name: str, text: str) -> str:
-    """The spelling of a value validation blanks, for the canonical line: codes as integers and decimal distances
-    with two places, as valid ones are written, unless that would make the value a valid one; else as sent (stripped).
-    Exact, at any length: two values that differ never share a spelling, and the spelling is still blanked."""
+    """The normalized spelling of a value validation blanked (stripped): codes as integers, at any length ("0100000000"
+    and "100000000.0" are 100000000), decimal distances with two places, as valid ones are written; anything else as
+    sent. Exact, at any length: two values that differ never share a spelling. canonical_line keeps it only if the
+    cell is still blanked with it."""
     if name == "trip_distance" and re.fullmatch(_DECIMAL, text):
         value = Decimal(text).normalize(_EXACT)
         places = value.quantize(_DISTANCE_PLACES, context=_EXACT) if value.as_tuple().exponent > -2 else value  # type: ignore[operator]
-        spelled = format(places, "f")
-        return spelled if _distance(spelled) is None else text
-    if name in _CODE_COLUMNS and (code := _parse_code(text)) is not None:
-        return str(code)  # an integer out of the column's range stays out of it
+        return format(places, "f")
+    if name in _CODE_COLUMNS and (digits := _ANY_LENGTH_CODE.fullmatch(text)):
+        return digits.group(1).lstrip("0") or "0"
     return text
+
+
+def _still_blanked(row: _Row, name: str, spelled: str) -> bool:
+    """Whether validation blanks `name` with `spelled` in it: a value blanked for its length alone ("0000000001" in a
+    code column) can mean a valid one, and must then keep its spelling as sent, or the line would be another trip."""
+    cells = list(row.cells)
+    cells[_INDEX[name]] = spelled
+    checked = _check(cells)
+    return not isinstance(checked, Rejected) and name in checked.blanked
 
 
 def canonical_line(raw: str) -> str | None:
@@ -582,7 +592,8 @@ def canonical_line(raw: str) -> str | None:
     for name in AMOUNTS:
         cells[_INDEX[name]] = _canonical_amount(cells[_INDEX[name]])
     for name, text in zip(row.blanked, row.blanked_values, strict=True):
-        cells[_INDEX[name]] = _blanked_spelling(name, text)
+        spelled = _blanked_spelling(name, text)
+        cells[_INDEX[name]] = spelled if spelled == text or _still_blanked(row, name, spelled) else text
     # In the 18- and 19-column layouts a number where store_and_fwd_flag stands is a 2009-2016 coordinate (row_schema):
     # a row that kept such a blanked flag keeps all 20 columns, a layout that has no coordinates.
     flag = cells[_INDEX["store_and_fwd_flag"]]

@@ -438,6 +438,9 @@ def test_rows_that_differ_only_in_a_blanked_cell_are_two_trips(name: str, first:
         ("passenger_count", "10.0", "10"),
         ("passenger_count", " 011 ", "11"),
         ("rate_code_id", "07", "7"),
+        # more than nine digits with its leading zero (found by the property test below): the code is read at any length
+        ("passenger_count", "0100000000", "100000000"),
+        ("rate_code_id", "000000000123.0", "123"),
         ("trip_distance", "-1.5", "-1.50"),
         ("trip_distance", "1500", "1500.00"),
         ("store_and_fwd_flag", '"y"', "y"),
@@ -449,6 +452,19 @@ def test_a_blanked_value_re_spelled_is_one_trip(name: str, spelled: str, same_as
     # When both are parsed on the single route
     # Then they have one id: the value is normalized as a valid one would be
     assert single(one).store_request_ids == single(other).store_request_ids
+
+
+def test_a_code_blanked_for_its_length_alone_keeps_its_spelling_and_is_not_the_valid_code() -> None:
+    # Given a real row whose passenger_count is 1 spelled with ten digits, which validation blanks (codes have at most
+    # nine), and the same row with 1
+    padded, one = with_cell(ROWS[0], "passenger_count", "0000000001"), with_cell(ROWS[0], "passenger_count", "1")
+    assert validate_line(padded).blanked == ("passenger_count",) and validate_line(one).blanked == ()  # type: ignore[union-attr]
+    # When the padded one is parsed
+    submitted = single(padded).rows[0].tuple
+    # Then it submits the value as sent, still blanked by validation, not "1", which would store another trip than the
+    # one its line describes; and the two rows are two trips, as they are stored
+    assert line_columns(submitted)[INDEX["passenger_count"]] == "0000000001" and canonical_line(submitted) == submitted
+    assert single(padded).store_request_ids != single(one).store_request_ids
 
 
 def test_payment_type_0_and_empty_are_one_trip_before_2025_and_two_from_2025() -> None:
