@@ -19,7 +19,9 @@
   `cached_attribute_aliases` from working out again, for every member of every response, which
   attribute names a model object may hold it under (up to a fifth of it). `direct_attribute_values`
   writes a DynamoDB item's attribute values into an answer as they are, instead of member by member
-  (14 to 18 % of the CPU of the fault sweeps). `cached_state_machines` parses each state machine
+  (14 to 18 % of the CPU of the fault sweeps), and `cached_backend_urls` keeps moto from building
+  every URL pattern of a service (reloading a module for S3) to route each request.
+  `cached_state_machines` parses each state machine
   definition once instead of at every execution (about 0.1 s each).
 
 `embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests, AWS's
@@ -312,6 +314,7 @@ _ACTION_NAMES: dict[object, frozenset[str]] = {}
 # The shape and its parent are kept in the value, so their ids cannot be reused while cached.
 _ATTRIBUTE_ALIASES: dict[tuple[Any, ...], tuple[Any, Any, tuple[str, ...]]] = {}
 _STATE_MACHINES: dict[str, tuple[Any, Any]] = {}
+_BACKEND_URLS: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
 @reaches_into_moto(Reach("moto.core.responses", "method_names_from_class", ("clazz",)))
@@ -380,6 +383,36 @@ def cached_attribute_aliases() -> Iterator[None]:
     finally:
         for picker, original in originals.items():
             picker.get_possible_keys = original  # type: ignore[method-assign]
+
+
+@reaches_into_moto(
+    Reach("moto.core.base_backend", "BaseBackend.urls"),
+    Reach("moto.settings", "enable_iso_regions", ()),
+    Reach("moto.settings", "get_s3_custom_endpoints", ()),
+)
+@contextmanager
+def cached_backend_urls() -> Iterator[None]:
+    """moto routes every request by building each URL pattern of the service's backend again, and for
+    S3 by reloading `moto.s3.urls` first (about a sixth of the CPU of a test that writes to S3). The
+    patterns depend only on the backend's class and on two settings moto reads from the environment
+    (ISO regions, custom S3 endpoints), so while this is on they are built once per combination."""
+    from moto import settings
+    from moto.core.base_backend import BaseBackend
+
+    original = BaseBackend.__dict__["urls"]
+
+    def urls(backend: Any) -> dict[str, Any]:
+        key = (type(backend), settings.enable_iso_regions(), tuple(settings.get_s3_custom_endpoints()))
+        patterns = _BACKEND_URLS.get(key)
+        if patterns is None:
+            patterns = _BACKEND_URLS[key] = original.fget(backend)
+        return patterns
+
+    BaseBackend.urls = property(urls)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        BaseBackend.urls = original  # type: ignore[method-assign]
 
 
 # An attribute value's types whose JSON is the value itself (a string, a number's string, a
@@ -617,5 +650,6 @@ def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
         cached_action_names(),
         cached_attribute_aliases(),
         direct_attribute_values(),
+        cached_backend_urls(),
     ):
         yield

@@ -269,6 +269,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         atomic_moto_dynamodb,
         cached_action_names,
         cached_attribute_aliases,
+        cached_backend_urls,
         cached_state_machines,
         direct_attribute_values,
         step_functions_as_aws,
@@ -289,6 +290,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         cached_action_names(),
         cached_attribute_aliases(),
         direct_attribute_values(),
+        cached_backend_urls(),
         cached_state_machines(),
     ):
         try:

@@ -30,6 +30,7 @@ from devtools.aws.moto_patches import (
     atomic_moto_dynamodb,
     cached_action_names,
     cached_attribute_aliases,
+    cached_backend_urls,
     cached_state_machines,
     direct_attribute_values,
     fast_transactions,
@@ -972,3 +973,59 @@ def test_direct_attribute_values_skip_moto_s_walk_for_plain_values_only(monkeypa
         assert {"B": b"\x00"} in walked
     # and moto's serializer is back once the patch is left
     assert BaseJSONSerializer.__dict__["_serialize_type_structure"] is counted
+
+
+# Every service the stacks' functions, the worlds and the local server call.
+ROUTED_SERVICES = ("dynamodb", "dynamodbstreams", "s3", "sqs", "kinesis", "lambda", "stepfunctions", "secretsmanager", "sts", "kms")
+
+
+def moto_s_url_patterns() -> dict[str, dict[str, Any]]:
+    """Each service's URL patterns and their handlers, from the backend moto's router asks (a global
+    service's, or the region's)."""
+    import moto.backends as backends
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    patterns = {}
+    for service in ROUTED_SERVICES:
+        regions = backends.get_backend(service)[DEFAULT_ACCOUNT_ID]  # type: ignore[call-overload]
+        patterns[service] = dict(regions["us-east-1" if "us-east-1" in regions else "aws"].urls)
+    return patterns
+
+
+def test_cached_backend_urls_route_as_moto_does_for_each_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+    from moto.core.base_backend import BaseBackend
+
+    monkeypatch.setattr(moto_patches, "_BACKEND_URLS", {})
+    original = BaseBackend.__dict__["urls"]
+    with mock_aws():
+        # Given each service's URL patterns as moto builds them, by default and with a custom S3 endpoint
+        plain = moto_s_url_patterns()
+        monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "http://objects.example:9000")
+        plain_custom = moto_s_url_patterns()
+        monkeypatch.delenv("MOTO_S3_CUSTOM_ENDPOINTS")
+        assert plain_custom["s3"] != plain["s3"]
+        # When they are asked for with the patterns cached, twice (the second time from the cache)
+        with cached_backend_urls():
+            cached = [moto_s_url_patterns(), moto_s_url_patterns()]
+            monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "http://objects.example:9000")
+            cached_custom = moto_s_url_patterns()
+            monkeypatch.delenv("MOTO_S3_CUSTOM_ENDPOINTS")
+    # Then they are moto's, under either setting, and moto's property is back
+    assert cached == [plain, plain]
+    assert cached_custom == plain_custom
+    assert BaseBackend.__dict__["urls"] is original
+
+
+def test_cached_backend_urls_answer_exactly_as_moto_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+
+    # Given moto's answers to varied requests of four services
+    with mock_aws():
+        plain = varied_answers()
+    # When the same requests are routed with the URL patterns cached
+    monkeypatch.setattr(moto_patches, "_BACKEND_URLS", {})
+    with mock_aws(), cached_backend_urls():
+        cached = varied_answers()
+    # Then every answer is the same
+    assert cached == plain
