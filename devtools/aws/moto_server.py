@@ -269,7 +269,9 @@ def serving_state_machines(port: int) -> Iterator[None]:
         atomic_moto_dynamodb,
         cached_action_names,
         cached_attribute_aliases,
+        cached_backend_urls,
         cached_state_machines,
+        direct_attribute_values,
         step_functions_as_aws,
     )
     from devtools.aws.service_limits import enforced_service_limits
@@ -287,6 +289,8 @@ def serving_state_machines(port: int) -> Iterator[None]:
         step_functions_as_aws(),
         cached_action_names(),
         cached_attribute_aliases(),
+        direct_attribute_values(),
+        cached_backend_urls(),
         cached_state_machines(),
     ):
         try:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devtools.aws import moto_patches
 from devtools.aws.clients import new_client
@@ -28,7 +30,9 @@ from devtools.aws.moto_patches import (
     atomic_moto_dynamodb,
     cached_action_names,
     cached_attribute_aliases,
+    cached_backend_urls,
     cached_state_machines,
+    direct_attribute_values,
     fast_transactions,
 )
 
@@ -867,3 +871,166 @@ def test_step_functions_as_aws_restores_moto_on_exit() -> None:
         )
     # Then moto's are back
     assert (ComparisonVariable._eval_body, StateTaskLambda._from_error, ErrorEqualsDecl._eval_body) == originals
+
+
+# DynamoDB attribute values of every type, nested: what an item can hold.
+_NAMES = st.text(min_size=1, max_size=4)
+_NUMBERS = st.one_of(st.integers(-(10**20), 10**20), st.decimals(min_value=-(10**9), max_value=10**9, places=3)).map(str)
+_SCALAR_VALUES = st.one_of(
+    st.text(max_size=6).map(lambda text: {"S": text}),
+    _NUMBERS.map(lambda number: {"N": number}),
+    st.booleans().map(lambda flag: {"BOOL": flag}),
+    st.just({"NULL": True}),
+    st.binary(max_size=4).map(lambda blob: {"B": blob}),
+    st.sets(st.text(max_size=4), min_size=1, max_size=3).map(lambda texts: {"SS": sorted(texts)}),
+    st.sets(st.integers(-99, 99), min_size=1, max_size=3).map(lambda numbers: {"NS": sorted(map(str, numbers))}),
+    st.sets(st.binary(min_size=1, max_size=3), min_size=1, max_size=2).map(lambda blobs: {"BS": sorted(blobs)}),
+)
+ATTRIBUTE_VALUES = st.recursive(
+    _SCALAR_VALUES,
+    lambda inner: st.one_of(
+        st.dictionaries(_NAMES, inner, max_size=3).map(lambda members: {"M": members}),
+        st.lists(inner, max_size=3).map(lambda members: {"L": members}),
+    ),
+    max_leaves=8,
+)
+
+
+def answers_holding(attributes: dict[str, Any]) -> list[Any]:
+    """moto's answers that carry an item holding `attributes`: each read, the writes that return the
+    item, and a refused write that returns it in its error (the item is gone again at the end)."""
+    dynamodb = new_client("dynamodb")
+    key = {"pk": {"S": "item"}}
+    item = {**key, **attributes}
+    answers: list[Any] = [
+        dynamodb.put_item(TableName="Heads", Item=item, ReturnValues="ALL_OLD"),
+        dynamodb.get_item(TableName="Heads", Key=key),
+        dynamodb.query(TableName="Heads", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": key["pk"]}),
+        dynamodb.scan(TableName="Heads"),
+        dynamodb.batch_get_item(RequestItems={"Heads": {"Keys": [key]}}),
+        dynamodb.transact_get_items(TransactItems=[{"Get": {"TableName": "Heads", "Key": key}}]),
+        dynamodb.update_item(
+            TableName="Heads",
+            Key=key,
+            UpdateExpression="SET #touched = :yes",
+            ExpressionAttributeNames={"#touched": "touched"},
+            ExpressionAttributeValues={":yes": {"BOOL": True}},
+            ReturnValues="ALL_NEW",
+        ),
+    ]
+    with pytest.raises(ClientError) as refused:
+        dynamodb.put_item(
+            TableName="Heads", Item=item, ConditionExpression="attribute_not_exists(pk)", ReturnValuesOnConditionCheckFailure="ALL_OLD"
+        )
+    answers.append(refused.value.response)
+    answers.append(dynamodb.delete_item(TableName="Heads", Key=key, ReturnValues="ALL_OLD"))
+    return constant_volatiles(answers)
+
+
+@settings(max_examples=25, deadline=None)
+@given(attributes=st.dictionaries(_NAMES.filter(lambda name: name not in ("pk", "touched")), ATTRIBUTE_VALUES, min_size=1, max_size=4))
+def test_direct_attribute_values_answer_exactly_as_moto_does(attributes: dict[str, Any]) -> None:
+    from moto import mock_aws
+
+    # Given an item holding attribute values of every type, nested, answered by moto as shipped
+    with mock_aws():
+        new_client("dynamodb").create_table(
+            TableName="Heads",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        plain = answers_holding(attributes)
+        # When the same requests are answered with the values written directly
+        with direct_attribute_values():
+            direct = answers_holding(attributes)
+    # Then every answer is the same, binary values included (which moto still writes)
+    assert direct == plain
+
+
+def test_direct_attribute_values_skip_moto_s_walk_for_plain_values_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+    from moto.core.serialize import BaseJSONSerializer
+
+    walked: list[Any] = []
+    moto_s_walk = BaseJSONSerializer.__dict__["_serialize_type_structure"]
+
+    def counted(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if shape.name == "AttributeValue":
+            walked.append(value)
+        moto_s_walk(self, serialized, value, shape, key)
+
+    monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", counted)
+    plain_item = {"pk": {"S": "plain"}, "n": {"N": "1"}, "nested": {"M": {"list": {"L": [{"SS": ["a"]}, {"NULL": True}]}}}}
+    binary_item = {"pk": {"S": "binary"}, "blob": {"B": b"\x00"}}
+    with mock_aws(), direct_attribute_values():
+        dynamodb = new_client("dynamodb")
+        create_tables(dynamodb)
+        for item in (plain_item, binary_item):
+            dynamodb.put_item(TableName="Heads", Item=item)
+        # Given an item of strings, numbers, sets, lists and maps, When it is read
+        walked.clear()
+        assert dynamodb.get_item(TableName="Heads", Key={"pk": plain_item["pk"]})["Item"] == plain_item
+        # Then moto's member-by-member walk never ran for its values
+        assert walked == []
+        # And an item holding a binary value still has that value walked by moto, and read back as stored
+        assert dynamodb.get_item(TableName="Heads", Key={"pk": binary_item["pk"]})["Item"] == binary_item
+        assert {"B": b"\x00"} in walked
+    # and moto's serializer is back once the patch is left
+    assert BaseJSONSerializer.__dict__["_serialize_type_structure"] is counted
+
+
+# Every service the stacks' functions, the worlds and the local server call.
+ROUTED_SERVICES = ("dynamodb", "dynamodbstreams", "s3", "sqs", "kinesis", "lambda", "stepfunctions", "secretsmanager", "sts", "kms")
+
+
+def moto_s_url_patterns() -> dict[str, dict[str, Any]]:
+    """Each service's URL patterns and their handlers, from the backend moto's router asks (a global
+    service's, or the region's)."""
+    import moto.backends as backends
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    patterns = {}
+    for service in ROUTED_SERVICES:
+        regions = backends.get_backend(service)[DEFAULT_ACCOUNT_ID]  # type: ignore[call-overload]
+        patterns[service] = dict(regions["us-east-1" if "us-east-1" in regions else "aws"].urls)
+    return patterns
+
+
+def test_cached_backend_urls_route_as_moto_does_for_each_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+    from moto.core.base_backend import BaseBackend
+
+    monkeypatch.setattr(moto_patches, "_BACKEND_URLS", {})
+    original = BaseBackend.__dict__["urls"]
+    with mock_aws():
+        # Given each service's URL patterns as moto builds them, by default and with a custom S3 endpoint
+        plain = moto_s_url_patterns()
+        monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "http://objects.example:9000")
+        plain_custom = moto_s_url_patterns()
+        monkeypatch.delenv("MOTO_S3_CUSTOM_ENDPOINTS")
+        assert plain_custom["s3"] != plain["s3"]
+        # When they are asked for with the patterns cached, twice (the second time from the cache)
+        with cached_backend_urls():
+            cached = [moto_s_url_patterns(), moto_s_url_patterns()]
+            monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "http://objects.example:9000")
+            cached_custom = moto_s_url_patterns()
+            monkeypatch.delenv("MOTO_S3_CUSTOM_ENDPOINTS")
+    # Then they are moto's, under either setting, and moto's property is back
+    assert cached == [plain, plain]
+    assert cached_custom == plain_custom
+    assert BaseBackend.__dict__["urls"] is original
+
+
+def test_cached_backend_urls_answer_exactly_as_moto_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+
+    # Given moto's answers to varied requests of four services
+    with mock_aws():
+        plain = varied_answers()
+    # When the same requests are routed with the URL patterns cached
+    monkeypatch.setattr(moto_patches, "_BACKEND_URLS", {})
+    with mock_aws(), cached_backend_urls():
+        cached = varied_answers()
+    # Then every answer is the same
+    assert cached == plain

@@ -9,6 +9,7 @@ and no object is left in S3 that no root names. Small settings (a snapshot every
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,10 @@ LOG = "sheet-f"
 EVENTS = 60  # three snapshots of the small configuration
 TINY_CHUNK = 100  # two or three cells: a 20-event snapshot has several chunks
 SWEEP_EVENTS = 40  # two snapshots, delivered in reverse: claims, deferrals, chunks, finishes
+# The sweeps' chunks: snapshot 1 in two (a first and a last chunk), snapshot 2 in three (and one
+# between), so every kind of chunk boundary is met once per snapshot without repeating the middle.
+SWEEP_LOG = {**SMALL_LOG, "runtime.event_log.worker_handler.handler": {"CHUNK_BYTES": "512"}}
+SWEEP_CHUNKS = {1: 2, 2: 3}
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -339,7 +344,7 @@ def test_a_worker_near_its_time_limit_hands_off_and_the_next_delivery_resumes(lo
 @contextmanager
 def fresh_world(clock: VirtualClock) -> Iterator[EventLogWorld]:
     with embedded_event_log_cloud(clock):
-        world = EventLogWorld.create(templates_for("dev")[EVENT_LOG_STACK], clock, overrides=SMALL_LOG, seed=3)
+        world = EventLogWorld.create(templates_for("dev")[EVENT_LOG_STACK], clock, overrides=SWEEP_LOG, seed=3)
         yield world
 
 
@@ -391,6 +396,11 @@ def sweep() -> Iterator[Callable[[int | None, str], SweepRun]]:
         yield run
 
 
+def chunk_puts(writes: list[str]) -> dict[int, int]:
+    """The chunk objects put per snapshot, from write names (PutObject:/snapshots/<log>/<snapshot>/<chunk>.ndjson)."""
+    return Counter(int(write.split("/")[3]) for write in writes if write.startswith("PutObject:") and write.endswith(".ndjson"))
+
+
 def run_scenario(world: EventLogWorld, at: int | None, when: str) -> SweepRun:
     """The scenario, from `sweep_start`: two snapshots delivered in reverse order (so deferrals
     happen too); at one write, the worker's process dies (when "before" or "after") or the write's
@@ -430,6 +440,7 @@ def test_a_crash_at_every_write_boundary_of_the_worker_is_repaired_by_redelivery
         assert clean.chunks_written == clean.chunks_in_roots
         kinds = {operation.split(":")[0] for operation in clean.writes}
         assert {"UpdateItem", "PutObject", "DeleteItem", "ChangeMessageVisibility"} <= kinds
+        assert chunk_puts(clean.writes) == SWEEP_CHUNKS
         failures = []
         # When the worker's process dies before, and after, each of those writes
         for at in range(1, len(clean.writes) + 1):
@@ -451,6 +462,7 @@ def test_a_lost_response_at_every_write_of_the_worker_is_recognised_as_its_own()
         # Given one clean pass of the scenario, and the writes the worker made in it
         clean = sweep_run(None, "lost")
         assert clean.problems == []
+        assert chunk_puts(clean.writes) == SWEEP_CHUNKS
         failures = []
         conditional_failed_against_itself = set()
         # When each write is applied, its response lost, and botocore's retry sends it again
