@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import os
 import shutil
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from devtools.aws.template_resources import Template, synth_templates
+from devtools.aws.template_resources import Template, load_assembly, synth_templates
 
 AWS_TEST_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
@@ -58,6 +59,7 @@ def aws_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 _TEMPLATES: dict[str, dict[str, Template]] = {}
 _ASSEMBLIES: dict[str, Path] = {}
+_SHARED_TEMP: Path | None = None  # under xdist: the temp directory every worker of the run shares
 
 
 # --- the embedded cloud's IAM: every call a function makes, checked against its role -----------------
@@ -74,6 +76,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     from devtools.aws import call_audit
+
+    global _SHARED_TEMP
+    if _is_xdist_worker(config):
+        # xdist gives each worker <the run's basetemp>/<worker id> as its own basetemp.
+        _SHARED_TEMP = Path(config.option.basetemp).parent
 
     # The dev templates' roles (prod's grant the same actions on the same logical resources:
     # tests/unit/test_call_audit.py); synthesized only once a handler first calls AWS.
@@ -156,13 +163,33 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def templates_for(env_name: str) -> dict[str, Template]:
-    """Synthesize once per session (per xdist worker) and environment (synth runs cdk-nag too)."""
+    """Synthesized once per run and environment (synth runs cdk-nag too): under xdist, by the first worker
+    that asks, into a directory every worker of the run shares, and read from its cloud assembly by the
+    others (the same tree and context give the same templates; about 12 s of CPU a worker saves)."""
     if env_name not in _TEMPLATES:
+        _ASSEMBLIES[env_name] = outdir = _synthesized_assembly(env_name)
+        _TEMPLATES[env_name] = load_assembly(outdir)
+    return _TEMPLATES[env_name]
+
+
+def _synthesized_assembly(env_name: str) -> Path:
+    """The cloud assembly of `env_name`: synthesized here, unless another worker of this run has done it.
+    Every worker reads the templates from the assembly's files, so each sees the same JSON."""
+    if _SHARED_TEMP is None:
         outdir = Path(tempfile.mkdtemp(prefix=f"onceflow-{env_name}-assembly-"))
         atexit.register(shutil.rmtree, outdir, ignore_errors=True)
-        _TEMPLATES[env_name] = synth_templates(env_name, outdir=str(outdir))
-        _ASSEMBLIES[env_name] = outdir
-    return _TEMPLATES[env_name]
+        synth_templates(env_name, outdir=str(outdir))
+        return outdir
+    # The run's shared temp (the parent of each worker's basetemp), which pytest's retention cleans.
+    outdir = _SHARED_TEMP / f"onceflow-{env_name}-assembly"
+    with (_SHARED_TEMP / f"onceflow-{env_name}-assembly.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        synthesized = outdir / ".synthesized"
+        if not synthesized.exists():
+            shutil.rmtree(outdir, ignore_errors=True)
+            synth_templates(env_name, outdir=str(outdir))
+            synthesized.touch()
+    return outdir
 
 
 def assembly_for(env_name: str) -> Path:

@@ -104,12 +104,18 @@ def pip_environment() -> dict[str, str]:
     return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def download_to_wheelhouse(pip: list[str], requirements: list[str], cwd: Path) -> None:
+def download_to_wheelhouse(pip: list[str], requirements: list[str], cwd: Path, *, pinned: bool) -> None:
     """What the requirements resolve to on the index today for `pip`'s target Python, downloaded into the wheelhouse
-    unless already there. One download at a time: pip keeps a file already there, even one still being written."""
+    unless already there. One download at a time: pip keeps a file already there, even one still being written.
+    Exact pins (`pinned`) resolve to the same files wherever they are found, so the wheelhouse is asked first, and
+    the index only for what it lacks (about 6 s of pip's CPU saved per environment)."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
     with (WHEELHOUSE / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if pinned:
+            offline = [*pip, "download", "--quiet", "--no-index", "--find-links", str(WHEELHOUSE), "--dest", str(WHEELHOUSE)]
+            if subprocess.run([*offline, *requirements], cwd=cwd, env=pip_environment(), capture_output=True, check=False).returncode == 0:
+                return
         run([*pip, "download", "--quiet", "--dest", str(WHEELHOUSE), *requirements], cwd, pip_environment())
 
 
@@ -189,7 +195,7 @@ def synthesize_team_app(
     requirements += [f"{name}=={pin}" for name, pin in SDK_VERSIONS.items()]
     # pip runs itself on the environment's Python (--python), so it resolves and installs for that version.
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
-    download_to_wheelhouse(pip, requirements, home)
+    download_to_wheelhouse(pip, requirements, home, pinned=end == "lowest")
     # Offline from the wheelhouse, which holds nothing newer than the index's newest in the ranges.
     # --no-compile: byte-compiling all of aws-cdk-lib costs about 8x the install; synth compiles what it imports.
     offline = ["--no-index", "--find-links", str(WHEELHOUSE), "--no-compile"]
