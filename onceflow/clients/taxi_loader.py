@@ -154,7 +154,7 @@ UNREACHABLE_BATCHES_TO_STOP = 3  # consecutive POSTs the API did not answer: the
 # throttle and lets the read-back's 16 readers follow. 1 is the serial loader; more than 32 buys nothing but 429s.
 DEFAULT_IN_FLIGHT = 8
 MAX_IN_FLIGHT = 32
-# C0 controls other than tab, CR and LF: what the API refuses as binary data (runtime.taxi_etl.requests._BINARY).
+# C0 controls other than tab, CR and LF: what the API refuses as binary data (runtime.taxi_etl.requests.BINARY).
 BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # What the API refuses in front of a body (runtime.shared.http.UTF8_BOM): the loader drops it from a line.
 UTF8_BOM = b"\xef\xbb\xbf"

@@ -14,27 +14,33 @@ Validate phase's to judge, and is flagged in the status tables, not refused. Hea
 skipped wherever they are in a batch; a header of an unmapped layout refuses the request. The
 header decides a batch's layout (without one, its first line does, unless most lines have another
 field count): a line with another field count is refused by number. Telling the layout by a line's shape is left to a single headerless row.
+A bulk load's chunks (runtime/taxi_etl/chunks.py) split, check and build their rows with the same functions, so a
+line has the same id and the same refusal on both routes; there a bad line is refused alone.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.shared.consistency import deterministic_id
 from runtime.shared.http import CSV, body_text, require_media_type
 from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.contract import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY_PATTERN
+from runtime.taxi_etl.errors import PhaseInputError
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.state_budget import check_state_budget
 from runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, headerless_layout, is_header, line_columns, row_schema
+from runtime.taxi_etl.trips import COLUMN_COUNTS
 
 IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
 MEDIA_TYPES = (CSV,)  # what /trips and /trips/batch take (charset=utf-8 or none); anything else is a 415
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
-_BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,7 @@ def decode_body(body: str | None, *, is_base64: bool, max_bytes: int) -> str:
     if not body:
         raise InvalidRequest("the request body is empty; send CSV text")
     text = body_text(body, is_base64=is_base64, max_bytes=max_bytes, hint="send CSV lines")
-    if _BINARY.search(text):
+    if BINARY.search(text):
         raise InvalidRequest("the request body contains control characters; send CSV text, not binary data")
     return text
 
@@ -91,7 +97,7 @@ def _unkeyed(line: str) -> str:
     return canonical_line(line) or line
 
 
-def _unmapped(schema: Schema) -> str:
+def unmapped(schema: Schema) -> str:
     return f"the {schema} layout is not taken here; send yellow-trip records of 2017 or later, which carry zone ids"
 
 
@@ -112,8 +118,8 @@ def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submissi
         raise InvalidRequest("the request body has no CSV line")
     if len(lines) > 1:
         raise InvalidRequest(f"this route takes one CSV line, got {len(lines)}; send several to /trips/batch")
-    if _is_header(lines[0]):
-        _check_header(lines[0])
+    if is_header_line(lines[0]):
+        check_header(lines[0])
         raise InvalidRequest("the line is a CSV header, not a trip")
     _check_line(lines[0], 1, max_line_bytes)
     line = lines[0] if key else _unkeyed(lines[0])
@@ -123,88 +129,124 @@ def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submissi
 
 def parse_batch(text: str, key: str | None, *, max_lines: int, max_line_bytes: int) -> Submission:
     lines = _data_lines(text)
-    headers = [line for line in lines if _is_header(line)]
+    headers = [line for line in lines if is_header_line(line)]
     for header in headers:
-        _check_header(header)
+        check_header(header)
     skipped_header = bool(headers)
-    lines = [line for line in lines if not _is_header(line)]
+    lines = [line for line in lines if not is_header_line(line)]
     if not lines:
         raise InvalidRequest("the batch has no CSV line")
     if len(lines) > max_lines:
         raise PayloadTooLarge(f"the batch has {len(lines)} lines; the limit is {max_lines}")
-    layout = _batch_layout(headers, lines)
-    problems = [problem for number, line in enumerate(lines, start=1) if (problem := _line_problem(line, number, max_line_bytes, layout))]
+    layout = decided_layout(headers, [field_count(line) for line in lines], subject="batch")
+    problems = [problem for number, line in enumerate(lines, start=1) if (problem := line_problem(line, number, max_line_bytes, layout))]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise InvalidRequest(f"{len(problems)} of {len(lines)} lines cannot be trips, nothing was accepted: {shown}")
+    ids, rows = submission_rows(lines, key)
+    name = f"kb-{key}" if key else f"cb-{deterministic_id('taxi-batch', *ids)}"
+    return within_state_budget(Submission(name, rows, ids, skipped_header))
+
+
+def submission_rows(lines: Sequence[str], key: str | None = None) -> tuple[tuple[str, ...], tuple[Row, ...]]:
+    """Each data line's StoreRequestId, in order, and the rows the lines submit: one per id, the first line that has
+    it, in first-seen order. Unkeyed (/trips/batch without a key, and a bulk load's chunk), a line submits its
+    canonical spelling under its content id; keyed, its own text under `kb-<key>-<number>`."""
     if not key:
         lines = [_unkeyed(line) for line in lines]
     # "kb-" keeps a keyed batch's row ids apart from single keyed ids ("k-<key>"), whatever the keys.
     ids = tuple(f"kb-{key}-{number}" if key else content_id(line) for number, line in enumerate(lines, start=1))
     unique = {store_request_id: Row(store_request_id, line) for store_request_id, line in reversed(list(zip(ids, lines, strict=True)))}
-    rows = tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
-    name = f"kb-{key}" if key else f"cb-{deterministic_id('taxi-batch', *ids)}"
-    return within_state_budget(Submission(name, rows, ids, skipped_header))
+    return ids, tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
 
 
 @dataclass(frozen=True, slots=True)
-class _Layout:
-    """How many fields every data line of a batch must have, and what said so."""
+class Layout:
+    """How many fields every data line of a batch (or of a bulk load's file) must have, and what said so, in the
+    words a refusal quotes. Serializable: a bulk load decides it once and hands it to every chunk."""
 
     fields: int
-    source: str  # "the header" or "line 1"
+    source: str  # "the header", "line <n>" or "most lines (<agreeing> of <counted>)"
+
+    @property
+    def stated(self) -> str:
+        """What the layout says, as a refusal quotes it: "the header has 18", "most lines (4 of 5) have 18"."""
+        return f"{self.source} {'have' if self.source.startswith('most') else 'has'} {self.fields}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fields": self.fields, "source": self.source}
+
+    @classmethod
+    def from_json(cls, document: Any) -> Layout:
+        fields = document.get("fields") if isinstance(document, Mapping) else None
+        source = document.get("source") if isinstance(document, Mapping) else None
+        if type(fields) is not int or fields not in COLUMN_COUNTS or not isinstance(source, str) or not source:
+            raise PhaseInputError(f"a layout is {{'fields': one of {list(COLUMN_COUNTS)}, 'source': text}}, not {str(document)[:80]}")
+        return cls(fields, source)
 
 
-def _batch_layout(headers: list[str], lines: list[str]) -> _Layout | None:
+def decided_layout(
+    headers: Sequence[str], field_counts: Sequence[int | None], *, subject: str, first_line: int = 1, counted: str = ""
+) -> Layout | None:
     """The header decides a batch's layout (one batch, one file's layout); without one, its first line does, unless
     most lines have another field count: then that count does, and a first line cut short is refused, not every
     good line after it. A truncated or shifted line then cannot pass for another year's layout. None when no line
-    has a trip's shape."""
+    has a trip's shape. `field_counts` are the data lines' (None: not one CSV record); a refusal calls them the
+    `subject`'s ("batch"), the first one line `first_line`, and how many were counted `counted` + the number
+    ("the first " for a file's sample)."""
     widths = sorted({len(line_columns(header)) for header in headers})
     if len(widths) > 1:
-        raise InvalidRequest(f"the batch's headers have {' and '.join(map(str, widths))} columns; send one layout per batch")
+        raise InvalidRequest(f"the {subject}'s headers have {' and '.join(map(str, widths))} columns; send one layout per {subject}")
     if widths:
-        return _Layout(widths[0], "the header")
-    counts = [_field_count(line) for line in lines]
-    layout = headerless_layout(counts)
+        return Layout(widths[0], "the header")
+    layout = headerless_layout(field_counts)
     if layout is None:
         return None
     fields, agreeing = layout
-    return _Layout(fields, "line 1" if fields == counts[0] else f"most lines ({agreeing} of {len(counts)})")
+    if fields == field_counts[0]:
+        return Layout(fields, f"line {first_line}")
+    return Layout(fields, f"most lines ({agreeing} of {counted}{len(field_counts)})")
 
 
-def _field_count(line: str) -> int | None:
+def field_count(line: str) -> int | None:
     try:
         return len(line_columns(line))
     except ValueError:
         return None
 
 
+def data_line(piece: str) -> str | None:
+    """The text between two LFs as a line: without its line ending (CRLF or LF), so a retry with other line endings
+    hashes the same; None when it is blank (blank lines are skipped)."""
+    return piece.rstrip("\r") if piece.strip() else None
+
+
 def _data_lines(text: str) -> list[str]:
-    """Non-blank lines without their line ending (CRLF or LF), so a retry with other line endings hashes the same."""
-    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    return [line for piece in text.split("\n") if (line := data_line(piece)) is not None]
 
 
-def _is_header(line: str) -> bool:
+def is_header_line(line: str) -> bool:
     try:
         return is_header(line_columns(line))
     except ValueError:
         return False
 
 
-def _check_header(line: str) -> None:
+def check_header(line: str) -> None:
     schema = header_schema(line_columns(line))
     if schema is not None and not schema.mapped:
-        raise InvalidRequest(f"the CSV header names the {schema} layout; {_unmapped(schema)}")
+        raise InvalidRequest(f"the CSV header names the {schema} layout; {unmapped(schema)}")
 
 
 def _check_line(line: str, number: int, max_line_bytes: int) -> None:
-    problem = _line_problem(line, number, max_line_bytes)
+    problem = line_problem(line, number, max_line_bytes)
     if problem:
         raise PayloadTooLarge(problem) if "bytes" in problem else InvalidRequest(problem)
 
 
-def _line_problem(line: str, number: int, max_line_bytes: int, layout: _Layout | None = None) -> str | None:
+def line_problem(line: str, number: int, max_line_bytes: int, layout: Layout | None = None) -> str | None:
+    """Why line `number` cannot be a trip (too long, not one CSV record, no mapped trip layout, another field count
+    than `layout`), or None: what refuses a whole batch, and a bulk load's line alone."""
     size = len(line.encode("utf-8", "surrogatepass"))
     if size > max_line_bytes:
         return f"line {number} is {size} bytes; the limit is {max_line_bytes}"
@@ -216,8 +258,7 @@ def _line_problem(line: str, number: int, max_line_bytes: int, layout: _Layout |
     if schema is None:
         return f"line {number} has {len(columns)} columns; a yellow-taxi trip has 17 to 20"
     if not schema.mapped:
-        return f"line {number} has the {schema} layout; {_unmapped(schema)}"
+        return f"line {number} has the {schema} layout; {unmapped(schema)}"
     if layout is not None and len(columns) != layout.fields:
-        verb = "have" if layout.source.startswith("most") else "has"
-        return f"line {number} has {len(columns)} columns, but {layout.source} {verb} {layout.fields} (a truncated or shifted row)"
+        return f"line {number} has {len(columns)} columns, but {layout.stated} (a truncated or shifted row)"
     return None

@@ -587,7 +587,7 @@ def test_the_loader_takes_the_apis_own_binary_rule() -> None:
     from runtime.taxi_etl import requests
 
     # Then the loader's is the same: a line the API would refuse as binary is never sent
-    assert taxi_loader.BINARY.pattern == requests._BINARY.pattern
+    assert taxi_loader.BINARY.pattern == requests.BINARY.pattern
 
 
 # --- 413: split and sent again ----------------------------------------------------------------
