@@ -1,6 +1,7 @@
-"""What the local servers share: a stdlib HTTP server on a localhost port, served from a daemon thread;
-a request's body read up to a limit and no further; and the connection closed after an answer given
-before the body was read (lingering, so a client still sending it reads the answer, not a reset)."""
+"""What the local servers share: a stdlib HTTP server on a localhost port, served from a daemon thread,
+with a listen backlog deep enough for its bursts of connections; a request's body read up to a limit
+and no further; and the connection closed after an answer given before the body was read (lingering,
+so a client still sending it reads the answer, not a reset)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ _MAX_LINE = 64 * 1024
 # client still sending its body would get the reset instead of the answer.
 LINGER_SECONDS = 2.0
 _DISCARD_BYTES = 64 * 1024
+# Connections the kernel holds for a server before its accept loop takes them (listen()'s backlog, capped by
+# net.core.somaxconn). The stdlib's 5 is too few here: a taxi load opens a connection per read-back GET (urllib
+# keeps none alive) and moto's Step Functions executor one per Lambda task (a new client each time), while the
+# one thread that accepts waits for the GIL behind the handlers. A SYN that finds the queue full is dropped and
+# the client sends it again after TCP's initial retransmission timeout, 1 s: with 5, a 400-row load on `make
+# serve` had 49 such drops. API Gateway and the AWS endpoints take every connection.
+LISTEN_BACKLOG = 1024
 
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -115,6 +123,13 @@ def declared_length(handler: BaseHTTPRequestHandler) -> int | None:
     if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():
         return None
     return content_length(handler)
+
+
+class LocalHttpServer(ThreadingHTTPServer):
+    """A threading HTTP server (a daemon thread per connection) whose listen backlog is LISTEN_BACKLOG."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
 
 class BackgroundHttpServer:

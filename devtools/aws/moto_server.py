@@ -43,12 +43,11 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-from devtools.aws.http_server import HOST, BackgroundHttpServer, BadContentLength, BodyAwareHandler, read_body
+from devtools.aws.http_server import HOST, BackgroundHttpServer, BadContentLength, BodyAwareHandler, LocalHttpServer, read_body
 from devtools.aws.moto_fit import Reach, reaches_into_moto
 from devtools.aws.sigv4 import S3_SIGV2_REFUSED, LocalCredentials, Refused, is_presigned, is_signature_v2, verify_presigned
 
@@ -221,8 +220,7 @@ class _MotoRequestHandler(BodyAwareHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _dispatch  # noqa: N815  # the stdlib's names
 
 
-class _MotoHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _MotoHttpServer(LocalHttpServer):
     stubber: Any
     credentials: Mapping[str, LocalCredentials] | None
 

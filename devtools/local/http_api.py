@@ -37,7 +37,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -47,6 +46,7 @@ from devtools.aws.http_server import (
     BadContentLength,
     BodyAwareHandler,
     BodyTooLarge,
+    LocalHttpServer,
     authority,
     declared_length,
     read_body,
@@ -391,8 +391,7 @@ class _ApiRequestHandler(BodyAwareHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _serve  # noqa: N815  # the stdlib's names
 
 
-class _ApiHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _ApiHttpServer(LocalHttpServer):
     api: HttpApi
 
     def handle_error(self, request: Any, client_address: Any) -> None:
