@@ -32,8 +32,8 @@
 
 `embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests, AWS's
 service limits where moto does not enforce them (devtools/aws/service_limits.py), Step Functions'
-error handling and Distributed Map as AWS's, and the speed caches. A bare mock_aws runs a pooled handler on moto's unsafe tables (a test checks none is
-left).
+error handling and Distributed Map as AWS's, and the speed caches. A bare mock_aws runs a pooled
+handler on moto's unsafe tables (a test checks none is left).
 
 Every patch declares the names it reaches in moto (`@reaches_into_moto`, devtools/aws/moto_fit.py) and
 stops the run, naming itself and moto's version, if one of them no longer fits.
@@ -665,11 +665,11 @@ def cached_step_functions_clients() -> Iterator[None]:
     """moto's Step Functions executor builds a new boto3 client for every Lambda task it runs and every
     ItemReader or ResultWriter call (10 to 14 ms of CPU each: most of a short task's cost, and 3 to 4 times
     the rest of a Distributed Map child's). The client it builds depends only on the region, the service,
-    whether mock_aws intercepts calls and otherwise the local server's port (the credentials it is given are
-    not used), so while this is on each is built once, under a lock, and shared: boto3's clients are safe to
-    call from many threads. A client is kept for the process, as it answers the same in any later mock."""
+    whether mock_aws intercepts calls and otherwise the local server's port (moto 5.2.5 takes the state's
+    credentials and does not use them: every client signs with the same dummy key), so while this is on each
+    is built once, under a lock, and shared: boto3's clients are safe to call from many threads. A client is
+    kept for the process, as it answers the same in any later mock."""
     import importlib
-    import json
 
     boto_client: Any = importlib.import_module(_BOTO_CLIENT)
     users: list[Any] = [importlib.import_module(module) for module in _CLIENT_USERS]
@@ -679,7 +679,7 @@ def cached_step_functions_clients() -> Iterator[None]:
     def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
         intercepting = boto_client.botocore_stubber.enabled
         endpoint = None if intercepting else boto_client.moto_server_port()
-        key = (region, service, intercepting, endpoint, json.dumps(state_credentials, sort_keys=True, default=str))
+        key = (region, service, intercepting, endpoint)
         found = _STEP_FUNCTIONS_CLIENTS.get(key)
         if found is None:
             with _STEP_FUNCTIONS_CLIENTS_LOCK:  # boto3 builds clients on a shared session, which is not thread-safe

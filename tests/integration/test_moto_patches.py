@@ -1184,7 +1184,7 @@ def test_moto_as_shipped_ignores_the_tolerated_failures_and_refuses_an_integral_
         assert (ended, error, map_run["status"]) == ("SUCCEEDED", None, "SUCCEEDED")
         assert map_run["executionCounts"]["running"] == 3
         # and an integral ToleratedFailurePercentage, as CDK renders it, is not a definition moto takes
-        with pytest.raises(ClientError, match="InvalidDefinition"):
+        with pytest.raises(ClientError, match="""no viable alternative at input '"ToleratedFailurePercentage":10'"""):
             run_map(distributed_map({"ToleratedFailurePercentage": 10}), items(20, ()))
 
 
