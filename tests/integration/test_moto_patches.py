@@ -1052,13 +1052,19 @@ CHILD = {
 THRESHOLD = "States.ExceedToleratedFailureThreshold"
 
 
-def distributed_map(tolerance: dict[str, Any], *, max_concurrency: int = 4, caught: bool = False) -> dict[str, Any]:
-    """A Distributed Map over $.items with `tolerance` (its ToleratedFailure* fields), its run's threshold
-    failure caught by a Pass state when `caught`."""
+# A child of one state, for a Map whose cost is its machinery.
+SUCCEEDING_CHILD = {"ProcessorConfig": CHILD["ProcessorConfig"], "StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}
+
+
+def distributed_map(
+    tolerance: dict[str, Any], *, max_concurrency: int = 4, caught: bool = False, child: dict[str, Any] = CHILD
+) -> dict[str, Any]:
+    """A Distributed Map over $.items of `child`s with `tolerance` (its ToleratedFailure* fields), its run's
+    threshold failure caught by a Pass state when `caught`."""
     chunks: dict[str, Any] = {
         "Type": "Map",
         "ItemsPath": "$.items",
-        "ItemProcessor": CHILD,
+        "ItemProcessor": child,
         "Label": "chunks",
         "MaxConcurrency": max_concurrency,
         "ResultPath": None,
@@ -1195,7 +1201,7 @@ def test_one_worker_runs_a_thousand_items(mapping: None) -> None:
     # about 990, leaving the execution running forever)
     # When it runs on the embedded cloud
     with embedded_aws():
-        ended, _, _, _, map_run = run_map(distributed_map({}, max_concurrency=1), items(1000, ()))
+        ended, _, _, _, map_run = run_map(distributed_map({}, max_concurrency=1, child=SUCCEEDING_CHILD), {"items": list(range(1000))})
     # Then every item ran and the execution succeeded
     assert ended == "SUCCEEDED"
     assert (map_run["itemCounts"]["succeeded"], map_run["itemCounts"]["total"], map_run["itemCounts"]["pending"]) == (1000, 1000, 0)
