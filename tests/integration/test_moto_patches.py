@@ -5,7 +5,9 @@ does (outcome, cancellation reasons, old items, final state, stream records), on
 the tables, and write nothing of a transaction that one item's refusal cancels.
 `VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. `cached_action_names`
 lists a response class's actions once instead of on every request. `step_functions_as_aws` must
-fail what AWS fails where moto succeeded (shown on moto as shipped). If a moto upgrade changes any
+fail what AWS fails where moto succeeded (shown on moto as shipped), and so must `strict_distributed_map`
+(a Distributed Map past its tolerated failures; 1,000 items on one worker); `cached_step_functions_clients`
+must answer as moto's own clients do. If a moto upgrade changes any
 of them, these tests fail instead of the suites that rely on the patches drifting quietly.
 """
 
