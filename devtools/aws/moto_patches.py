@@ -909,9 +909,9 @@ def strict_distributed_map() -> Iterator[None]:
     def eval_pool(self: Any, job: Any, worker_frame: Any) -> None:
         # moto's _eval_pool as a loop (it recursed once per item); an item taken after the run's tolerance was
         # exceeded is closed without running (it stays pending), so the Map ends once the running ones have.
-        tolerance = _TOLERANCES[self._map_run_record]
+        # (A worker whose thread starts after the run has ended finds no job, and no tolerance either.)
         while job is not None:
-            if not tolerance.exceeded(self._map_run_record):
+            if not _TOLERANCES[self._map_run_record].exceeded(self._map_run_record):
                 job_frame = worker_frame.open_inner_frame()
                 self._eval_job(env=job_frame, job=job)
                 worker_frame.delete_frame(job_frame)
