@@ -13,7 +13,11 @@
   DynamoDB (moto's are not), for handlers that run their calls on a pool.
 - Step Functions: `step_functions_as_aws` fails a Choice rule, or a Lambda task's Parameters or
   ResultSelector, on a missing path with States.Runtime, and lets no retrier or catcher take
-  States.Runtime (nor States.ALL take States.DataLimitExceeded), as AWS does.
+  States.Runtime (nor States.ALL take States.DataLimitExceeded), as AWS does. `strict_distributed_map`
+  fails a Distributed Map's run past its ToleratedFailureCount or ToleratedFailurePercentage with
+  States.ExceedToleratedFailureThreshold (moto never applied them), reads an integral percentage (moto's
+  parser refused it), runs each worker's items in a loop (moto recursed once per item and hung at about
+  990) and keeps DescribeMapRun's counts as AWS does.
 - Speed: `cached_action_names` keeps moto from listing a response class's methods with
   `inspect.getmembers` on every request (about 3 % of the CPU of a test on moto), and
   `cached_attribute_aliases` from working out again, for every member of every response, which
@@ -22,12 +26,14 @@
   (14 to 18 % of the CPU of the fault sweeps), and `cached_backend_urls` keeps moto from building
   every URL pattern of a service (reloading a module for S3) to route each request.
   `cached_state_machines` parses each state machine
-  definition once instead of at every execution (about 0.1 s each).
+  definition once instead of at every execution (about 0.1 s each), and `cached_step_functions_clients`
+  builds the boto3 client moto's executor calls Lambda (or a Map's S3 reader and writer) with once instead
+  of for every task (10 to 14 ms each).
 
 `embedded_aws` is moto as everything here uses it: mock_aws with atomic DynamoDB requests, AWS's
-service limits where moto does not enforce them (devtools/aws/service_limits.py) and Step Functions'
-error handling. A bare mock_aws runs a pooled handler on moto's unsafe tables (a test checks none is
-left).
+service limits where moto does not enforce them (devtools/aws/service_limits.py), Step Functions'
+error handling and Distributed Map as AWS's, and the speed caches. A bare mock_aws runs a pooled
+handler on moto's unsafe tables (a test checks none is left).
 
 Every patch declares the names it reaches in moto (`@reaches_into_moto`, devtools/aws/moto_fit.py) and
 stops the run, naming itself and moto's version, if one of them no longer fits.
@@ -634,10 +640,311 @@ def step_functions_as_aws() -> Iterator[None]:
         yield
 
 
+_MAP = "moto.stepfunctions.parser.asl.component.state.exec.state_map"
+_BOTO_CLIENT = "moto.stepfunctions.parser.asl.utils.boto_client"
+# The modules of moto's executor whose calls the cached clients serve, each under the name it imported:
+# Lambda tasks, and a Distributed Map's ItemReader and ResultWriter.
+_CLIENT_USERS = (
+    "moto.stepfunctions.parser.asl.component.state.exec.state_task.lambda_eval_utils",
+    f"{_MAP}.item_reader.eval.resource_eval_s3",
+    f"{_MAP}.result_writer.resource_eval.resource_eval_s3",
+)
+_STEP_FUNCTIONS_CLIENTS: dict[tuple[Any, ...], Any] = {}
+_STEP_FUNCTIONS_CLIENTS_LOCK = threading.Lock()
+
+
+@reaches_into_moto(
+    Reach(_BOTO_CLIENT, "boto_client_for", ("region", "service", "state_credentials")),
+    Reach(_BOTO_CLIENT, "moto_server_port", ()),
+    Reach(_BOTO_CLIENT, "botocore_stubber"),
+    InstanceAttribute("moto.core.botocore_stubber", "BotocoreStubber", attribute="enabled"),
+    *(Reach(module, "boto_client_for", ("region", "service", "state_credentials")) for module in _CLIENT_USERS),
+)
+@contextmanager
+def cached_step_functions_clients() -> Iterator[None]:
+    """moto's Step Functions executor builds a new boto3 client for every Lambda task it runs and every
+    ItemReader or ResultWriter call (10 to 14 ms of CPU each: most of a short task's cost, and 3 to 4 times
+    the rest of a Distributed Map child's). The client it builds depends only on the region, the service,
+    whether mock_aws intercepts calls and otherwise the local server's port (moto 5.2.5 takes the state's
+    credentials and does not use them: every client signs with the same dummy key), so while this is on each
+    is built once, under a lock, and shared: boto3's clients are safe to call from many threads. A client is
+    kept for the process, as it answers the same in any later mock."""
+    import importlib
+
+    boto_client: Any = importlib.import_module(_BOTO_CLIENT)
+    users: list[Any] = [importlib.import_module(module) for module in _CLIENT_USERS]
+    originals = [user.boto_client_for for user in users]
+    build = boto_client.boto_client_for
+
+    def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+        intercepting = boto_client.botocore_stubber.enabled
+        endpoint = None if intercepting else boto_client.moto_server_port()
+        key = (region, service, intercepting, endpoint)
+        found = _STEP_FUNCTIONS_CLIENTS.get(key)
+        if found is None:
+            with _STEP_FUNCTIONS_CLIENTS_LOCK:  # boto3 builds clients on a shared session, which is not thread-safe
+                found = _STEP_FUNCTIONS_CLIENTS.get(key)
+                if found is None:
+                    found = _STEP_FUNCTIONS_CLIENTS[key] = build(region, service, state_credentials)
+        return found
+
+    for user in users:
+        user.boto_client_for = boto_client_for
+    try:
+        yield
+    finally:
+        for user, original in zip(users, originals, strict=True):
+            user.boto_client_for = original
+
+
+_MAP_RUN = f"{_MAP}.iteration.itemprocessor.map_run_record"
+_MAP_WORKER = f"{_MAP}.iteration.itemprocessor.distributed_item_processor_worker"
+_MAP_JOB = f"{_MAP}.iteration.job"
+_ENVIRONMENT = "moto.stepfunctions.parser.asl.eval.environment"
+_EXECUTION_STATES = "moto.stepfunctions.parser.asl.eval.states"
+_PROGRAM_STATE = "moto.stepfunctions.parser.asl.eval.program_state"
+_COUNTS = ("total", "pending", "running", "succeeded", "failed", "timed_out", "aborted", "results_written")
+THRESHOLD_EXCEEDED_CAUSE = "The specified tolerated failure threshold was exceeded"
+# The tolerance of each Map Run in progress, by its record (its workers look it up).
+_TOLERANCES: dict[Any, _Tolerance] = {}
+
+
+def _float_failure_percentages(states: Any) -> bool:
+    """Rewrite, in place, each Map state's integral ToleratedFailurePercentage under `states` (a definition, an
+    ItemProcessor or a Parallel branch) as the same number with a fraction; True if any was."""
+    rewritten = False
+    for state in states.get("States", {}).values() if isinstance(states, dict) else ():
+        if not isinstance(state, dict):
+            continue
+        percentage = state.get("ToleratedFailurePercentage")
+        if state.get("Type") == "Map" and type(percentage) is int:
+            state["ToleratedFailurePercentage"] = float(percentage)
+            rewritten = True
+        for inner in (state.get("ItemProcessor"), state.get("Iterator"), *state.get("Branches", ())):
+            rewritten = _float_failure_percentages(inner) or rewritten
+    return rewritten
+
+
+class _Tolerance:
+    """What fails a Distributed Map's run, as AWS applies it ("Tolerated failure threshold for Distributed Map
+    state"): failed and timed-out items over ToleratedFailureCount, or over ToleratedFailurePercentage of all the
+    items, whichever the definition declares (either exceeded fails it); with neither declared, any failure. The
+    thresholds are read from the run's record, where UpdateMapRun changes them."""
+
+    def __init__(self, declares_count: bool, declares_percentage: bool) -> None:
+        self.declares_count = declares_count
+        self.declares_percentage = declares_percentage
+
+    def exceeded(self, record: Any) -> bool:
+        items = record.item_counter
+        failed: int = items.failed.get() + items.timed_out.get()
+        if not self.declares_count and not self.declares_percentage:
+            return failed > 0
+        over_count = self.declares_count and failed > record.tolerated_failure_count
+        total = items.total.get()
+        over_percentage = self.declares_percentage and total > 0 and failed * 100.0 / total > record.tolerated_failure_percentage
+        return bool(over_count or over_percentage)
+
+
+@reaches_into_moto(
+    Reach("moto.stepfunctions.parser.asl.parse.asl_parser", "AmazonStateLanguageParser.parse", ("definition",)),
+    Reach(f"{_MAP}.state_map", "StateMap.from_state_props", ("self", "state_props")),
+    InstanceAttribute(f"{_MAP}.state_map", "StateMap", attribute="iteration_component"),
+    Reach("moto.stepfunctions.parser.asl.parse.typed_props", "TypedProps.get", ("self", "typ")),
+    Reach(f"{_MAP}.tolerated_failure", "ToleratedFailureCountDecl"),
+    Reach(f"{_MAP}.tolerated_failure", "ToleratedFailurePercentageDecl"),
+    Reach(f"{_MAP}.iteration.itemprocessor.distributed_item_processor", "DistributedItemProcessor._map_run", ("self", "env", "eval_input")),
+    InstanceAttribute(
+        f"{_MAP}.iteration.distributed_iteration_component", "DistributedIterationComponentEvalInput", attribute="map_run_record"
+    ),
+    Reach(_MAP_WORKER, "DistributedItemProcessorWorker._eval_job", ("self", "env", "job")),
+    Reach(_MAP_WORKER, "DistributedItemProcessorWorker._eval_pool", ("self", "job", "worker_frame")),
+    Reach(_MAP_WORKER, "DistributedItemProcessorWorker._eval_input", ("self", "env_frame")),
+    Reach(_MAP_WORKER, "DistributedItemProcessorWorker.stopped", ("self",)),
+    InstanceAttribute(_MAP_WORKER, "DistributedItemProcessorWorker", attribute="_map_run_record"),
+    InstanceAttribute(_MAP_WORKER, "DistributedItemProcessorWorker", attribute="_job_pool"),
+    InstanceAttribute(_MAP_WORKER, "DistributedItemProcessorWorker", attribute="_env"),
+    Reach(_MAP_JOB, "JobPool.next_job", ("self",)),
+    Reach(_MAP_JOB, "JobPool.close_job", ("self", "job")),
+    *(InstanceAttribute(_MAP_JOB, "Job", attribute=name) for name in ("job_index", "job_input", "job_program", "job_output")),
+    *(InstanceAttribute(_MAP_RUN, "MapRunRecord", attribute=name) for name in ("item_counter", "execution_counter")),
+    *(InstanceAttribute(_MAP_RUN, "MapRunRecord", attribute=name) for name in ("tolerated_failure_count", "tolerated_failure_percentage")),
+    *(InstanceAttribute(_MAP_RUN, "ProgressCounter", attribute=name) for name in _COUNTS),
+    Reach(_MAP_RUN, "Counter.count", ("self",)),
+    Reach(_MAP_RUN, "Counter.offset", ("self", "offset")),
+    Reach(_MAP_RUN, "Counter.get", ("self",)),
+    Reach(_ENVIRONMENT, "Environment.open_inner_frame", ("self",)),
+    Reach(_ENVIRONMENT, "Environment.delete_frame", ("self", "frame")),
+    Reach(_ENVIRONMENT, "Environment.program_state", ("self",)),
+    InstanceAttribute(_ENVIRONMENT, "Environment", attribute="states"),
+    InstanceAttribute(_ENVIRONMENT, "Environment", attribute="stack"),
+    Reach(_EXECUTION_STATES, "States.reset", ("self", "input_value")),
+    Reach(_EXECUTION_STATES, "States.get_input", ("self",)),
+    InstanceAttribute(_EXECUTION_STATES, "States", attribute="context_object"),
+    InstanceAttribute(_EXECUTION_STATES, "ContextObject", attribute="context_object_data"),
+    Reach(_EXECUTION_STATES, "MapData"),
+    Reach(_EXECUTION_STATES, "ItemData"),
+    Reach(_PROGRAM_STATE, "ProgramError"),
+    Reach(_PROGRAM_STATE, "ProgramStopped"),
+    Reach("moto.stepfunctions.parser.asl.component.common.timeouts.timeout", "EvalTimeoutError"),
+    Reach("moto.stepfunctions.parser.api", "HistoryEventType.MapRunFailed"),
+    Reach(_ERROR_NAME_TYPE, "StatesErrorNameType.StatesExceedToleratedFailureThreshold"),
+)
+@contextmanager
+def strict_distributed_map() -> Iterator[None]:
+    """A DISTRIBUTED Map (ItemProcessor) run as AWS runs it where moto 5.2.5 is laxer:
+    - Tolerated failures: moto parses ToleratedFailureCount and ToleratedFailurePercentage and never applies
+      them (a failed child leaves null in the Map's output and the Map succeeds). Here the Map Run fails with
+      States.ExceedToleratedFailureThreshold, which a Retry or Catch can take, once its failed and timed-out
+      items exceed a declared threshold (`_Tolerance`); no item starts after that (AWS may finish those already
+      running, as here). 100 % never fails.
+    - An integral ToleratedFailurePercentage (`10`, as CDK renders it) is a parse error on moto, whose grammar
+      takes only a number with a fraction there; AWS takes any number from 0 to 100. It is read as the same
+      number (`10.0`).
+    - Each worker thread ran its items by recursion, one level per item: about 990 items on one worker
+      (items / MaxConcurrency) raised RecursionError in the thread, which never closed its item, and the
+      execution waited forever. Here a worker runs its items in a loop.
+    - DescribeMapRun's counts: an item's `total` and `pending` are every item from the start (moto counted
+      items as they started, and none as pending), and a child that failed, timed out or was aborted is no
+      longer counted as running (moto left failed children running, and counted only failed executions).
+    Children are still frames of the parent, not executions of their own (no history; see
+    docs/development.md)."""
+    import importlib
+    import json
+
+    from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import EvalTimeoutError
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor import (
+        DistributedItemProcessor,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor_worker import (
+        DistributedItemProcessorWorker,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.state_map import StateMap
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.tolerated_failure import (
+        ToleratedFailureCountDecl,
+        ToleratedFailurePercentageDecl,
+    )
+    from moto.stepfunctions.parser.asl.eval.program_state import ProgramError, ProgramStopped
+    from moto.stepfunctions.parser.asl.eval.states import ItemData, MapData
+
+    # Untyped on purpose: moto's ASL parser module has no stubs.
+    parser: Any = importlib.import_module("moto.stepfunctions.parser.asl.parse.asl_parser").AmazonStateLanguageParser
+    original_parse = parser.__dict__["parse"]
+    parse = original_parse.__func__
+    original_props = StateMap.from_state_props
+    inherited_map_run = DistributedItemProcessor._map_run  # DistributedIterationComponent's
+
+    def parse_with_float_percentages(definition: str) -> Any:
+        if "ToleratedFailurePercentage" in definition:
+            try:
+                document = json.loads(definition)
+            except ValueError:
+                return parse(definition)  # moto refuses it as it would
+            if _float_failure_percentages(document):
+                return parse(json.dumps(document))
+        return parse(definition)
+
+    def from_state_props(self: Any, state_props: Any) -> None:
+        # moto reads an undeclared threshold as 0, the same as a declared 0; which are declared decides AWS's rule.
+        original_props(self, state_props)
+        if isinstance(self.iteration_component, DistributedItemProcessor):
+            component: Any = self.iteration_component
+            component.strict_tolerance = _Tolerance(
+                declares_count=state_props.get(ToleratedFailureCountDecl) is not None,
+                declares_percentage=state_props.get(ToleratedFailurePercentageDecl) is not None,
+            )
+
+    def map_run(self: Any, env: Any, eval_input: Any) -> None:
+        tolerance = getattr(self, "strict_tolerance", None)
+        if tolerance is None:  # a program parsed (and cached) while this patch was off: its thresholds are unknown
+            raise RuntimeError("a Distributed Map parsed without strict_distributed_map ran under it; enter it first")
+        record = eval_input.map_run_record
+        items = len(env.stack[-1])  # moto's _map_run takes the items from the stack
+        record.item_counter.total.count(items)
+        record.item_counter.pending.count(items)
+        _TOLERANCES[record] = tolerance
+        try:
+            inherited_map_run(self, env, eval_input)
+        finally:
+            del _TOLERANCES[record]
+        if tolerance.exceeded(record):
+            env.stack.pop()  # the children's outputs
+            raise states_failure(
+                env, "StatesExceedToleratedFailureThreshold", THRESHOLD_EXCEEDED_CAUSE, lambda_task=False, event="MapRunFailed"
+            )
+
+    def eval_job(self: Any, env: Any, job: Any) -> None:
+        # moto's _eval_job with AWS's counts: the item leaves `pending`, and every outcome ends its `running`.
+        items, executions = self._map_run_record.item_counter, self._map_run_record.execution_counter
+        items.pending.offset(-1)
+        for counts in (items, executions):
+            counts.running.count()
+        executions.total.count()
+        job_output = None
+        outcome = "failed"
+        try:
+            env.states.context_object.context_object_data["Map"] = MapData(Item=ItemData(Index=job.job_index, Value=job.job_input))
+            env.states.reset(input_value=job.job_input)
+            env.stack.append(env.states.get_input())
+            self._eval_input(env_frame=env)
+            job.job_program.eval(env)
+            end = env.program_state()
+            if isinstance(end, ProgramStopped):
+                outcome = "aborted"
+            elif not isinstance(end, ProgramError):
+                outcome = "succeeded"
+                job_output = env.states.get_input()
+        except EvalTimeoutError:
+            outcome = "timed_out"
+        except Exception:  # as moto: any other error evaluating the child (its input, say) fails its item
+            outcome = "failed"
+        finally:
+            for counts in (items, executions):
+                getattr(counts, outcome).count()
+                if outcome == "succeeded":
+                    counts.results_written.count()
+                counts.running.offset(-1)
+            job.job_output = job_output
+
+    def eval_pool(self: Any, job: Any, worker_frame: Any) -> None:
+        # moto's _eval_pool as a loop (it recursed once per item); an item taken after the run's tolerance was
+        # exceeded is closed without running (it stays pending), so the Map ends once the running ones have.
+        # (A worker whose thread starts after the run has ended finds no job, and no tolerance either.)
+        while job is not None:
+            if not _TOLERANCES[self._map_run_record].exceeded(self._map_run_record):
+                job_frame = worker_frame.open_inner_frame()
+                self._eval_job(env=job_frame, job=job)
+                worker_frame.delete_frame(job_frame)
+            if isinstance(job.job_output, Exception) or self.stopped():
+                break
+            next_job = self._job_pool.next_job()
+            if next_job is None:
+                break
+            self._job_pool.close_job(job)
+            job = next_job
+        # As moto: the worker's frame is closed before its last item, which the Map awaits.
+        self._env.delete_frame(worker_frame)
+        if job is not None:
+            self._job_pool.close_job(job)
+
+    parser.parse = staticmethod(parse_with_float_percentages)
+    try:
+        with (
+            mock.patch.object(StateMap, "from_state_props", from_state_props),
+            mock.patch.object(DistributedItemProcessor, "_map_run", map_run),
+            mock.patch.object(DistributedItemProcessorWorker, "_eval_job", eval_job),
+            mock.patch.object(DistributedItemProcessorWorker, "_eval_pool", eval_pool),
+        ):
+            yield
+    finally:
+        parser.parse = original_parse
+
+
 @contextmanager
 def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
     """moto's mock_aws (with moto's `config`), DynamoDB requests atomic across threads, AWS's service
-    limits enforced and Step Functions' error handling as AWS's: the embedded cloud."""
+    limits enforced, Step Functions' error handling and Distributed Map as AWS's, and the speed caches:
+    the embedded cloud."""
     from moto import mock_aws
 
     from devtools.aws.service_limits import enforced_service_limits
@@ -651,5 +958,7 @@ def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
         cached_attribute_aliases(),
         direct_attribute_values(),
         cached_backend_urls(),
+        strict_distributed_map(),
+        cached_step_functions_clients(),
     ):
         yield

@@ -256,8 +256,9 @@ class MotoServer(BackgroundHttpServer):
 def serving_state_machines(port: int) -> Iterator[None]:
     """moto runs the state machines it is given (Lambda tasks on its simple, docker-free backend,
     reached through the server on `port`) with Step Functions' error handling as AWS's
-    (moto_patches.step_functions_as_aws), AWS's service limits enforced (service_limits), and each of its
-    DynamoDB requests atomic across threads: the embedded cloud of `embedded_aws`, served."""
+    (moto_patches.step_functions_as_aws), a Distributed Map's tolerated failures, loop and counts as AWS's
+    (strict_distributed_map), AWS's service limits enforced (service_limits), and each of its DynamoDB
+    requests atomic across threads: the embedded cloud of `embedded_aws`, served."""
     from unittest import mock
 
     from moto.core.config import default_user_config
@@ -269,8 +270,10 @@ def serving_state_machines(port: int) -> Iterator[None]:
         cached_attribute_aliases,
         cached_backend_urls,
         cached_state_machines,
+        cached_step_functions_clients,
         direct_attribute_values,
         step_functions_as_aws,
+        strict_distributed_map,
     )
     from devtools.aws.service_limits import enforced_service_limits
 
@@ -289,7 +292,9 @@ def serving_state_machines(port: int) -> Iterator[None]:
         cached_attribute_aliases(),
         direct_attribute_values(),
         cached_backend_urls(),
+        strict_distributed_map(),  # before cached_state_machines, whose cache keeps what it parses
         cached_state_machines(),
+        cached_step_functions_clients(),
     ):
         try:
             yield

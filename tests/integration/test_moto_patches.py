@@ -5,7 +5,9 @@ does (outcome, cancellation reasons, old items, final state, stream records), on
 the tables, and write nothing of a transaction that one item's refusal cancels.
 `VirtualClock.driving_sqs` replaces the clock functions moto's SQS reads. `cached_action_names`
 lists a response class's actions once instead of on every request. `step_functions_as_aws` must
-fail what AWS fails where moto succeeded (shown on moto as shipped). If a moto upgrade changes any
+fail what AWS fails where moto succeeded (shown on moto as shipped), and so must `strict_distributed_map`
+(a Distributed Map past its tolerated failures; 1,000 items on one worker); `cached_step_functions_clients`
+must answer as moto's own clients do. If a moto upgrade changes any
 of them, these tests fail instead of the suites that rely on the patches drifting quietly.
 """
 
@@ -1034,3 +1036,253 @@ def test_cached_backend_urls_answer_exactly_as_moto_does(monkeypatch: pytest.Mon
         cached = varied_answers()
     # Then every answer is the same
     assert cached == plain
+
+
+# --- A Distributed Map as AWS runs it (strict_distributed_map, entered by embedded_aws) ------------
+
+CHUNK_FAILED = {"Type": "Fail", "Error": "ChunkFailed", "Cause": "injected"}
+# Each item is a child that fails (ChunkFailed) when the item says so, and succeeds otherwise.
+CHILD = {
+    "ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
+    "StartAt": "Check",
+    "States": {
+        "Check": {"Type": "Choice", "Choices": [{"Variable": "$.fail", "BooleanEquals": True, "Next": "Broken"}], "Default": "Done"},
+        "Broken": CHUNK_FAILED,
+        "Done": {"Type": "Succeed"},
+    },
+}
+THRESHOLD = "States.ExceedToleratedFailureThreshold"
+
+
+# A child of one state, for a Map whose cost is its machinery.
+SUCCEEDING_CHILD = {"ProcessorConfig": CHILD["ProcessorConfig"], "StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}
+
+
+def distributed_map(
+    tolerance: dict[str, Any], *, max_concurrency: int = 4, caught: bool = False, child: dict[str, Any] = CHILD
+) -> dict[str, Any]:
+    """A Distributed Map over $.items of `child`s with `tolerance` (its ToleratedFailure* fields), its run's
+    threshold failure caught by a Pass state when `caught`."""
+    chunks: dict[str, Any] = {
+        "Type": "Map",
+        "ItemsPath": "$.items",
+        "ItemProcessor": child,
+        "Label": "chunks",
+        "MaxConcurrency": max_concurrency,
+        "ResultPath": None,
+        **tolerance,
+        "End": True,
+    }
+    states: dict[str, Any] = {"Chunks": chunks}
+    if caught:
+        chunks["Catch"] = [{"ErrorEquals": [THRESHOLD], "ResultPath": "$.error", "Next": "Caught"}]
+        states["Caught"] = {"Type": "Pass", "End": True}
+    return {"StartAt": "Chunks", "States": states}
+
+
+def items(count: int, failing: range | tuple[int, ...]) -> dict[str, Any]:
+    return {"items": [{"index": index, "fail": index in failing} for index in range(count)]}
+
+
+MapRun = tuple[str, str | None, str, list[str], dict[str, Any]]
+
+
+def run_map(definition: dict[str, Any], execution_input: dict[str, Any]) -> MapRun:
+    """Status, error, cause, the states entered and DescribeMapRun's answer, of one execution of `definition`."""
+    import json
+    import time
+
+    stepfunctions = new_client("stepfunctions")
+    arn = stepfunctions.create_state_machine(
+        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
+    )["stateMachineArn"]
+    execution = stepfunctions.start_execution(stateMachineArn=arn, name="e", input=json.dumps(execution_input))["executionArn"]
+    deadline = time.monotonic() + 60
+    while (described := stepfunctions.describe_execution(executionArn=execution))["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    history = stepfunctions.get_execution_history(executionArn=execution)["events"]
+    entered = [event["stateEnteredEventDetails"]["name"] for event in history if "stateEnteredEventDetails" in event]
+    (map_run,) = stepfunctions.list_map_runs(executionArn=execution)["mapRuns"]
+    described_run = stepfunctions.describe_map_run(mapRunArn=map_run["mapRunArn"])
+    return described["status"], described.get("error"), described.get("cause", ""), entered, described_run
+
+
+@pytest.fixture
+def mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto executes state machines (the parser's log of every failure a Catch takes is silenced)."""
+    import logging
+
+    from moto.core.config import default_user_config
+
+    monkeypatch.setitem(default_user_config, "stepfunctions", {"execute_state_machine": True})
+    parser_log = logging.getLogger("moto.stepfunctions.parser")
+    monkeypatch.setattr(parser_log, "level", logging.CRITICAL)
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "failing", "status"),
+    [
+        # neither declared: any failure fails the run
+        ({}, (), "SUCCEEDED"),
+        ({}, (7,), "FAILED"),
+        # a count: more failures than it fail the run
+        ({"ToleratedFailureCount": 2}, (3, 11), "SUCCEEDED"),
+        ({"ToleratedFailureCount": 2}, (3, 11, 19), "FAILED"),
+        # a percentage of all 20 items: 2 is 10 %, 3 is over it; integral as CDK renders it, or with a fraction
+        ({"ToleratedFailurePercentage": 10}, (3, 11), "SUCCEEDED"),
+        ({"ToleratedFailurePercentage": 10}, (3, 11, 19), "FAILED"),
+        ({"ToleratedFailurePercentage": 10.0}, (3, 11, 19), "FAILED"),
+        ({"ToleratedFailurePercentage": 100}, range(20), "SUCCEEDED"),
+        # both: either exceeded fails the run
+        ({"ToleratedFailureCount": 5, "ToleratedFailurePercentage": 10}, (3, 11, 19), "FAILED"),
+        ({"ToleratedFailureCount": 2, "ToleratedFailurePercentage": 50}, (3, 11, 19), "FAILED"),
+    ],
+)
+def test_a_distributed_map_fails_past_its_tolerated_failures_as_aws_does(
+    mapping: None, tolerance: dict[str, Any], failing: range | tuple[int, ...], status: str
+) -> None:
+    from devtools.aws.moto_patches import THRESHOLD_EXCEEDED_CAUSE, embedded_aws
+
+    # Given a Distributed Map of 20 items, `failing` of whose children fail, with `tolerance`
+    # When it runs on the embedded cloud
+    with embedded_aws():
+        ended, error, cause, entered, map_run = run_map(distributed_map(tolerance), items(20, failing))
+    # Then it ends as on AWS: past the threshold, the Map Run and the execution fail with States.ExceedToleratedFailureThreshold
+    assert entered == ["Chunks"]
+    assert (ended, map_run["status"]) == (status, status)
+    counts, executions = map_run["itemCounts"], map_run["executionCounts"]
+    if status == "SUCCEEDED":
+        assert error is None
+        assert (counts["total"], counts["succeeded"], counts["failed"], counts["pending"]) == (20, 20 - len(failing), len(failing), 0)
+    else:
+        assert (error, cause) == (THRESHOLD, THRESHOLD_EXCEEDED_CAUSE)
+        # (items not started once the threshold was passed stay pending)
+        assert counts["total"] == counts["succeeded"] + counts["failed"] + counts["pending"] == 20
+        assert 0 < counts["failed"] <= len(failing)
+    # and no child is counted as still running, each failed child is a failed execution
+    assert counts["running"] == executions["running"] == 0
+    assert executions["failed"] == counts["failed"]
+
+
+def test_a_catch_takes_a_distributed_map_past_its_threshold_and_no_item_starts_after_it(mapping: None) -> None:
+    from devtools.aws.moto_patches import embedded_aws
+
+    # Given a Distributed Map of 20 items, one at a time, tolerating 2 failures, whose first 3 children fail,
+    # and a Catch of States.ExceedToleratedFailureThreshold
+    definition = distributed_map({"ToleratedFailureCount": 2}, max_concurrency=1, caught=True)
+    # When it runs on the embedded cloud
+    with embedded_aws():
+        ended, error, _, entered, map_run = run_map(definition, items(20, (0, 1, 2)))
+    # Then the Map Run failed at the third failure, the catcher took it and the execution succeeded
+    assert (ended, error, entered, map_run["status"]) == ("SUCCEEDED", None, ["Chunks", "Caught"], "FAILED")
+    # and the 17 items after it never started (AWS starts no child once the run has failed)
+    counts = map_run["itemCounts"]
+    assert (counts["total"], counts["failed"], counts["succeeded"], counts["pending"], counts["running"]) == (20, 3, 0, 17, 0)
+
+
+def test_moto_as_shipped_ignores_the_tolerated_failures_and_refuses_an_integral_percentage(mapping: None) -> None:
+    from moto import mock_aws
+
+    # Given a Distributed Map tolerating 2 failures, 3 of whose 20 children fail
+    with mock_aws():
+        # When it runs on moto as shipped
+        ended, error, _, _, map_run = run_map(distributed_map({"ToleratedFailureCount": 2}), items(20, (3, 11, 19)))
+        # Then the Map Run and the execution succeeded (AWS fails them), and failed children are counted as running
+        assert (ended, error, map_run["status"]) == ("SUCCEEDED", None, "SUCCEEDED")
+        assert map_run["executionCounts"]["running"] == 3
+        # and an integral ToleratedFailurePercentage, as CDK renders it, is not a definition moto takes
+        with pytest.raises(ClientError, match="""no viable alternative at input '"ToleratedFailurePercentage":10'"""):
+            run_map(distributed_map({"ToleratedFailurePercentage": 10}), items(20, ()))
+
+
+def test_one_worker_runs_a_thousand_items(mapping: None) -> None:
+    from devtools.aws.moto_patches import embedded_aws
+
+    # Given a Distributed Map of 1,000 items run one at a time (moto's worker recursed once per item and died at
+    # about 990, leaving the execution running forever)
+    # When it runs on the embedded cloud
+    with embedded_aws():
+        ended, _, _, _, map_run = run_map(distributed_map({}, max_concurrency=1, child=SUCCEEDING_CHILD), {"items": list(range(1000))})
+    # Then every item ran and the execution succeeded
+    assert ended == "SUCCEEDED"
+    assert (map_run["itemCounts"]["succeeded"], map_run["itemCounts"]["total"], map_run["itemCounts"]["pending"]) == (1000, 1000, 0)
+
+
+def test_strict_distributed_map_and_cached_clients_restore_moto_on_exit() -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor import (
+        DistributedItemProcessor,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.itemprocessor.distributed_item_processor_worker import (
+        DistributedItemProcessorWorker,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.state_map import StateMap
+
+    from devtools.aws.moto_patches import _CLIENT_USERS, cached_step_functions_clients, strict_distributed_map
+    from devtools.aws.moto_server import serving_state_machines
+
+    parser: Any = importlib.import_module("moto.stepfunctions.parser.asl.parse.asl_parser").AmazonStateLanguageParser
+    users = [importlib.import_module(module) for module in _CLIENT_USERS]
+
+    def moto_s() -> tuple[Any, ...]:
+        return (
+            parser.__dict__["parse"],
+            StateMap.from_state_props,
+            DistributedItemProcessor.__dict__.get("_map_run"),
+            DistributedItemProcessorWorker._eval_job,
+            DistributedItemProcessorWorker._eval_pool,
+            *(user.boto_client_for for user in users),
+        )
+
+    # Given moto's own names (the parser, the Map's props, run, worker and the executor's client builders)
+    originals = moto_s()
+    # When the patches are entered, alone and as the local server enters them
+    # Then each name is replaced while they are on, and moto's are back afterwards
+    for patches in (strict_distributed_map, cached_step_functions_clients, lambda: serving_state_machines(port=8410)):
+        with patches():
+            patched = moto_s()
+        assert moto_s() == originals
+        assert any(now is not before for now, before in zip(patched, originals, strict=True))
+    with strict_distributed_map(), cached_step_functions_clients():
+        assert all(now is not before for now, before in zip(moto_s(), originals, strict=True))
+    assert moto_s() == originals
+
+
+def test_cached_clients_answer_lambda_tasks_as_moto_s_and_are_built_once(executing: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from moto import mock_aws
+
+    from devtools.aws.moto_patches import cached_step_functions_clients
+
+    boto_client: Any = importlib.import_module("moto.stepfunctions.parser.asl.utils.boto_client")
+    build = boto_client.boto_client_for
+    built: list[str] = []
+    monkeypatch.setattr(
+        boto_client,
+        "boto_client_for",
+        lambda region, service, state_credentials=None: built.append(service) or build(region, service, state_credentials),
+    )
+    monkeypatch.setattr(moto_patches, "_STEP_FUNCTIONS_CLIENTS", {})  # what earlier tests in this process built
+    definition = lambda_task({"flag.$": "$.hasPassed"}, "States.ALL")
+    # Given a Lambda task's execution on moto as shipped
+    with mock_aws():
+        plain = [execute(definition, {"hasPassed": value}) for value in (True, False)]
+    # When the same executions run with the cached clients
+    with mock_aws(), cached_step_functions_clients():
+        cached = [execute(definition, {"hasPassed": value}) for value in (True, False)]
+        # and 8 threads ask for the same client at once
+        lambda_eval_utils: Any = importlib.import_module("moto.stepfunctions.parser.asl.component.state.exec.state_task.lambda_eval_utils")
+        shared: list[Any] = []
+        threads = [
+            threading.Thread(target=lambda: shared.append(lambda_eval_utils.boto_client_for("us-east-1", "lambda"))) for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    # Then they end as moto's did, with the same payloads sent, and one Lambda client was built for all of them
+    assert cached == plain
+    assert executing[:2] == executing[2:]
+    assert built == ["lambda"]
+    assert len({id(client) for client in shared}) == 1
