@@ -19,17 +19,17 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
-from onceflow.runtime.shared.http import UTF8_BOM
 from onceflow.runtime.taxi_etl.trip_lines import SCHEMA_BY_COLUMNS
 from onceflow.runtime.taxi_etl.trips import INPUT_SEPARATOR, UNKNOWN_PAYMENT_BEFORE_2025
 
 SUFFIXES: Final = (".csv", ".csv.gz", ".parquet")
-_CANONICAL_DATETIME: Final = "%Y-%m-%dT%H:%M:%S.000"  # trip_lines' canonical spelling (NYC Open Data's)
 _PAYMENT_0_KNOWN_FROM: Final = 2025  # before the 2025 data dictionary, payment_type 0 is "unknown" (an empty cell)
 _DISTANCE_PLACES: Final = Decimal("0.01")
 _READ_BYTES: Final = 1 << 16
+# The BOM the API drops from a body's start (runtime.shared.http.UTF8_BOM, whose module the installed wheel cannot import).
+UTF8_BOM: Final = b"\xef\xbb\xbf"
 
 
 class TripFileError(ValueError):
@@ -76,34 +76,32 @@ def trip_lines(path: Path) -> Iterator[str]:
     if name.endswith(".parquet"):
         return _parquet_lines(path)
     if name.endswith(".csv.gz"):
-        return _csv_lines(path, gzip.open)
+        return _csv_lines(path, gzipped=True)
     if name.endswith(".csv"):
-        return _csv_lines(path, open)
+        return _csv_lines(path, gzipped=False)
     raise TripFileError(f"{path}: a trip file is one of {', '.join(SUFFIXES)}")
 
 
-def _csv_lines(path: Path, opener: Callable[..., IO[bytes]]) -> Iterator[str]:
-    stream = opener(path, "rb")
-    try:
-        first = stream.readline()
-    except (OSError, EOFError) as error:  # gzip.BadGzipFile is an OSError
-        stream.close()
-        raise TripFileError(f"{path}: not readable as {'gzip' if opener is gzip.open else 'a file'}: {error}") from error
-    if not first.removeprefix(UTF8_BOM).strip():
-        stream.close()
+def _csv_lines(path: Path, *, gzipped: bool) -> Iterator[str]:
+    with _open_csv(path, gzipped=gzipped) as stream:  # the first line read now, so a bad file fails at the call
+        try:
+            first = stream.readline()
+        except (OSError, EOFError) as error:  # gzip.BadGzipFile is an OSError
+            raise TripFileError(f"{path}: not readable as {'gzip' if gzipped else 'a file'}: {error}") from error
+    if not first.removeprefix(UTF8_BOM):
         raise TripFileError(f"{path}: the file has no CSV line")
-    return _decoded(stream, first.removeprefix(UTF8_BOM))
+    return _decoded(path, gzipped=gzipped)
 
 
-def _decoded(stream: IO[bytes], first: bytes) -> Iterator[str]:
-    with stream:
-        for raw in _chain_first(first, stream):
-            yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+def _open_csv(path: Path, *, gzipped: bool) -> io.BufferedIOBase:
+    return gzip.open(path, "rb") if gzipped else path.open("rb")
 
 
-def _chain_first(first: bytes, stream: IO[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from stream
+def _decoded(path: Path, *, gzipped: bool) -> Iterator[str]:
+    with _open_csv(path, gzipped=gzipped) as stream:
+        for number, raw in enumerate(stream):
+            text = (raw.removeprefix(UTF8_BOM) if number == 0 else raw).decode("utf-8", "replace")
+            yield text.removesuffix("\n").removesuffix("\r")
 
 
 def _parquet_lines(path: Path) -> Iterator[str]:
@@ -179,7 +177,8 @@ def _cells(column: Any, kind: str, pa: Any) -> list[str]:
 
 
 def _moment(moment: datetime) -> str:
-    return moment.strftime(_CANONICAL_DATETIME)
+    # trip_lines' canonical time, NYC Open Data's spelling: whole seconds here, four-digit years; faster than strftime
+    return f"{moment.isoformat()}.000"
 
 
 def _integral(value: float | int) -> str:
@@ -192,15 +191,19 @@ def _integral(value: float | int) -> str:
 
 def _amount(value: float | int) -> str:
     """The shortest decimal that is the double (repr's), in the amount's canonical form: 7.5, 9, 0 (not -0)."""
-    number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    text = repr(value)
+    if isinstance(value, float) and "e" not in text and "n" not in text:  # most amounts: no exponent, NaN or inf
+        text = text.removesuffix(".0")
+        return "0" if text == "-0" else text
+    number = Decimal(text)
     if not number.is_finite():
-        return repr(value)
+        return text
     return format((number + 0).normalize(), "f")
 
 
 def _distance(value: float | int) -> str:
     """A distance with at least two places, as the TLC's CSVs write it: 1.5 -> 1.50, 0.0 -> 0.00."""
-    number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    number = Decimal(repr(value))
     if not number.is_finite():
         return repr(value)
     number = (number + 0).normalize()
@@ -233,21 +236,24 @@ class TripStream(io.RawIOBase):
         super().__init__()
         self._lines = lines
         self._encoder = codecs.getincrementalencoder("utf-8")()
-        self._pending = b""
+        self._pending = memoryview(b"")  # what is left of the last line read
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        while len(self._pending) < len(view):
-            line = next(self._lines, None)
-            if line is None:
-                break
-            self._pending += self._encoder.encode(line + "\n")
-        size = min(len(view), len(self._pending))
-        view[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
+        size = 0
+        while size < len(view):
+            if not self._pending:
+                line = next(self._lines, None)
+                if line is None:
+                    break
+                self._pending = memoryview(self._encoder.encode(line + "\n"))
+            taken = min(len(view) - size, len(self._pending))
+            view[size : size + taken] = self._pending[:taken]
+            self._pending = self._pending[taken:]
+            size += taken
         return size
 
 

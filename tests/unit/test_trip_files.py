@@ -305,5 +305,5 @@ def test_an_empty_file_is_refused(tmp_path: Path, name: str) -> None:
 
     # When it is read
     # Then it is refused as empty
-    with pytest.raises(TripFileError, match="no (CSV line|rows)"):
+    with pytest.raises(TripFileError, match=r"no (CSV line|rows)"):
         trip_lines(path)
