@@ -112,8 +112,12 @@ def _parquet_lines(path: Path) -> Iterator[str]:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as error:
         raise TripFileError(f"{path}: not a Parquet file: {error}") from error
-    names = list(parquet.schema_arrow.names)
-    layout = parquet_layout(names)
+    schema = parquet.schema_arrow
+    layout = parquet_layout(list(schema.names))
+    for name, _, kind in layout:
+        column_type = schema.field(name).type
+        if kind == _DATETIME and not (pa.types.is_timestamp(column_type) and column_type.tz is None):
+            raise TripFileError(f"{path}: {name} is {column_type}; TLC's times are timestamps of New York wall clock, no time zone")
     if parquet.metadata.num_rows == 0:
         raise TripFileError(f"{path}: the Parquet file has no rows")
     return _parquet_rows(parquet, layout, pa)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from onceflow.clients.trip_files import TripFileError, TripStream, parquet_layout, trip_lines
 from runtime.taxi_etl.requests import content_id, parse_single
-from runtime.taxi_etl.trip_lines import line_columns
+from runtime.taxi_etl.trip_lines import canonical_line, line_columns
 from tests.trip_parquet import SAMPLE, TLC_COLUMNS, sample_cells, sample_lines, trip_table, write_parquet
 
 MAX_LINE_BYTES = 4096
@@ -65,6 +65,17 @@ def test_every_parquet_row_has_the_id_of_the_same_row_in_csv_and_over_http(tmp_p
         assert http_id(parquet_line) == http_id(csv_line) == row_id
     # And rows that are different trips in CSV are different trips from Parquet
     assert len(set(parquet_ids)) == len(set(csv_rows))
+    # And every line is already the trip's canonical spelling, in the file's layout (canonical_line writes an empty
+    # fee as 0 and leaves trailing 0 fees out, down to 18 columns)
+    assert [canonical_line(line) for line in lines] == [canonical_in_18_to_20(line) for line in lines]
+
+
+def canonical_in_18_to_20(line: str) -> str:
+    cells = line_columns(line)
+    cells[17:] = [fee or "0" for fee in cells[17:]]
+    while len(cells) > 18 and cells[-1] == "0":
+        cells.pop()
+    return ",".join(cells)
 
 
 def test_parquet_cells_are_written_in_the_csv_files_spelling(tmp_path: Path) -> None:
@@ -307,3 +318,37 @@ def test_an_empty_file_is_refused(tmp_path: Path, name: str) -> None:
     # Then it is refused as empty
     with pytest.raises(TripFileError, match=r"no (CSV line|rows)"):
         trip_lines(path)
+
+
+def test_a_time_column_with_a_time_zone_is_refused(tmp_path: Path) -> None:
+    # Given a Parquet file whose pick-up times carry a time zone (an instant, not TLC's New York wall clock)
+    table = trip_table(sample_cells()[:5])
+    index = table.schema.get_field_index("tpep_pickup_datetime")
+    zoned = table.set_column(index, "tpep_pickup_datetime", table.column(index).cast(pa.timestamp("us", tz="UTC")))
+    path = write_parquet(tmp_path / "zoned.parquet", zoned)
+
+    # When it is read
+    # Then the column and its type are named, rather than times shifted by an offset
+    with pytest.raises(TripFileError, match=r"tpep_pickup_datetime is timestamp\[us, tz=UTC\]"):
+        trip_lines(path)
+
+
+def test_doubles_no_csv_file_writes_are_left_for_the_validator_to_judge(tmp_path: Path) -> None:
+    # Given a real row whose fare is NaN, tip 1e-05, distance NaN and passenger count 1.5 in Parquet
+    cells = sample_cells()[:1]
+    table = trip_table(cells)
+    for name, value in (("fare_amount", float("nan")), ("tip_amount", 1e-05), ("trip_distance", float("nan")), ("passenger_count", 1.5)):
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array([value], pa.float64()))
+    path = write_parquet(tmp_path / "odd.parquet", table)
+
+    # When it is read
+    _, line = trip_lines(path)
+
+    # Then each is written as the value it is, not rounded to a valid one: the validator then rejects or blanks it
+    written = line_columns(line)
+    assert [written[ROW_INDEX[name]] for name in ("fare_amount", "tip_amount", "trip_distance", "passenger_count")] == [
+        "nan",
+        "0.00001",
+        "nan",
+        "1.5",
+    ]
