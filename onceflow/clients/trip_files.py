@@ -1,5 +1,5 @@
 """A TLC trip file in any format the loader takes (.csv, .csv.gz, .parquet) as one stream of CSV lines: a header, then
-one line per trip, read lazily (one Parquet row group, or one CSV line, in memory at a time). Parquet cells are
+one line per trip, read lazily (one Parquet record batch of at most 65,536 rows, or one CSV line, in memory at a time). Parquet cells are
 written in the trip's canonical spelling (runtime/taxi_etl/trip_lines.canonical_line's: New York wall-clock times
 as NYC Open Data writes them, codes as integers, distances with two places, amounts in their shortest form, payment
 type 0 before 2025 as empty), in the CSV layout the file's column set implies; so a row has the same content id from
@@ -11,7 +11,6 @@ pyarrow is imported only when a Parquet file is read, so the CSV paths need only
 
 from __future__ import annotations
 
-import codecs
 import csv
 import gzip
 import io
@@ -39,18 +38,18 @@ class TripFileError(ValueError):
 # The TLC's Parquet columns (lower-cased: "Airport_fee" in the TLC's files, "airport_fee" in some), in CSV order, each
 # with its CSV header name and how its cells are written. The first 17 every layout has; the fees follow in the order
 # the layouts added them (2019: congestion_surcharge, 2022: airport_fee, 2025: cbd_congestion_fee).
-_CODE, _INTEGRAL, _DATETIME, _DISTANCE, _TEXT, _AMOUNT, _PAYMENT = "code", "integral", "datetime", "distance", "text", "amount", "payment"
+_CODE, _DATETIME, _DISTANCE, _TEXT, _AMOUNT = "code", "datetime", "distance", "text", "amount"
 _PARQUET_COLUMNS: Final = (
     ("vendorid", "VendorID", _CODE),
     ("tpep_pickup_datetime", "tpep_pickup_datetime", _DATETIME),
     ("tpep_dropoff_datetime", "tpep_dropoff_datetime", _DATETIME),
-    ("passenger_count", "passenger_count", _INTEGRAL),
+    ("passenger_count", "passenger_count", _CODE),
     ("trip_distance", "trip_distance", _DISTANCE),
-    ("ratecodeid", "RatecodeID", _INTEGRAL),
+    ("ratecodeid", "RatecodeID", _CODE),
     ("store_and_fwd_flag", "store_and_fwd_flag", _TEXT),
     ("pulocationid", "PULocationID", _CODE),
     ("dolocationid", "DOLocationID", _CODE),
-    ("payment_type", "payment_type", _PAYMENT),
+    ("payment_type", "payment_type", _CODE),
     ("fare_amount", "fare_amount", _AMOUNT),
     ("extra", "extra", _AMOUNT),
     ("mta_tax", "mta_tax", _AMOUNT),
@@ -69,8 +68,9 @@ _PAYMENT_TYPE: Final = 9
 
 def trip_lines(path: Path) -> Iterator[str]:
     """The file's lines without line endings: a header, then one CSV line per trip (.parquet), or the file's own lines
-    (.csv, .csv.gz: decoded as UTF-8, the BOM dropped, split at LF with a CR before it dropped, as the API splits a
-    body; a line that is not UTF-8 is decoded with U+FFFD, which the API then refuses as that line). Raises
+    (.csv, .csv.gz: every line, blank ones too, so line numbers stay the file's; decoded as UTF-8, the BOM dropped,
+    split at LF with a CR before it dropped, as the API splits a body; bytes that are not UTF-8 are kept as
+    surrogates, which TripStream writes back as the same bytes, so the bulk route refuses that line itself). Raises
     TripFileError for another suffix, an empty file, or a Parquet file whose columns are no TLC yellow-trip layout."""
     name = path.name.lower()
     if name.endswith(".parquet"):
@@ -100,7 +100,7 @@ def _open_csv(path: Path, *, gzipped: bool) -> io.BufferedIOBase:
 def _decoded(path: Path, *, gzipped: bool) -> Iterator[str]:
     with _open_csv(path, gzipped=gzipped) as stream:
         for number, raw in enumerate(stream):
-            text = (raw.removeprefix(UTF8_BOM) if number == 0 else raw).decode("utf-8", "replace")
+            text = (raw.removeprefix(UTF8_BOM) if number == 0 else raw).decode("utf-8", "surrogateescape")
             yield text.removesuffix("\n").removesuffix("\r")
 
 
@@ -218,8 +218,6 @@ def _distance(value: float | int) -> str:
 
 _WRITERS: Final[dict[str, Callable[[Any], str]]] = {
     _CODE: _integral,
-    _INTEGRAL: _integral,
-    _PAYMENT: _integral,
     _AMOUNT: _amount,
     _DISTANCE: _distance,
 }
@@ -233,13 +231,13 @@ def _csv_text(rows: Sequence[Sequence[str]]) -> str:
 
 
 class TripStream(io.RawIOBase):
-    """The lines of `trip_lines` as UTF-8 bytes, each ending in LF: a read-only, non-seekable binary file that
-    boto3's `upload_fileobj` reads part by part. Holds at most one line more than a read asks for."""
+    """The lines of `trip_lines` as UTF-8 bytes (a CSV file's bytes that are not UTF-8 as they were), each ending in
+    LF: a read-only, non-seekable binary file that boto3's `upload_fileobj` reads part by part. Holds at most one
+    line more than a read asks for."""
 
     def __init__(self, lines: Iterator[str]) -> None:
         super().__init__()
         self._lines = lines
-        self._encoder = codecs.getincrementalencoder("utf-8")()
         self._pending = memoryview(b"")  # what is left of the last line read
 
     def readable(self) -> bool:
@@ -253,7 +251,7 @@ class TripStream(io.RawIOBase):
                 line = next(self._lines, None)
                 if line is None:
                     break
-                self._pending = memoryview(self._encoder.encode(line + "\n"))
+                self._pending = memoryview(f"{line}\n".encode("utf-8", "surrogateescape"))
             taken = min(len(view) - size, len(self._pending))
             view[size : size + taken] = self._pending[:taken]
             self._pending = self._pending[taken:]

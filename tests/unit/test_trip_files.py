@@ -352,3 +352,18 @@ def test_doubles_no_csv_file_writes_are_left_for_the_validator_to_judge(tmp_path
         "nan",
         "1.5",
     ]
+
+
+def test_csv_bytes_that_are_not_utf8_reach_the_stream_unchanged(tmp_path: Path) -> None:
+    # Given a CSV file whose second trip line has a Latin-1 byte, and a blank line, after a header with a BOM
+    header, first, second = SAMPLE.read_bytes().splitlines()[:3]
+    broken = second.replace(b",N,", b",\xd1,")
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + header + b"\r\n" + first + b"\r\n\r\n" + broken + b"\r\n")
+
+    # When it is streamed
+    streamed = TripStream(trip_lines(path)).read()
+
+    # Then the bytes are the file's without the BOM and CRs, the blank line kept (line numbers stay the file's) and the
+    # byte that is not UTF-8 as it was, for the bulk route to refuse that line as not UTF-8 text
+    assert streamed == header + b"\n" + first + b"\n\n" + broken + b"\n"
