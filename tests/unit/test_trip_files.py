@@ -5,6 +5,8 @@ built here from the real rows of tests/data/taxi_etl (tests/trip_parquet.py). Pu
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -367,3 +369,16 @@ def test_csv_bytes_that_are_not_utf8_reach_the_stream_unchanged(tmp_path: Path) 
     # Then the bytes are the file's without the BOM and CRs, the blank line kept (line numbers stay the file's) and the
     # byte that is not UTF-8 as it was, for the bulk route to refuse that line as not UTF-8 text
     assert streamed == header + b"\n" + first + b"\n\n" + broken + b"\n"
+
+
+def test_reading_csv_needs_no_pyarrow(tmp_path: Path) -> None:
+    # Given a fresh interpreter
+    # When it imports the module and reads the sample CSV
+    script = (
+        "import sys; from pathlib import Path; from onceflow.clients.trip_files import trip_lines; "
+        f"lines = list(trip_lines(Path({str(SAMPLE)!r}))); print(len(lines), 'pyarrow' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+
+    # Then it read every line without importing pyarrow (imported only for a Parquet file)
+    assert result.stdout.split() == [str(len(sample_lines()) + 1), "False"]
