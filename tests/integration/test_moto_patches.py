@@ -729,8 +729,9 @@ def executing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return invoked
 
 
-def execute(definition: dict[str, Any], execution_input: dict[str, Any]) -> Execution:
-    """Status, error, cause and the states entered, of one execution of `definition`."""
+def run_to_the_end(definition: dict[str, Any], execution_input: dict[str, Any], *, within: float) -> tuple[Any, str, Execution]:
+    """One execution of a new state machine of `definition`, waited for (at most `within` seconds): the client, the
+    execution's ARN, and its status, error, cause and the states entered."""
     import json
     import time
 
@@ -739,13 +740,18 @@ def execute(definition: dict[str, Any], execution_input: dict[str, Any]) -> Exec
         name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
     )["stateMachineArn"]
     execution = stepfunctions.start_execution(stateMachineArn=arn, name="e", input=json.dumps(execution_input))["executionArn"]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + within
     while (described := stepfunctions.describe_execution(executionArn=execution))["status"] == "RUNNING":
         assert time.monotonic() < deadline
         time.sleep(0.01)
     history = stepfunctions.get_execution_history(executionArn=execution)["events"]
     entered = [event["stateEnteredEventDetails"]["name"] for event in history if "stateEnteredEventDetails" in event]
-    return described["status"], described.get("error"), described.get("cause", ""), entered
+    return stepfunctions, execution, (described["status"], described.get("error"), described.get("cause", ""), entered)
+
+
+def execute(definition: dict[str, Any], execution_input: dict[str, Any]) -> Execution:
+    """Status, error, cause and the states entered, of one execution of `definition`."""
+    return run_to_the_end(definition, execution_input, within=30)[2]
 
 
 def on_moto_and_on_the_embedded_cloud(definition: dict[str, Any], execution_input: dict[str, Any]) -> tuple[Execution, Execution]:
@@ -1089,23 +1095,9 @@ MapRun = tuple[str, str | None, str, list[str], dict[str, Any]]
 
 def run_map(definition: dict[str, Any], execution_input: dict[str, Any]) -> MapRun:
     """Status, error, cause, the states entered and DescribeMapRun's answer, of one execution of `definition`."""
-    import json
-    import time
-
-    stepfunctions = new_client("stepfunctions")
-    arn = stepfunctions.create_state_machine(
-        name=f"m{time.monotonic_ns()}", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/sfn"
-    )["stateMachineArn"]
-    execution = stepfunctions.start_execution(stateMachineArn=arn, name="e", input=json.dumps(execution_input))["executionArn"]
-    deadline = time.monotonic() + 60
-    while (described := stepfunctions.describe_execution(executionArn=execution))["status"] == "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    history = stepfunctions.get_execution_history(executionArn=execution)["events"]
-    entered = [event["stateEnteredEventDetails"]["name"] for event in history if "stateEnteredEventDetails" in event]
+    stepfunctions, execution, (status, error, cause, entered) = run_to_the_end(definition, execution_input, within=60)
     (map_run,) = stepfunctions.list_map_runs(executionArn=execution)["mapRuns"]
-    described_run = stepfunctions.describe_map_run(mapRunArn=map_run["mapRunArn"])
-    return described["status"], described.get("error"), described.get("cause", ""), entered, described_run
+    return status, error, cause, entered, stepfunctions.describe_map_run(mapRunArn=map_run["mapRunArn"])
 
 
 @pytest.fixture
