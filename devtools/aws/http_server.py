@@ -23,7 +23,7 @@ LINGER_SECONDS = 2.0
 _DISCARD_BYTES = 64 * 1024
 # Connections the kernel holds for a server before its accept loop takes them (listen()'s backlog, capped by
 # net.core.somaxconn). The stdlib's 5 is too few here: a taxi load opens a connection per read-back GET (urllib
-# keeps none alive) and moto's Step Functions executor one per Lambda task (a new client each time), while the
+# keeps none alive) and moto's Step Functions executor calls Lambda back through the moto server, while the
 # one thread that accepts waits for the GIL behind the handlers. A SYN that finds the queue full is dropped and
 # the client sends it again after TCP's initial retransmission timeout, 1 s: with 5, a 400-row load on `make
 # serve` had 49 such drops. API Gateway and the AWS endpoints take every connection.
