@@ -12,6 +12,12 @@ HANDLER_FLAG: Final = "runtime.taxi_etl.flag_handler.handler"
 HANDLER_API: Final = "runtime.taxi_etl.api_handler.handler"
 HANDLER_ROW_STATE: Final = "runtime.taxi_etl.row_state_handler.handler"
 HANDLER_AUTHORIZER: Final = "runtime.taxi_etl.authorizer_handler.handler"
+# The bulk route (a file in the ingest bucket -> the bulk state machine: plan, a Distributed Map of chunks, report).
+HANDLER_BULK_PLAN: Final = "runtime.taxi_etl.bulk_plan_handler.handler"
+HANDLER_BULK_CHUNK: Final = "runtime.taxi_etl.bulk_chunk_handler.handler"
+HANDLER_BULK_REPORT: Final = "runtime.taxi_etl.bulk_report_handler.handler"
+HANDLER_LOADS_API: Final = "runtime.taxi_etl.loads_api_handler.handler"  # POST /loads, GET /loads/{LoadId}
+HANDLER_LOAD_STARTER: Final = "runtime.taxi_etl.load_starter_handler.handler"  # SQS of the bucket's ObjectCreated events
 
 # StoreRequestIds as requests.py makes them and row_state.py parses them: k-<Idempotency-Key>, kb-<key>-<line>, c-<hash>.
 IDEMPOTENCY_KEY_PATTERN: Final = r"[A-Za-z0-9_-]{1,64}"
@@ -32,6 +38,11 @@ SERVICE_FLAG: Final = "taxi-etl-flag"
 SERVICE_API: Final = "taxi-etl-api"
 SERVICE_ROW_STATE: Final = "taxi-etl-row-state"
 SERVICE_AUTHORIZER: Final = "taxi-etl-authorizer"
+SERVICE_BULK_PLAN: Final = "taxi-etl-bulk-plan"
+SERVICE_BULK_CHUNK: Final = "taxi-etl-bulk-chunk"
+SERVICE_BULK_REPORT: Final = "taxi-etl-bulk-report"
+SERVICE_LOADS_API: Final = "taxi-etl-loads-api"
+SERVICE_LOAD_STARTER: Final = "taxi-etl-load-starter"
 PHASE_SERVICES: Final = {PHASE_VALIDATION: SERVICE_VALIDATE, PHASE_TRANSFORMATION: SERVICE_TRANSFORM, PHASE_STORE: SERVICE_STORE}
 
 # The functions' environment (the settings classes of runtime/taxi_etl/*_wiring.py read them; the construct sets them).
@@ -48,6 +59,9 @@ ENV_MAX_LINE_BYTES: Final = "MAX_LINE_BYTES"
 ENV_API_KEY_SECRET_ID: Final = "API_KEY_SECRET_ID"
 ENV_SECRET_CACHE_SECONDS: Final = "SECRET_CACHE_SECONDS"
 ENV_SECRET_REFRESH_FLOOR_SECONDS: Final = "SECRET_REFRESH_FLOOR_SECONDS"
+ENV_INGEST_BUCKET: Final = "INGEST_BUCKET"
+ENV_BULK_STATE_MACHINE_ARN: Final = "BULK_STATE_MACHINE_ARN"
+ENV_CHUNK_ROWS: Final = "CHUNK_ROWS"  # rows per chunk, the plan's cut
 
 # The handlers' EMF counts (namespace from the Lambda factory, dimension `service`, plus their own where named).
 METRIC_ROWS_VALIDATED: Final = "RowsValidated"
@@ -74,6 +88,17 @@ KEY_STORE_REQUEST_ID: Final = "StoreRequestId"
 ROUTE_TRIP: Final = "/trips"  # one CSV line
 ROUTE_TRIP_BATCH: Final = "/trips/batch"  # a batch of lines
 ROUTE_ROW_STATE: Final = "/trips/{StoreRequestId}"  # what became of one row
+ROUTE_LOADS: Final = "/loads"  # start (or join) the bulk load of a file in the ingest bucket
+ROUTE_LOAD: Final = "/loads/{LoadId}"  # a load's progress, then its report
+KEY_LOAD_ID: Final = "LoadId"
+# The ingest bucket's layout: files arrive under INGEST_PREFIX (its ObjectCreated events start loads); a load
+# keeps its manifest, its chunks' summaries and its report under LOADS_PREFIX<LoadId>/.
+INGEST_PREFIX: Final = "incoming/"
+LOADS_PREFIX: Final = "loads/"
+# A load's Fail state: one static error name (a Fail state cannot re-raise a States.* name).
+ERROR_LOAD_FAILED: Final = "LoadFailed"
+# A file the plan cannot cut into chunks (missing, not CSV text, no trip layout): no retry can fix it.
+ERROR_LOAD_INPUT: Final = "LoadInputError"
 # The error a phase raises for input that is not rows; the state machine never retries it.
 ERROR_PHASE_INPUT: Final = "PhaseInputError"
 # The error a task raises when AWS itself failed it (a closed connection, a timeout, a throttle, a 5xx,
@@ -95,6 +120,8 @@ OUTPUT_DASHBOARD: Final = "DashboardName"
 OUTPUT_API_URL: Final = "ApiUrl"
 OUTPUT_API_KEY_SECRET_ARN: Final = "ApiKeySecretArn"
 OUTPUT_STATE_MACHINE_ARN: Final = "StateMachineArn"
+OUTPUT_BULK_STATE_MACHINE_ARN: Final = "BulkStateMachineArn"
+OUTPUT_INGEST_BUCKET: Final = "IngestBucketName"
 OUTPUT_TRIPS_TABLE: Final = "TripsTableName"
 OUTPUT_STATUS_TABLES: Final = {
     PHASE_VALIDATION: "ValidationStatusTableName",
