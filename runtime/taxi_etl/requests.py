@@ -88,7 +88,13 @@ def parse_idempotency_key(header: str | None) -> str | None:
 
 
 def content_id(line: str) -> str:
-    return f"c-{deterministic_id('taxi-row', canonical_line(line) or line, length=CONTENT_ID_HEX_CHARS)}"
+    return _spelling_id(_unkeyed(line))
+
+
+def _spelling_id(spelling: str) -> str:
+    """The content id of a line already in the spelling `_unkeyed` gives it (a canonical line is its own canonical
+    line, and a line that does not validate stays as it is), without canonicalizing it a second time."""
+    return f"c-{deterministic_id('taxi-row', spelling, length=CONTENT_ID_HEX_CHARS)}"
 
 
 def _unkeyed(line: str) -> str:
@@ -123,7 +129,7 @@ def parse_single(text: str, key: str | None, *, max_line_bytes: int) -> Submissi
         raise InvalidRequest("the line is a CSV header, not a trip")
     _check_line(lines[0], 1, max_line_bytes)
     line = lines[0] if key else _unkeyed(lines[0])
-    store_request_id = f"k-{key}" if key else content_id(line)
+    store_request_id = f"k-{key}" if key else _spelling_id(line)
     return within_state_budget(Submission(store_request_id, (Row(store_request_id, line),), (store_request_id,)))
 
 
@@ -155,7 +161,7 @@ def submission_rows(lines: Sequence[str], key: str | None = None) -> tuple[tuple
     if not key:
         lines = [_unkeyed(line) for line in lines]
     # "kb-" keeps a keyed batch's row ids apart from single keyed ids ("k-<key>"), whatever the keys.
-    ids = tuple(f"kb-{key}-{number}" if key else content_id(line) for number, line in enumerate(lines, start=1))
+    ids = tuple(f"kb-{key}-{number}" if key else _spelling_id(line) for number, line in enumerate(lines, start=1))
     unique = {store_request_id: Row(store_request_id, line) for store_request_id, line in reversed(list(zip(ids, lines, strict=True)))}
     return ids, tuple(unique[store_request_id] for store_request_id in dict.fromkeys(ids))
 
