@@ -58,7 +58,8 @@ class ChunkSummary:
     already_stored: int = 0
     flagged: Counter[str] = field(default_factory=Counter)  # by reason name: validation, transformation, store
     flagged_by_detail: Counter[str] = field(default_factory=Counter)  # by rule, or error:<name>
-    findings: Counter[str] = field(default_factory=Counter)  # rows stored by this chunk with each finding
+    findings: Counter[str] = field(default_factory=Counter)  # the chunk's stored rows (by any attempt) with each finding
+    stored_now_findings: Counter[str] = field(default_factory=Counter)  # rows this attempt stored, by finding (the metric's)
 
     def count_flags(self, reasons: Counter[str], outcome: FlagOutcome) -> None:
         self.flagged.update(reasons)
@@ -116,7 +117,8 @@ def run_chunk(
         outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=stored.conflicts, error=caught), status, final, concurrency=concurrency)
         summary.count_flags(Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)
     summary.stored, summary.already_stored = stored.report.stored, stored.report.already_stored
-    summary.findings.update({finding.value: rows for finding, rows in stored.report.findings})
+    summary.findings.update({finding.value: rows for finding, rows in stored.findings_of_stored_rows})
+    summary.stored_now_findings.update({finding.value: rows for finding, rows in stored.report.findings})
     bucket.put_json(key, summary.to_json())
     return summary
 
