@@ -38,7 +38,7 @@ from runtime.taxi_etl.trip_lines import transform_tuple, validate_line
 
 BUCKET = "onceflow-test-ingest"
 KEY = "incoming/yellow_2019-10.csv"
-CHUNK_LINES = 10  # small chunks, so a 35-line file is four of them
+CHUNK_LINES = 10  # small chunks, so a 37-line file is four of them
 MAX_LINE_BYTES = 4096
 LINES = sample_lines()
 HEADER = SAMPLE.read_text(encoding="utf-8").splitlines()[0]
@@ -52,7 +52,8 @@ def with_cells(line: str, **cells: str) -> str:
 
 
 # A line Validate rejects (no such taxi zone), one Transform rejects (a New York time that never happened), a
-# repeated trip, and two lines no trip can be (refused alone, by their line numbers in the file).
+# repeated trip, two lines no trip can be (refused alone, by their line numbers in the file), and two trips stored
+# with a finding.
 VALIDATION_REJECT = with_cells(LINES[30], c7="999")
 TRANSFORMATION_REJECT = with_cells(LINES[31], c1="2019-03-10T02:30:00.000", c2="2019-03-10T03:10:00.000")
 FILE_LINES = [
@@ -65,6 +66,8 @@ FILE_LINES = [
     LINES[3],  # the same trip again, in another chunk: already stored
     LINES[20].rsplit(",", 1)[0],  # line 26: 17 columns under an 18-column header
     *LINES[21:30],
+    LINES[729],  # stored with a finding: drop-off at the pick-up second
+    LINES[873],  # stored with a finding: a total that is not the sum of the charges
 ]
 REFUSED_LINES = [15, 26]
 
@@ -186,10 +189,11 @@ def test_a_load_leaves_exactly_the_items_and_flags_the_batch_route_leaves(bulk: 
     assert [line["line"] for line in report["refused"]] == REFUSED_LINES
     assert "line 15 has 5 columns" in report["refused"][0]["reason"]
     assert "line 26 has 17 columns, but the header has 18" in report["refused"][1]["reason"]
-    assert report["stored"] == 29 and report["alreadyStored"] == 1  # 29 trips, one of them twice
+    assert report["stored"] == 31 and report["alreadyStored"] == 1  # 31 trips, one of them twice
     assert report["flagged"] == {"transformation": 1, "validation": 1}
     assert report["flaggedByDetail"] == {"nonexistent_local_time": 1, "pickup_location": 1}
-    assert len(loaded["trips"]) == 29
+    assert report["findings"] == {"dropoff_equals_pickup": 1, "total_amount_mismatch": 1}
+    assert len(loaded["trips"]) == 31
     # When the same lines (the refused ones left out: a batch would be refused whole) go through /trips/batch instead
     bulk.empty_tables()
     data_lines = [line for number, line in enumerate(FILE_LINES, start=1) if number != 1 and number not in REFUSED_LINES]
@@ -279,6 +283,6 @@ def test_a_store_conflict_flags_only_the_conflicting_row(bulk: Bulk) -> None:
         assert (row["StatusReason"], row["StatusDetail"]) == (3, "error:StoreConflict")
         assert victim.store_request_id in row["StatusMessage"]
     assert tables["trips"][victim.store_request_id] == squatter
-    assert report["stored"] == 28 and report["flaggedByDetail"]["error:StoreConflict"] == 1
+    assert report["stored"] == 30 and report["flaggedByDetail"]["error:StoreConflict"] == 1
     assert report["flagged"]["store"] == 1
     assert report["status"] == "SUCCEEDED"
