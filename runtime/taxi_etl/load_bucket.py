@@ -106,8 +106,7 @@ class S3LoadBucket:
         return True
 
     def put_json(self, key: str, document: Any) -> None:
-        body = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
-        self._client.put_object(Bucket=self._bucket, Key=key, Body=body, ContentType="application/json")
+        self._client.put_object(Bucket=self._bucket, Key=key, Body=json_bytes(document), ContentType="application/json")
 
     def get_json(self, key: str) -> Any | None:
         try:
@@ -122,6 +121,11 @@ class S3LoadBucket:
         for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix):
             for entry in page.get("Contents", ()):
                 yield str(entry["Key"])
+
+
+def json_bytes(document: Any) -> bytes:
+    """A load's object as stored: compact JSON, keys sorted, ASCII (tests/golden/taxi_etl/bulk holds one of each kind)."""
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _gone_or_raise(err: ClientError, key: str, version_id: str | None) -> Exception:
