@@ -115,7 +115,8 @@ def run_chunk(
     _flag_rejects(stored.report.result.verdicts, Phase.STORE, summary, status, concurrency)
     if stored.conflicts:
         # What the per-batch Store's Catch asks of its flag step (flag_step.flag skips a row whose own item is stored).
-        caught = CaughtError(name=type(stored.conflict_error()).__name__, cause=str(stored.conflict_error()))
+        conflict = stored.conflict_error()
+        caught = CaughtError(name=type(conflict).__name__, cause=str(conflict))
         outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=stored.conflicts, error=caught), status, final, concurrency=concurrency)
         summary.count_flags(Phase.STORE, Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)
     summary.stored, summary.already_stored = stored.report.stored, stored.report.already_stored

@@ -79,6 +79,12 @@ def succeeding() -> Iterator[Loads]:
 
 
 @pytest.fixture
+def idle(moto_aws: None) -> Loads:
+    """A state machine whose executions stay RUNNING until stopped (moto without its executor)."""
+    return world(ENDS_AT_ONCE["Pass"])
+
+
+@pytest.fixture
 def failing() -> Iterator[Loads]:
     with embedded_saga_cloud():
         yield world(FAILS_AT_ONCE)
@@ -138,6 +144,28 @@ def test_get_answers_the_newest_generation_with_progress_then_the_report(failing
     report = {"loadId": load.load_id, "status": "FAILED", "chunksMissing": [2]}
     failing.s3.put_object(Bucket=BUCKET, Key=report_key(load.load_id), Body=json.dumps(report))
     assert failing.get(load.load_id) == (200, {"loadId": load.load_id, "execution": load.load_id, "status": "FAILED", "report": report})
+
+
+def test_a_running_generation_is_joined_and_read_as_progress_not_as_an_earlier_report(idle: Loads) -> None:
+    # Given a load whose first generation was stopped and reported FAILED, and whose re-run is running
+    load = load_file(BUCKET, KEY, idle.upload())
+    assert idle.post({"key": KEY}) == (202, {"loadId": load.load_id, "execution": load.load_id, "status": "RUNNING"})
+    idle.stepfunctions.stop_execution(executionArn=idle.deps.workflow.execution_arn(load.load_id))
+    idle.s3.put_object(Bucket=BUCKET, Key=report_key(load.load_id), Body=json.dumps({"status": "FAILED"}))
+    rerun = execution_name(load.load_id, 2)
+    assert idle.post({"key": KEY}) == (202, {"loadId": load.load_id, "execution": rerun, "status": "RUNNING"})
+    idle.s3.put_object(Bucket=BUCKET, Key=manifest_key(load.load_id), Body=json.dumps([{}, {}]))
+    idle.s3.put_object(Bucket=BUCKET, Key=summary_key(load.load_id, 1), Body=b"{}")
+    # When it is posted again, and read
+    joined = idle.post({"key": KEY})
+    status, body = idle.get(load.load_id)
+    # Then the post joined the running re-run, and the read shows its progress (the chunk the first generation did)
+    assert joined == (202, {"loadId": load.load_id, "execution": rerun, "status": "RUNNING"})
+    assert sorted(execution["name"] for execution in idle.executions()) == sorted([load.load_id, rerun])
+    assert (status, body) == (
+        200,
+        {"loadId": load.load_id, "execution": rerun, "status": "RUNNING", "progress": {"chunks": 2, "chunksDone": 1}},
+    )
 
 
 def test_an_unknown_or_malformed_load_id_is_refused(succeeding: Loads) -> None:
