@@ -556,9 +556,8 @@ class TaxiEtlSaga(Construct):
 
     def _grant_ingest_reads(self, function: lambda_.IFunction, prefix: str) -> None:
         """GetObject (and of a given version) under `prefix`; HeadObject is authorized as GetObject."""
-        function.add_to_role_policy(
-            iam.PolicyStatement(actions=["s3:GetObject", "s3:GetObjectVersion"], resources=[self.ingest_bucket.arn_for_objects(f"{prefix}*")])
-        )
+        objects = self.ingest_bucket.arn_for_objects(f"{prefix}*")
+        function.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:GetObjectVersion"], resources=[objects]))
 
     def _grant_load_writes(self, function: lambda_.IFunction) -> None:
         function.add_to_role_policy(
@@ -570,7 +569,9 @@ class TaxiEtlSaga(Construct):
         caller who may list the bucket (403 otherwise), and an s3:prefix condition does not apply to those requests."""
         function.add_to_role_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.ingest_bucket.bucket_arn]))
 
-    def _bulk_spec(self, settings: TaxiEtlConfig, handler: str, service: str, description: str, environment: dict[str, str]) -> FunctionSpec:
+    def _bulk_spec(
+        self, settings: TaxiEtlConfig, handler: str, service: str, description: str, environment: dict[str, str]
+    ) -> FunctionSpec:
         return FunctionSpec(
             handler=handler,
             service=service,

@@ -220,7 +220,8 @@ class TaxiEtlConfig:
             self.phase_timeout_seconds <= self.bulk_task_timeout_seconds <= LAMBDA_MAX_TIMEOUT_SECONDS
         ):
             raise ConfigError(
-                f"taxi_etl.bulk_task_timeout_seconds must be phase_timeout_seconds..{LAMBDA_MAX_TIMEOUT_SECONDS}: a chunk holds more rows than a batch"
+                f"taxi_etl.bulk_task_timeout_seconds must be phase_timeout_seconds..{LAMBDA_MAX_TIMEOUT_SECONDS}:"
+                " a chunk holds more rows than a batch"
             )
         if not _is_int(self.ingest_retention_days) or self.ingest_retention_days < 1:
             raise ConfigError("taxi_etl.ingest_retention_days must be an integer of at least 1")
