@@ -430,6 +430,11 @@ class TaxiWorld:
                 break  # left in flight until their visibility ends, as SQS would
         return answers
 
+    def describe_load(self, execution_name: str) -> dict[str, Any]:
+        """DescribeExecution of a bulk load's execution (its generation's name)."""
+        arn = f"{str(self.bulk_state_machine_arn).replace(':stateMachine:', ':execution:')}:{execution_name}"
+        return dict(self.stepfunctions.describe_execution(executionArn=arn))
+
     def bulk_executions(self) -> list[dict[str, Any]]:
         pages = self.stepfunctions.get_paginator("list_executions").paginate(stateMachineArn=self.bulk_state_machine_arn)
         return [execution for page in pages for execution in page["executions"]]

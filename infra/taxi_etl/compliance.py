@@ -141,15 +141,16 @@ def acknowledge_bulk_route(saga: TaxiEtlResources) -> None:
     bucket = logical_id(saga.ingest_bucket)
     prefix_reasons = {
         contract.INGEST_PREFIX: "the files to load under incoming/ of the ingest bucket, named by their uploader at run time; "
-        "read only (GetObject, of the load's exact version), the prefix is as narrow as a static policy gets.",
+        "read only (GetObjectVersion of the load's exact version; the loads API's HeadObject also GetObject), the prefix "
+        "is as narrow as a static policy gets.",
         contract.LOADS_PREFIX: "a load's manifest, chunk summaries and report under loads/<LoadId>/ of the ingest bucket, "
         "named by the load id at run time; the prefix is as narrow as a static policy gets.",
     }
-    readers = {
-        contract.INGEST_PREFIX: (saga.bulk_plan_function, saga.bulk_chunk_function, saga.loads_api_function, saga.load_starter_function),
+    prefix_users = {  # the functions granted object actions under each prefix
+        contract.INGEST_PREFIX: (saga.bulk_plan_function, saga.bulk_chunk_function, saga.loads_api_function),
         contract.LOADS_PREFIX: (saga.bulk_plan_function, saga.bulk_chunk_function, saga.bulk_report_function, saga.loads_api_function),
     }
-    for prefix, functions in readers.items():
+    for prefix, functions in prefix_users.items():
         for function in functions:
             acknowledge(policy_of(function), f"AwsSolutions::AwsSolutions-IAM5[Resource::<{bucket}.Arn>/{prefix}*]", prefix_reasons[prefix])
     machine = saga.bulk_state_machine

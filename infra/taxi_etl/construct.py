@@ -554,10 +554,11 @@ class TaxiEtlSaga(Construct):
             s3.NotificationKeyFilter(prefix=contract.INGEST_PREFIX),
         )
 
-    def _grant_ingest_reads(self, function: lambda_.IFunction, prefix: str) -> None:
-        """GetObject (and of a given version) under `prefix`; HeadObject is authorized as GetObject."""
+    def _grant_ingest_reads(self, function: lambda_.IFunction, prefix: str, *actions: str) -> None:
+        """Reads under `prefix`: s3:GetObject (HeadObject is authorized as it), or s3:GetObjectVersion for a read of
+        one given version (a load reads exactly its version, which needs that action alone)."""
         objects = self.ingest_bucket.arn_for_objects(f"{prefix}*")
-        function.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject", "s3:GetObjectVersion"], resources=[objects]))
+        function.add_to_role_policy(iam.PolicyStatement(actions=list(actions), resources=[objects]))
 
     def _grant_load_writes(self, function: lambda_.IFunction) -> None:
         function.add_to_role_policy(
@@ -591,8 +592,10 @@ class TaxiEtlSaga(Construct):
             {**bucket, contract.ENV_CHUNK_ROWS: str(settings.bulk_chunk_rows)},
         )
         self.bulk_plan_function = create_function(self, "BulkPlanFunction", plan_spec, common).function
-        self._grant_ingest_reads(self.bulk_plan_function, contract.INGEST_PREFIX)
+        self._grant_ingest_reads(self.bulk_plan_function, contract.INGEST_PREFIX, "s3:GetObjectVersion")
         self._grant_load_writes(self.bulk_plan_function)
+        # A version deleted before its load ran must answer 404 (the load's input is gone), not 403.
+        self._grant_missing_key_answers(self.bulk_plan_function)
 
         chunk_spec = self._bulk_spec(
             settings,
@@ -602,10 +605,11 @@ class TaxiEtlSaga(Construct):
             {**bucket, contract.ENV_MAX_LINE_BYTES: str(settings.max_line_bytes), **self._row_tables_environment()},
         )
         self.bulk_chunk_function = create_function(self, "BulkChunkFunction", chunk_spec, common).function
-        self._grant_ingest_reads(self.bulk_chunk_function, contract.INGEST_PREFIX)
-        self._grant_ingest_reads(self.bulk_chunk_function, contract.LOADS_PREFIX)
+        self._grant_ingest_reads(self.bulk_chunk_function, contract.INGEST_PREFIX, "s3:GetObjectVersion")
+        self._grant_ingest_reads(self.bulk_chunk_function, contract.LOADS_PREFIX, "s3:GetObject")
         self._grant_load_writes(self.bulk_chunk_function)
-        # Its done marker: a HeadObject of a summary not written yet must answer 404, not 403.
+        # Its done marker: a HeadObject of a summary not written yet must answer 404, not 403 (and so must its range
+        # of a version deleted meanwhile).
         self._grant_missing_key_answers(self.bulk_chunk_function)
         # What the phases and the flag step do: conditional status rows, the conditional trips put, and the
         # flag step's read of the trips table (a stored row is not flagged).
@@ -621,7 +625,7 @@ class TaxiEtlSaga(Construct):
             dict(bucket),
         )
         self.bulk_report_function = create_function(self, "BulkReportFunction", report_spec, common).function
-        self._grant_ingest_reads(self.bulk_report_function, contract.LOADS_PREFIX)
+        self._grant_ingest_reads(self.bulk_report_function, contract.LOADS_PREFIX, "s3:GetObject")
         self._grant_load_writes(self.bulk_report_function)
         self.bulk_report_function.add_to_role_policy(
             iam.PolicyStatement(
@@ -756,8 +760,10 @@ class TaxiEtlSaga(Construct):
             environment=self._loads_environment(),
         )
         self.loads_api_function = create_function(self, "LoadsApiFunction", loads_spec, common).function
-        self._grant_ingest_reads(self.loads_api_function, contract.INGEST_PREFIX)
-        self._grant_ingest_reads(self.loads_api_function, contract.LOADS_PREFIX)
+        # HeadObject of the file, of the version asked for or of the latest.
+        self._grant_ingest_reads(self.loads_api_function, contract.INGEST_PREFIX, "s3:GetObject", "s3:GetObjectVersion")
+        # The load's report and manifest.
+        self._grant_ingest_reads(self.loads_api_function, contract.LOADS_PREFIX, "s3:GetObject")
         # A missing file (POST) or report (GET) must answer 404, and the progress lists the chunks' summaries.
         self._grant_missing_key_answers(self.loads_api_function)
         self._grant_load_starts(self.loads_api_function)
@@ -788,9 +794,7 @@ class TaxiEtlSaga(Construct):
             environment=self._loads_environment(),
         )
         self.load_starter_function = create_function(self, "LoadStarterFunction", starter_spec, common).function
-        self._grant_ingest_reads(self.load_starter_function, contract.INGEST_PREFIX)
-        # A file deleted before its event is read answers 404 (nothing to load), not 403.
-        self._grant_missing_key_answers(self.load_starter_function)
+        # No S3 right: the event names the object version, and the plan finds out if it is gone.
         self._grant_load_starts(self.load_starter_function)
         self.load_starter_function.add_event_source(
             sources.SqsEventSource(self.load_starter_queue, batch_size=LOAD_STARTER_BATCH_SIZE, report_batch_item_failures=True)

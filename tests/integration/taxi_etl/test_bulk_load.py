@@ -140,3 +140,24 @@ def test_get_loads_answers_404_for_an_unknown_load_and_post_loads_404_for_a_miss
     # Then both are 404 (S3 answers the loads API's HeadObject 404, not 403: it may list the bucket), and nothing started
     assert missing[0] == 404 and unknown[0] == 404
     assert bulk.bulk_executions() == []
+
+
+def test_a_file_deleted_before_its_event_is_delivered_fails_its_load_at_once_with_a_report(bulk: TaxiWorld) -> None:
+    # Given a file put under incoming/, then its version deleted before the starter reads its event
+    version = bulk.put_file(KEY, file_bytes(LINES[:10]))
+    bulk.s3.delete_object(Bucket=bulk.ingest_bucket, Key=KEY, VersionId=version)
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    # When the event is delivered
+    assert bulk.deliver_load_events() == [{"batchItemFailures": []}]
+    # Then the load started and failed as LoadFailed: the plan found its input gone (404, not 403: it may list the
+    # bucket), which no retry fixes, so it ran once and no chunk ran
+    (execution,) = bulk.bulk_executions()
+    assert (execution["name"], execution["status"]) == (loaded, "FAILED")
+    assert bulk.describe_load(loaded)["error"] == "LoadFailed"
+    calls = bulk.invocations.calls
+    assert (calls.count(BULK_PLAN_HANDLER), calls.count(BULK_CHUNK_HANDLER), calls.count(BULK_REPORT_HANDLER)) == (1, 0, 1)
+    # and its report says FAILED with the plan's error, no chunk planned, nothing stored
+    report = bulk.report(loaded)
+    assert report is not None
+    assert (report["status"], report["chunks"], report["stored"], report["error"]["error"]) == ("FAILED", None, 0, "LoadInputError")
+    assert bulk.final_items() == {}
