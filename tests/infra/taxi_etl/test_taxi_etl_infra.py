@@ -936,6 +936,40 @@ def test_a_value_set_wins_over_the_workflow_types_default() -> None:
             "must not be OFF for EXPRESS workflows",
             id="express-without-its-only-history",
         ),
+        pytest.param({"bulk_chunk_rows": 99}, "bulk_chunk_rows must be an integer 100..10000", id="bulk-chunks-too-small"),
+        pytest.param({"bulk_chunk_rows": 10_001}, "bulk_chunk_rows must be an integer 100..10000", id="bulk-chunks-too-large"),
+        pytest.param({"bulk_max_concurrency": 0}, "bulk_max_concurrency must be an integer of at least 1", id="bulk-unbounded-concurrency"),
+        pytest.param(
+            {"bulk_tolerated_failure_percentage": -1.0},
+            "bulk_tolerated_failure_percentage must be a number 0..100",
+            id="bulk-negative-tolerance",
+        ),
+        pytest.param(
+            {"bulk_tolerated_failure_percentage": 100.5},
+            "bulk_tolerated_failure_percentage must be a number 0..100",
+            id="bulk-tolerance-over-100",
+        ),
+        pytest.param(
+            {"bulk_tolerated_failure_percentage": True},
+            "bulk_tolerated_failure_percentage must be a number 0..100",
+            id="bulk-tolerance-as-bool",
+        ),
+        pytest.param(
+            {"bulk_task_timeout_seconds": 901},
+            "bulk_task_timeout_seconds must be phase_timeout_seconds..900",
+            id="bulk-timeout-over-lambda-limit",
+        ),
+        pytest.param(
+            {"phase_timeout_seconds": 120, "bulk_task_timeout_seconds": 119},
+            "bulk_task_timeout_seconds must be phase_timeout_seconds..900",
+            id="bulk-timeout-under-a-phases",
+        ),
+        pytest.param({"ingest_retention_days": 0}, "ingest_retention_days must be an integer of at least 1", id="ingest-kept-no-day"),
+        pytest.param(
+            {"ingest_retention_days": 30, "load_report_retention_days": 29},
+            "load_report_retention_days must be an integer of at least ingest_retention_days",
+            id="reports-expiring-before-their-files",
+        ),
     ],
 )
 def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, Any], message: str) -> None:
@@ -962,6 +996,10 @@ def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, An
         pytest.param({"api_timeout_seconds": 29}, id="api-timeout-29"),
         pytest.param({"execution_log_level": sfn.LogLevel.OFF, "execution_log_data": False}, id="no-execution-logs"),
         pytest.param({"execution_log_level": sfn.LogLevel.FATAL, "execution_log_data": False}, id="fatal-execution-logs"),
+        pytest.param({"bulk_chunk_rows": 100, "bulk_max_concurrency": 1}, id="bulk-smallest-chunks-one-at-a-time"),
+        pytest.param({"bulk_chunk_rows": 10_000, "bulk_task_timeout_seconds": 900}, id="bulk-largest-chunks-longest-timeout"),
+        pytest.param({"bulk_tolerated_failure_percentage": 100.0}, id="bulk-every-chunk-may-fail"),
+        pytest.param({"ingest_retention_days": 90, "load_report_retention_days": 90}, id="reports-kept-as-long-as-files"),
     ],
 )
 def test_config_accepts_values_at_the_bounds(overrides: dict[str, Any]) -> None:
