@@ -53,6 +53,8 @@ def report() -> Any:
 
 
 DOCUMENTS = {"manifest.json": manifest, "summary.json": summary, "report.json": report}
+# Their paths under tests/golden (tests/integration/test_stored_formats.py checks that every golden file is tested).
+GOLDEN_FILES = tuple(f"taxi_etl/bulk/{name}" for name in DOCUMENTS)
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
