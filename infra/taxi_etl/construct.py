@@ -548,7 +548,8 @@ class TaxiEtlSaga(Construct):
             self,
             "LoadStarterQueue",
             common,
-            # AWS's advice for a Lambda event source: six times the function's timeout, so a retried batch is not redelivered meanwhile.
+            # AWS's advice for a Lambda event source: six times the function's timeout (room for the poller's retries of a
+            # throttled batch before the message shows again).
             visibility_seconds=6 * settings.api_timeout_seconds,
             dead_letter=sqs.DeadLetterQueue(queue=self.load_starter_dead_letter_queue, max_receive_count=LOAD_STARTER_MAX_RECEIVES),
         )
