@@ -103,7 +103,7 @@ def test_a_file_loaded_through_post_loads_stores_every_row_once_and_reports_it(b
 
 def test_the_same_file_started_twice_is_one_execution_and_its_answer_is_the_report(bulk: TaxiWorld) -> None:
     # Given a file whose load has run
-    version = bulk.put_file(KEY, file_bytes(LINES[:150]))
+    version = bulk.put_file(KEY, file_bytes(LINES[:40]))  # one chunk
     loaded = load_id(bulk.ingest_bucket, KEY, version)
     bulk.start_load(KEY)
     chunk_calls = bulk.invocations.calls.count(BULK_CHUNK_HANDLER)
@@ -114,7 +114,7 @@ def test_the_same_file_started_twice_is_one_execution_and_its_answer_is_the_repo
     assert again == (200, {"loadId": loaded, "execution": loaded, "status": "SUCCEEDED"})
     assert starter_answers == [{"batchItemFailures": []}]
     assert [e["name"] for e in bulk.bulk_executions()] == [loaded]
-    assert bulk.invocations.calls.count(BULK_CHUNK_HANDLER) == chunk_calls == 2
+    assert bulk.invocations.calls.count(BULK_CHUNK_HANDLER) == chunk_calls == 1
     # and GET /loads/{LoadId} answers with the report
     status, body = bulk.get_load(loaded)
     assert status == 200
@@ -123,14 +123,14 @@ def test_the_same_file_started_twice_is_one_execution_and_its_answer_is_the_repo
 
 def test_a_file_put_under_incoming_is_loaded_through_its_object_created_event(bulk: TaxiWorld) -> None:
     # Given a file put under incoming/ (its ObjectCreated event is in the starter queue)
-    version = bulk.put_file(KEY, file_bytes(LINES[:120]))
+    version = bulk.put_file(KEY, file_bytes(LINES[:40]))
     loaded = load_id(bulk.ingest_bucket, KEY, version)
     # When the starter's event source mapping delivers the queue
     answers = bulk.deliver_load_events()
     # Then the starter reported no failure, and the load of that version ran to SUCCEEDED with every accepted row stored
     assert answers == [{"batchItemFailures": []}]
     assert [(e["name"], e["status"]) for e in bulk.bulk_executions()] == [(loaded, "SUCCEEDED")]
-    assert bulk.final_items() == expected_items(LINES[:120])
+    assert bulk.final_items() == expected_items(LINES[:40])
     # and a file outside incoming/ sends no event: nothing more is delivered
     bulk.put_file("elsewhere/not-a-load.csv", file_bytes(LINES[:1]))
     assert bulk.deliver_load_events() == []
@@ -168,9 +168,9 @@ def test_a_file_deleted_before_its_event_is_delivered_fails_its_load_at_once_wit
 
 
 def test_get_loads_answers_a_running_loads_progress_from_its_manifest_summaries_and_map_run(bulk: TaxiWorld) -> None:
-    # Given a file whose load is asked for, and GET /loads/{LoadId} called while the load is still running: when its
-    # Report task starts (the chunks run on moto's worker threads in any order; by then all three are done)
-    version = bulk.put_file(KEY, file_bytes(LINES))
+    # Given a file of two chunks whose load is asked for, and GET /loads/{LoadId} called while the load is still
+    # running: when its Report task starts (the chunks run on moto's worker threads in any order; by then both are done)
+    version = bulk.put_file(KEY, file_bytes(LINES[:150]))
     loaded = load_id(bulk.ingest_bucket, KEY, version)
     seen: list[tuple[int, dict[str, Any]]] = []
 
@@ -181,14 +181,14 @@ def test_get_loads_answers_a_running_loads_progress_from_its_manifest_summaries_
     bulk.invocations.before = look_while_running
     # When the load runs
     bulk.start_load(KEY)
-    # Then the answer was the running execution and its progress: three chunks planned (the manifest), three
+    # Then the answer was the running execution and its progress: two chunks planned (the manifest), two
     # summaries written, and the map run's item counts
     ((status, body),) = seen
     assert status == 200
     assert (body["loadId"], body["execution"], body["status"]) == (loaded, loaded, "RUNNING")
     progress = body["progress"]
-    assert (progress["chunks"], progress["chunksDone"]) == (3, 3)
-    assert (progress["itemCounts"]["total"], progress["itemCounts"]["succeeded"], progress["itemCounts"]["failed"]) == (3, 3, 0)
+    assert (progress["chunks"], progress["chunksDone"]) == (2, 2)
+    assert (progress["itemCounts"]["total"], progress["itemCounts"]["succeeded"], progress["itemCounts"]["failed"]) == (2, 2, 0)
     # and once it ended, the answer is the report
     assert bulk.get_load(loaded)[1]["report"]["status"] == "SUCCEEDED"
 
