@@ -134,7 +134,10 @@ def test_ingest_bucket_expires_files_loads_and_old_versions_as_configured(templa
 
 
 def test_access_log_bucket_is_private_encrypted_and_expires(template_json: dict[str, Any]) -> None:
+    # Given the ingest bucket's access log bucket
     props = resource(template_json, INGEST_ACCESS_LOG_BUCKET, "AWS::S3::Bucket")["Properties"]
+    # When we read its settings
+    # Then it is S3-encrypted (what server access logging writes to), closed to the public, and keeps 90 days
     assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
     assert all(props["PublicAccessBlockConfiguration"].values())
     assert props["LifecycleConfiguration"]["Rules"] == [{"Id": "ExpireAccessLogs", "ExpirationInDays": 90, "Status": "Enabled"}]
