@@ -425,8 +425,9 @@ def print_outcome(outcome: LoadOutcome, console: Console) -> None:
         refused_lines = int(report.get("refusedLines") or 0)
         console.print(f"refused lines    {refused_lines:>12,}")
         refused = report.get("refused") or []
-        for entry in refused[:SHOWN_REFUSED]:
-            console.print(f"  line {entry['line']}: {entry['reason']}")
+        for entry in refused[:SHOWN_REFUSED]:  # the reason names its line as the API's refusals do; else it is named here
+            reason = str(entry["reason"])
+            console.print(f"  {reason}" if reason.startswith(f"line {entry['line']} ") else f"  line {entry['line']}: {reason}")
         if refused_lines > min(len(refused), SHOWN_REFUSED):
             where = f"s3://.../{contract.LOADS_PREFIX}{outcome.load_id}/report.json lists the first {len(refused):,}"
             console.print(f"  ... and {refused_lines - min(len(refused), SHOWN_REFUSED):,} more ({where})")
