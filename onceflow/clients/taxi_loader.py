@@ -329,13 +329,13 @@ def load_file(
         outcome = LoadOutcome(key, uploaded, incomplete=f"POST {contract.ROUTE_LOADS} answered {started.status}: {started.error}")
         print_outcome(outcome, console)
         return outcome
-    load_id = started.document.get("loadId") or (started.document.get("report") or {}).get("loadId")
+    load_id = started.document.get("loadId")
     if not load_id:
         outcome = LoadOutcome(key, uploaded, incomplete=f"POST {contract.ROUTE_LOADS} answered {started.status} without a load id")
         print_outcome(outcome, console)
         return outcome
-    console.print(f"load {load_id}: {'finished before' if 'report' in started.document else 'started or joined'}")
-    answer = started if "report" in started.document else _follow(api, load_id, options, console, sleep, clock)
+    console.print(f"load {load_id}: {'loaded before' if started.status == 200 else 'started, or joined'}")
+    answer = _follow(api, load_id, options, console, sleep, clock)
     outcome = LoadOutcome(key, uploaded, load_id, answer.document.get("report"), _why_incomplete(answer, options))
     print_outcome(outcome, console)
     return outcome
@@ -394,7 +394,7 @@ def load_progress(document: Mapping[str, Any]) -> tuple[int | None, int]:
     progress = document.get("progress") or {}
     chunks = progress.get("chunks")
     done = int(progress.get("chunksDone") or 0)
-    succeeded = int((document.get("itemCounts") or {}).get("succeeded") or 0)
+    succeeded = int((progress.get("itemCounts") or {}).get("succeeded") or 0)
     return (None if chunks is None else int(chunks)), max(done, succeeded)
 
 

@@ -70,11 +70,13 @@ def report(**changes: Any) -> dict[str, Any]:
 
 
 def finished(document: Mapping[str, Any]) -> Answer:
-    return Answer(200, {"status": document["status"], "report": dict(document)})
+    return Answer(200, {"loadId": "load-1", "execution": "load-1", "status": document["status"], "report": dict(document)})
 
 
 def running(chunks: int | None = None, done: int = 0, **extra: Any) -> Answer:
-    return Answer(200, {"status": "RUNNING", "progress": {"chunks": chunks, "chunksDone": done}, **extra})
+    return Answer(
+        200, {"loadId": "load-1", "execution": "load-1", "status": "RUNNING", "progress": {"chunks": chunks, "chunksDone": done, **extra}}
+    )
 
 
 class FakeLoadsApi:
@@ -250,6 +252,18 @@ def test_a_parquet_file_and_its_csv_are_two_objects_of_the_same_canonical_lines(
     # and both objects hold the same trips: every row has the same content id from either
     assert [content_id(line) for line in parquet_lines[1:]] == [content_id(line) for line in csv_lines[1:]]
     assert len(set(content_id(line) for line in csv_lines[1:])) == len(ROWS)
+
+
+def test_a_file_loaded_before_is_answered_with_its_report(s3: RecordingS3, tmp_path: Path) -> None:
+    # Given a file whose object version was loaded before (POST /loads answers 200 SUCCEEDED, no new execution)
+    path = write(tmp_path / "trips.csv", [HEADER, *ROWS])
+    api = FakeLoadsApi(s3, [finished(report(stored=0, alreadyStored=40))], start=Answer(200, {"loadId": "load-1", "status": "SUCCEEDED"}))
+    console = quiet()
+    # When it is loaded
+    outcome = load_file(path, api, s3, BUCKET, console=console)
+    # Then the loader read that load's report once and says so: every row is stored (by the earlier load)
+    assert api.gets == ["load-1"] and outcome.exit_status == 0
+    assert "load load-1: loaded before" in printed(console) and "already stored             40" in printed(console)
 
 
 # --- progress and the report --------------------------------------------------------------------
