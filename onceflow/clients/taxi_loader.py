@@ -416,7 +416,8 @@ def print_outcome(outcome: LoadOutcome, console: Console) -> None:
     if report is not None:
         flagged = report.get("flagged") or {}
         console.print(f"rows read        {int(report.get('rowsRead') or 0):>12,}")
-        console.print(f"stored           {int(report.get('stored') or 0):>12,}")
+        findings = ", ".join(f"{code} {int(count):,}" for code, count in sorted((report.get("findings") or {}).items()))
+        console.print(f"stored           {int(report.get('stored') or 0):>12,}" + (f"  (with findings: {findings})" if findings else ""))
         console.print(f"already stored   {int(report.get('alreadyStored') or 0):>12,}")
         console.print(f"flagged          {sum(int(count) for count in flagged.values()):>12,}")
         for title, counts in (("by reason", flagged), ("by detail", report.get("flaggedByDetail") or {})):
