@@ -296,6 +296,7 @@ def test_the_report_shows_the_counts_the_flagged_rows_by_reason_and_the_first_re
         alreadyStored=737,
         flagged={"VALIDATION": 2, "STORE": 1},
         flaggedByDetail={"invalid_pickup_time": 2, "error:StoreConflict": 1},
+        findings={"total_amount_mismatch": 3, "dropoff_equals_pickup": 1},
         refusedLines=60,
         refused=refused,
     )
@@ -306,7 +307,7 @@ def test_the_report_shows_the_counts_the_flagged_rows_by_reason_and_the_first_re
     text = printed(console)
     for line in (
         "rows read               2,000",
-        "stored                  1,200",
+        "stored                  1,200  (with findings: dropoff_equals_pickup 1, total_amount_mismatch 3)",
         "already stored            737",
         "flagged                     3",
     ):
