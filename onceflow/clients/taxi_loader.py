@@ -14,8 +14,9 @@ upload it to the stack's ingest bucket, start (or join) its load with `POST /loa
 A `.csv`, `.csv.gz` or `.parquet` file goes up as CSV lines (onceflow/clients/trip_files.py: Parquet cells in the
 trip's canonical spelling), streamed through boto3's managed transfer (one PUT, or a multipart upload of
 PART_BYTES parts), to `incoming/<sha256 of the file's bytes>/<file stem>.csv`. The key names the file's content,
-so the same file loaded again, or by a second loader at once, is the same object: a HEAD finds it and nothing is
-uploaded again, and `POST /loads` names the same object version, which is one load (the API joins it). A run
+so the same file loaded again, or by another loader, is the same object: a HEAD finds it and nothing is uploaded
+again, and `POST /loads` names the same object version, which is one load (the API joins it). (Two loaders that
+both start before either has uploaded put two versions, two loads; the second finds every row stored.) A run
 killed at any point is run again: an upload cut short left no object (it starts over), a load under way is
 joined, and a finished one answers with its report. Every row is stored once in any case: a row's id is its
 content's (`c-<hash>`, the id `/trips` and `/trips/batch` give it), so the same trip in another file, the same
