@@ -228,7 +228,11 @@ def _s3(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> 
     key = catalog.key_for(bucket)
     if operation in _S3_OBJECT_ACTIONS:
         resource = f"{bucket_arn(bucket)}/{params['Key']}"
-        needs = [Need(_S3_OBJECT_ACTIONS[operation], resource)]
+        action = _S3_OBJECT_ACTIONS[operation]
+        if operation in {"GetObject", "HeadObject"} and params.get("VersionId"):
+            # A read of one given version is authorized as s3:GetObjectVersion alone (s3:GetObject is not needed).
+            action = "s3:GetObjectVersion"
+        needs = [Need(action, resource)]
         if operation == "PutObject" and params.get("Tagging"):
             needs.append(Need("s3:PutObjectTagging", resource))  # tags set with the object need their own action
         if key is not None and operation in {"GetObject", "HeadObject"}:
@@ -267,8 +271,10 @@ def _sqs(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) ->
 def _stepfunctions(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> list[Need]:
     if operation in {"StartExecution", "StartSyncExecution"}:
         return [Need(f"states:{operation}", str(params["stateMachineArn"]))]
-    if operation in {"DescribeExecution", "StopExecution", "GetExecutionHistory"}:
+    if operation in {"DescribeExecution", "StopExecution", "GetExecutionHistory", "ListMapRuns"}:
         return [Need(f"states:{operation}", str(params["executionArn"]))]  # the execution ARN, not the machine's
+    if operation == "DescribeMapRun":
+        return [Need("states:DescribeMapRun", str(params["mapRunArn"]))]
     raise UnmappedCall(f"no IAM rule for stepfunctions:{operation}")
 
 
