@@ -417,9 +417,10 @@ def print_outcome(outcome: LoadOutcome, console: Console) -> None:
     if report is not None:
         flagged = report.get("flagged") or {}
         console.print(f"rows read        {int(report.get('rowsRead') or 0):>12,}")
-        findings = ", ".join(f"{code} {int(count):,}" for code, count in sorted((report.get("findings") or {}).items()))
-        console.print(f"stored           {int(report.get('stored') or 0):>12,}" + (f"  (with findings: {findings})" if findings else ""))
+        console.print(f"stored           {int(report.get('stored') or 0):>12,}")
         console.print(f"already stored   {int(report.get('alreadyStored') or 0):>12,}")
+        if findings := ", ".join(f"{code} {int(count):,}" for code, count in sorted((report.get("findings") or {}).items())):
+            console.print(f"  with findings: {findings}")
         console.print(f"flagged          {sum(int(count) for count in flagged.values()):>12,}")
         for title, counts in (("by reason", flagged), ("by detail", report.get("flaggedByDetail") or {})):
             for name, count in sorted(counts.items(), key=lambda item: (-int(item[1]), item[0])):
@@ -431,7 +432,7 @@ def print_outcome(outcome: LoadOutcome, console: Console) -> None:
             reason = str(entry["reason"])
             console.print(f"  {reason}" if reason.startswith(f"line {entry['line']} ") else f"  line {entry['line']}: {reason}")
         if refused_lines > min(len(refused), SHOWN_REFUSED):
-            where = f"s3://.../{contract.LOADS_PREFIX}{outcome.load_id}/report.json lists the first {len(refused):,}"
+            where = f"s3://{report.get('bucket')}/{contract.LOADS_PREFIX}{outcome.load_id}/report.json lists the first {len(refused):,}"
             console.print(f"  ... and {refused_lines - min(len(refused), SHOWN_REFUSED):,} more ({where})")
         if error := report.get("error"):
             console.print(f"error: {error.get('error')}: {error.get('cause')}")

@@ -307,15 +307,15 @@ def test_the_report_shows_the_counts_the_flagged_rows_by_reason_and_the_first_re
     text = printed(console)
     for line in (
         "rows read               2,000",
-        "stored                  1,200  (with findings: dropoff_equals_pickup 1, total_amount_mismatch 3)",
-        "already stored            737",
+        "stored                  1,200",
+        "already stored            737\n  with findings: dropoff_equals_pickup 1, total_amount_mismatch 3\n",
         "flagged                     3",
     ):
         assert line in text
     assert "by reason: VALIDATION: 2" in text and "by reason: STORE: 1" in text and "by detail: error:StoreConflict: 1" in text
     assert "refused lines              60" in text
     assert "\n  line 100 has 17 columns, the file's layout 18\n" in text and "\n  line 149 has" in text and "line 150 has" not in text
-    assert f"... and 10 more (s3://.../loads/{outcome.load_id}/report.json lists the first 55)" in text
+    assert f"... and 10 more (s3://{BUCKET}/loads/{outcome.load_id}/report.json lists the first 55)" in text
     # and the verdict: every line's fate is known, not all stored
     assert outcome.exit_status == 1 and "NOT ALL STORED (exit 1)" in text
 
