@@ -291,7 +291,8 @@ class LoadOutcome:
 
     @property
     def file_refused(self) -> bool:
-        """The whole file was refused (no trip layout, gzip or Parquet bytes): loading it again changes nothing."""
+        """The load refused the file as a whole (contract.ERROR_LOAD_INPUT: no trip layout in its first lines, not CSV
+        text, the object version gone): loading it again changes nothing."""
         error = (self.report or {}).get("error") or {}
         return bool(error) and error.get("error") == contract.ERROR_LOAD_INPUT
 
@@ -444,7 +445,7 @@ def print_outcome(outcome: LoadOutcome, console: Console) -> None:
 def _verdict(outcome: LoadOutcome) -> str:
     status = outcome.exit_status
     if outcome.file_refused:
-        return f"FILE REFUSED (exit {status}): no line of it can be a trip; loading it again changes nothing"
+        return f"FILE REFUSED (exit {status}): the load refused the file as a whole (the error above); loading it again changes nothing"
     if status == INCOMPLETE_EXIT_STATUS:
         return f"INCOMPLETE (exit {status}): {outcome.incomplete}; run the loader again (nothing is stored twice)"
     if status == NOT_STORED_EXIT_STATUS:

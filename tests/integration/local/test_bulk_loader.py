@@ -143,3 +143,13 @@ def test_a_spreadsheets_csv_with_a_byte_order_mark_and_crlf_loads(local_stack: A
     assert status == 0, out
     ids = {content_id(row) for row in rows}
     assert stored_ids(local_stack, ids) == ids
+
+
+def test_a_csv_of_no_trip_layout_is_refused_as_a_whole_and_exits_1(local_stack: Any, tmp_path: Path, capsys: Any) -> None:
+    # Given a CSV file that is no trip file: none of its lines has a trip's columns
+    path = write(tmp_path / "inventory.csv", ["sku,count", "a-1,3", "b-2,5"])
+    # When it is loaded
+    status, out = load(local_stack, path, capsys)
+    # Then the load refused the file as a whole, said why, and the loader exits 1: loading it again changes nothing
+    assert status == 1, out
+    assert f"error: {contract.ERROR_LOAD_INPUT}: " in out and "FILE REFUSED (exit 1)" in out
