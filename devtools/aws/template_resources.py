@@ -166,9 +166,13 @@ class EmbeddedCloud:
             if unsupported:
                 raise ValueError(f"the embedded cloud delivers S3 notifications to SQS only, not {sorted(unsupported)}")
             queues = [{**queue, "QueueArn": self.resolve(queue["QueueArn"])} for queue in configuration["QueueConfigurations"]]
-            s3.put_bucket_notification_configuration(
-                Bucket=self.resolve(props["BucketName"]), NotificationConfiguration={"QueueConfigurations": queues}
-            )
+            # Its bucket: the one property that is a Ref of a bucket of the template (CDK's BucketName).
+            (bucket,) = [
+                value
+                for value in props.values()
+                if isinstance(value, Mapping) and self.template["Resources"].get(value.get("Ref"), {}).get("Type") == "AWS::S3::Bucket"
+            ]
+            s3.put_bucket_notification_configuration(Bucket=self.resolve(bucket), NotificationConfiguration={"QueueConfigurations": queues})
 
     def function_environment(self, handler: str) -> dict[str, str]:
         function = self.template["Resources"][find_function(self.template, handler)]

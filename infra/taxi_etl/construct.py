@@ -646,6 +646,7 @@ class TaxiEtlSaga(Construct):
         -> ReportFailed (the report of what was done) -> LoadFailed. Always STANDARD: its execution names make a
         load start once, and a Distributed Map runs only there."""
         load_fields = {name: sfn.JsonPath.string_at(f"$.{name}") for name in ("bucket", "key", "versionId", "loadId")}
+        plan_path = f"$.{contract.BULK_STATE_PLAN}"  # where Plan's output stays for the map and the report
         report_failed = self._retried(
             tasks.LambdaInvoke(
                 self,
@@ -658,14 +659,17 @@ class TaxiEtlSaga(Construct):
             ),
             settings,
             NON_RETRYABLE_ERRORS,
-        ).next(sfn.Fail(self, "LoadFailed", error=contract.ERROR_LOAD_FAILED, cause_path="$.error.Cause"))
+        ).next(
+            # Named after the error it ends the execution with (a static name: a Fail state cannot re-raise States.*).
+            sfn.Fail(self, contract.ERROR_LOAD_FAILED, error=contract.ERROR_LOAD_FAILED, cause_path="$.error.Cause")
+        )
 
         plan = self._retried(
             tasks.LambdaInvoke(
                 self,
                 "Plan",
                 lambda_function=self.bulk_plan_function,
-                result_path="$.plan",
+                result_path=plan_path,
                 payload_response_only=True,
                 retry_on_service_exceptions=False,
             ),
@@ -685,13 +689,13 @@ class TaxiEtlSaga(Construct):
             self,
             "Chunks",
             item_reader=sfn.S3JsonItemReader(
-                bucket_name_path=sfn.JsonPath.string_at("$.plan.manifest.bucket"),
-                key=sfn.JsonPath.string_at("$.plan.manifest.key"),
+                bucket_name_path=sfn.JsonPath.string_at(f"{plan_path}.manifest.bucket"),
+                key=sfn.JsonPath.string_at(f"{plan_path}.manifest.key"),
             ),
             item_selector={
                 **load_fields,
-                "layout": sfn.JsonPath.object_at("$.plan.layout"),
-                "chunk": sfn.JsonPath.object_at("$$.Map.Item.Value"),
+                contract.BULK_CHUNK_LAYOUT: sfn.JsonPath.object_at(f"{plan_path}.layout"),
+                contract.BULK_CHUNK_ITEM: sfn.JsonPath.object_at("$$.Map.Item.Value"),
             },
             map_execution_type=sfn.StateMachineType.STANDARD,
             label=BULK_MAP_LABEL,
@@ -708,7 +712,7 @@ class TaxiEtlSaga(Construct):
                 self,
                 "Report",
                 lambda_function=self.bulk_report_function,
-                payload=sfn.TaskInput.from_object({**load_fields, "plan": sfn.JsonPath.object_at("$.plan")}),
+                payload=sfn.TaskInput.from_object({**load_fields, contract.BULK_STATE_PLAN: sfn.JsonPath.object_at(plan_path)}),
                 result_path="$.report",
                 payload_response_only=True,
                 retry_on_service_exceptions=False,

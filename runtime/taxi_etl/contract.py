@@ -95,6 +95,12 @@ KEY_LOAD_ID: Final = "LoadId"
 # keeps its manifest, its chunks' summaries and its report under LOADS_PREFIX<LoadId>/.
 INGEST_PREFIX: Final = "incoming/"
 LOADS_PREFIX: Final = "loads/"
+# The bulk state machine's state and its Chunk task's event, as the construct builds them and the bulk handlers read
+# them: Plan's output is at BULK_STATE_PLAN; a chunk's event (the Distributed Map's ItemSelector) holds the load's
+# fields, the file's layout at BULK_CHUNK_LAYOUT and the chunk's manifest item at BULK_CHUNK_ITEM.
+BULK_STATE_PLAN: Final = "plan"
+BULK_CHUNK_LAYOUT: Final = "layout"
+BULK_CHUNK_ITEM: Final = "chunk"
 # A load's Fail state: one static error name (a Fail state cannot re-raise a States.* name).
 ERROR_LOAD_FAILED: Final = "LoadFailed"
 # A file the plan cannot cut into chunks (missing, not CSV text, no trip layout): no retry can fix it.
