@@ -9,9 +9,8 @@ measured at L = 0 and at L = DELAY_MS:
 
 Sections: runner stats in the full-shard regime (a 1,000-record batch of about 1,000 distinct
 runs, with the seed design side by side), the taxi saga's phases (benchmarks/saga_latency.py),
-the snapshot worker (benchmarks/snapshot_latency.py), the handlers' cold start
-(benchmarks/cold_start.py), and the taxi loader's batches in flight at 50 ms a request
-(benchmarks/loader_concurrency.py). Figures, not a pass/fail test; it says whether each target is met.
+the snapshot worker (benchmarks/snapshot_latency.py), and the handlers' cold start
+(benchmarks/cold_start.py). Figures, not a pass/fail test; it says whether each target is met.
 """
 
 from __future__ import annotations
@@ -177,7 +176,7 @@ def runner_stats_section(templates: dict[str, dict[str, Any]]) -> bool:
 
 def main(templates: dict[str, dict[str, Any]]) -> bool:
     """Every latency section; True when every target is met."""
-    from benchmarks import cold_start, loader_concurrency, saga_latency, snapshot_latency
+    from benchmarks import cold_start, saga_latency, snapshot_latency
 
     results = {"runner stats": runner_stats_section(templates)}
     print("\n== taxi saga phases ==")
@@ -186,7 +185,5 @@ def main(templates: dict[str, dict[str, Any]]) -> bool:
     results["snapshot worker"] = snapshot_latency.main(templates["Onceflow-dev-EventLog"])
     print("\n== cold start ==")
     results["cold start"] = cold_start.main(templates)
-    print("\n== taxi loader, batches in flight ==")
-    results["taxi loader"] = loader_concurrency.main()
     print("\nlatency targets: " + ", ".join(f"{name} {'met' if ok else 'NOT met'}" for name, ok in results.items()))
     return all(results.values())

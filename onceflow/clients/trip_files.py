@@ -259,14 +259,17 @@ class TripStream(io.RawIOBase):
         return size
 
 
-def upload_trip_file(s3: Any, path: Path, bucket: str, key: str, *, part_size: int) -> dict[str, str]:
+def upload_trip_file(
+    s3: Any, path: Path, bucket: str, key: str, *, part_size: int, on_bytes: Callable[[int], object] | None = None
+) -> dict[str, str]:
     """Upload the file's `trip_lines` to s3://bucket/key through boto3's managed transfer: a single PUT up to
-    `part_size` bytes, a multipart upload of `part_size` parts above it (S3 takes parts of 5 MiB or more). Returns
-    the object's ETag and, in a versioned bucket, VersionId, as a HEAD of the key reads them after the upload."""
+    `part_size` bytes, a multipart upload of `part_size` parts above it (S3 takes parts of 5 MiB or more). `on_bytes`
+    is called with each count of bytes sent (a progress bar's update). Returns the object's ETag and, in a versioned
+    bucket, VersionId, as a HEAD of the key reads them after the upload."""
     from boto3.s3.transfer import TransferConfig
 
     config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
     with io.BufferedReader(TripStream(trip_lines(path)), buffer_size=_READ_BYTES) as stream:
-        s3.upload_fileobj(stream, bucket, key, Config=config)
+        s3.upload_fileobj(stream, bucket, key, Config=config, Callback=on_bytes)
     head = s3.head_object(Bucket=bucket, Key=key)
     return {name: head[name] for name in ("ETag", "VersionId") if name in head}

@@ -38,12 +38,15 @@ def test_a_parquet_file_under_the_part_size_is_one_put_of_its_csv_lines(s3: Any,
     cells = sample_cells()
     path = write_parquet(tmp_path / "month.parquet", trip_table(cells, fees={"Airport_fee": [0.0] * len(cells)}))
 
-    # When it is uploaded with parts of 5 MiB
-    uploaded = upload_trip_file(s3, path, BUCKET, "loads/month.csv", part_size=MIN_PART_BYTES)
+    # When it is uploaded with parts of 5 MiB, counting the bytes sent
+    sent: list[int] = []
+    uploaded = upload_trip_file(s3, path, BUCKET, "loads/month.csv", part_size=MIN_PART_BYTES, on_bytes=sent.append)
 
     # Then the object is the file's CSV lines, put whole (a plain MD5 ETag), in a version of its own
     stored = s3.get_object(Bucket=BUCKET, Key="loads/month.csv", VersionId=uploaded["VersionId"])
     assert stored["Body"].read() == expected_body(path)
+    # and the counts add up to its size (what the loader's progress bar shows)
+    assert sum(sent) == len(expected_body(path))
     assert "-" not in uploaded["ETag"] and stored["ETag"] == uploaded["ETag"]
 
 

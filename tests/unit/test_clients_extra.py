@@ -27,7 +27,7 @@ sys.meta_path.insert(0, WithoutTheClientsExtra())
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 COMMANDS = {
     "onceflow-event-log": ["snapshot", "budget-2027", "--url", "http://127.0.0.1:9/"],
-    "onceflow-taxi-load": ["trips.csv", "--url", "http://127.0.0.1:9/", "--api-key", "k"],
+    "onceflow-taxi-load": ["trips.csv", "--url", "http://127.0.0.1:9/", "--bucket", "b", "--api-key", "k"],
 }
 
 

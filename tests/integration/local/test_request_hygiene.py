@@ -1,14 +1,12 @@
 """Request hygiene over real HTTP on `make serve`'s local server (issue 22): each API refuses a body
 that is not its media type in UTF-8 with 415, and one that is not strict UTF-8 with 400, and nothing
-is stored (no log entry; no execution, status row or trip). The loader still loads a file that starts
-with a byte-order mark, because it drops the mark itself and sends clean UTF-8 as text/csv."""
+is stored (no log entry; no execution, status row or trip). (The loader's file that starts with a byte-order
+mark: tests/integration/local/test_bulk_loader.py.)"""
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +15,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from devtools.local.stack import LocalStack
-from devtools.taxi_rows import sample_header, sample_lines
-from onceflow.clients.taxi_loader import Console, HttpTaxiApi, LoadOptions, load_file
+from devtools.taxi_rows import sample_lines
 from runtime.event_log import contract as event_log_contract
 from runtime.taxi_etl import contract as taxi_etl_contract
 from tests.integration.local import raw_http
@@ -168,18 +165,3 @@ def test_the_taxi_api_refuses_a_body_that_is_not_csv_in_strict_utf8_and_starts_n
         assert answer["accepted"] == ["text/csv"]
     # and nothing started: no execution, no status row, no trip
     assert_nothing_started(local_stack, key)
-
-
-@pytest.mark.parametrize("header", [False, True], ids=["first-line-a-trip", "first-line-the-header"])
-def test_the_loader_loads_a_file_that_starts_with_a_byte_order_mark(local_stack: LocalStack, tmp_path: Path, header: bool) -> None:
-    # Given a file saved as "CSV UTF-8" by a spreadsheet: a BOM, then three trips (with or without the header first)
-    rows = sample_lines()[410:413] if header else sample_lines()[400:403]
-    path = tmp_path / "spreadsheet.csv"
-    path.write_bytes(b"\xef\xbb\xbf" + "".join(f"{line}\r\n" for line in ([sample_header()] if header else []) + rows).encode())
-    # When the loader sends it to the local API (it drops the mark, sends text/csv; charset=utf-8) and reads the rows back
-    console = Console(io.StringIO(), io.StringIO(), False)
-    report = load_file(path, HttpTaxiApi(local_stack.taxi_url, local_stack.api_key), LoadOptions(wait_seconds=120), console=console)
-    # Then the batch was accepted and all three trips were stored
-    assert report.failed == [] and report.refused == 0 and report.rows == 3
-    assert report.states is not None and report.states.stored == 3
-    assert report.exit_status == 0
