@@ -137,7 +137,7 @@ class CallAudit:
         functions: dict[str, FunctionRole] = {}
         for template in templates.values():
             for function_id, resource in template.get("Resources", {}).items():
-                if resource["Type"] != "AWS::Lambda::Function":
+                if not is_project_function(resource):
                     continue
                 handler = str(resource["Properties"].get("Handler"))
                 functions[handler] = FunctionRole(handler, Role.of_function(template, function_id), service_needs(template, function_id))
@@ -429,5 +429,12 @@ def entry_points(templates: Mapping[str, Template]) -> list[str]:
         str(resource["Properties"]["Handler"])
         for template in templates.values()
         for resource in template.get("Resources", {}).values()
-        if resource["Type"] == "AWS::Lambda::Function"
+        if is_project_function(resource)
     )
+
+
+def is_project_function(resource: Mapping[str, Any]) -> bool:
+    """A function of the project's runtime package (the Lambda factory's; FunctionSpec.handler). CDK's own deploy-time
+    handlers (the bucket notifications custom resource's, with inline code and CDK's managed policy) run only while
+    CloudFormation deploys, never in the embedded cloud, so there is no call of theirs to audit."""
+    return resource["Type"] == "AWS::Lambda::Function" and str(resource["Properties"].get("Handler", "")).startswith("runtime.")

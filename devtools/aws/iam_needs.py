@@ -228,7 +228,11 @@ def _s3(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> 
     key = catalog.key_for(bucket)
     if operation in _S3_OBJECT_ACTIONS:
         resource = f"{bucket_arn(bucket)}/{params['Key']}"
-        needs = [Need(_S3_OBJECT_ACTIONS[operation], resource)]
+        action = _S3_OBJECT_ACTIONS[operation]
+        if operation in {"GetObject", "HeadObject"} and params.get("VersionId"):
+            # A read of one given version is authorized as s3:GetObjectVersion alone (s3:GetObject is not needed).
+            action = "s3:GetObjectVersion"
+        needs = [Need(action, resource)]
         if operation == "PutObject" and params.get("Tagging"):
             needs.append(Need("s3:PutObjectTagging", resource))  # tags set with the object need their own action
         if key is not None and operation in {"GetObject", "HeadObject"}:

@@ -941,6 +941,36 @@ def strict_distributed_map() -> Iterator[None]:
         parser.parse = original_parse
 
 
+@reaches_into_moto(
+    Reach("moto.s3.notifications", "_get_s3_event", ("event_name", "bucket", "key", "notification_id")),
+    InstanceAttribute("moto.s3.models", "FakeKey", attribute="_version_id"),
+)
+@contextmanager
+def s3_events_as_aws() -> Iterator[None]:
+    """S3 event notifications with what AWS puts in them and moto leaves out: the object's `versionId` (in a
+    versioned bucket) and a `sequencer` that grows with each event. A consumer that loads the exact version
+    an event names (the taxi load starter) would otherwise see every object as unversioned on moto."""
+    from moto.s3 import notifications
+
+    original = notifications._get_s3_event
+    sequence = iter(range(1, 1 << 62))
+    lock = threading.Lock()
+
+    def get_s3_event(event_name: str, bucket: Any, key: Any, notification_id: str) -> dict[str, Any]:
+        event = original(event_name, bucket, key, notification_id)
+        with lock:
+            sequencer = f"{next(sequence):016X}"
+        for record in event["Records"]:
+            item = record["s3"]["object"]
+            if key._version_id not in (None, "null"):  # moto's "null": put in a bucket without versioning
+                item["versionId"] = str(key._version_id)
+            item["sequencer"] = sequencer
+        return event
+
+    with mock.patch.object(notifications, "_get_s3_event", get_s3_event):
+        yield
+
+
 @contextmanager
 def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
     """moto's mock_aws (with moto's `config`), DynamoDB requests atomic across threads, AWS's service
@@ -961,5 +991,6 @@ def embedded_aws(config: DefaultConfig | None = None) -> Iterator[None]:
         cached_backend_urls(),
         strict_distributed_map(),
         cached_step_functions_clients(),
+        s3_events_as_aws(),
     ):
         yield

@@ -145,11 +145,30 @@ class EmbeddedCloud:
                 kinesis.create_stream(StreamName=logical_id, ShardCount=int(props.get("ShardCount", 1)))
                 self.names[logical_id] = logical_id
         if s3 is not None:
-            for logical_id in resources_of_type(self.template, "AWS::S3::Bucket"):
+            for logical_id, resource in resources_of_type(self.template, "AWS::S3::Bucket").items():
                 name = logical_id.lower()  # bucket names are lower case
                 s3.create_bucket(Bucket=name)
                 self.names[logical_id] = name
+                versioning = resource.get("Properties", {}).get("VersioningConfiguration")
+                if versioning is not None:
+                    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": versioning["Status"]})
+            if sqs is not None:
+                self._add_bucket_notifications(s3)
         return self
+
+    def _add_bucket_notifications(self, s3: Any) -> None:
+        """CDK's Custom::S3BucketNotifications (what its deploy-time handler puts): each bucket's queue notifications,
+        which moto then delivers in-process as S3 does."""
+        for resource in resources_of_type(self.template, "Custom::S3BucketNotifications").values():
+            props = resource["Properties"]
+            configuration = props["NotificationConfiguration"]
+            unsupported = set(configuration) - {"QueueConfigurations"}
+            if unsupported:
+                raise ValueError(f"the embedded cloud delivers S3 notifications to SQS only, not {sorted(unsupported)}")
+            queues = [{**queue, "QueueArn": self.resolve(queue["QueueArn"])} for queue in configuration["QueueConfigurations"]]
+            s3.put_bucket_notification_configuration(
+                Bucket=self.resolve(props["BucketName"]), NotificationConfiguration={"QueueConfigurations": queues}
+            )
 
     def function_environment(self, handler: str) -> dict[str, str]:
         function = self.template["Resources"][find_function(self.template, handler)]

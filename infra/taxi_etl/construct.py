@@ -13,14 +13,18 @@ creates is exposed as a typed attribute.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Arn, ArnFormat, Duration, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_notifications as s3n
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from aws_cdk.aws_apigatewayv2_authorizers import HttpLambdaAuthorizer, HttpLambdaResponseType
@@ -29,7 +33,7 @@ from constructs import Construct
 
 from onceflow.infra.common import CommonProps
 from onceflow.infra.lambda_factory import FunctionSpec, create_function
-from onceflow.infra.resources import durable_table, throttled_http_api
+from onceflow.infra.resources import durable_table, encrypted_queue, throttled_http_api
 from onceflow.infra.taxi_etl.compliance import acknowledge_taxi_etl
 from onceflow.infra.taxi_etl.props import TaxiEtlConfig, TaxiEtlSagaProps
 from onceflow.runtime.taxi_etl import contract
@@ -53,6 +57,18 @@ TRANSIENT_ERRORS = [contract.ERROR_TRANSIENT, *LAMBDA_SERVICE_ERRORS]
 # batch may do so again). States.TaskFailed matches every error but States.Timeout, so this retrier
 # comes after the two above: Step Functions takes the first retrier whose ErrorEquals matches.
 OTHER_TASK_ERRORS = ["States.TaskFailed", "States.Timeout"]
+# The plan's own refusal of a file (missing version, not CSV text, no trip layout): no retry can fix it.
+BULK_PLAN_NON_RETRYABLE_ERRORS = [contract.ERROR_LOAD_INPUT]
+# The Distributed Map's label (its map runs are named <state machine>/<label>:<id>).
+BULK_MAP_LABEL = "Chunks"
+# A load of a month's file runs for minutes; a bound keeps a stuck one from running a year (Standard's limit).
+BULK_EXECUTION_TIMEOUT = Duration.hours(24)
+# An ObjectCreated event the starter keeps failing on (the state machine throttled or down) is retried this
+# often, then kept in the dead-letter queue for 14 days; POST /loads starts the same load by hand.
+LOAD_STARTER_MAX_RECEIVES = 5
+LOAD_STARTER_BATCH_SIZE = 10
+# The ingest bucket's server access logs: kept 90 days, like the event log bucket's.
+ACCESS_LOG_RETENTION = Duration.days(90)
 # Each phase's name in TaxiEtlConfig.reserved_concurrency.
 PHASE_FUNCTIONS = {contract.PHASE_VALIDATION: "validate", contract.PHASE_TRANSFORMATION: "transform", contract.PHASE_STORE: "store"}
 
@@ -62,7 +78,9 @@ class TaxiEtlSaga(Construct):
 
     Creates the three status tables, the trips table (or takes yours), the API key secret (or
     takes yours), the phase, flag, API, row-state and authorizer functions, the Step Functions
-    state machine with its encrypted execution logs, and the HTTP API behind the authorizer.
+    state machine with its encrypted execution logs, and the HTTP API behind the authorizer; and the
+    bulk route: the ingest bucket, its ObjectCreated queue and the load starter, the bulk plan, chunk
+    and report functions, the bulk state machine, and POST /loads and GET /loads/{LoadId}.
     """
 
     settings: TaxiEtlConfig
@@ -90,6 +108,19 @@ class TaxiEtlSaga(Construct):
     api_stage: apigw.HttpStage
     api_access_logs: logs.LogGroup
     authorizer: HttpLambdaAuthorizer
+    # The bulk route: a file under incoming/ in the ingest bucket -> the bulk state machine (plan, a Distributed
+    # Map of chunks, report), started by POST /loads or by the file's ObjectCreated event through the starter queue.
+    ingest_bucket: s3.Bucket
+    ingest_access_log_bucket: s3.Bucket
+    load_starter_queue: sqs.Queue
+    load_starter_dead_letter_queue: sqs.Queue
+    bulk_plan_function: lambda_.Function
+    bulk_chunk_function: lambda_.Function
+    bulk_report_function: lambda_.Function
+    loads_api_function: lambda_.Function
+    load_starter_function: lambda_.Function
+    bulk_state_machine: sfn.StateMachine
+    bulk_state_machine_logs: logs.LogGroup
 
     def __init__(self, scope: Construct, construct_id: str, props: TaxiEtlSagaProps | None = None) -> None:
         props = props if props is not None else TaxiEtlSagaProps()
@@ -116,6 +147,7 @@ class TaxiEtlSaga(Construct):
         self._add_phase_functions(common, settings)
         self._add_state_machine(common, settings)
         self._add_api(common, settings)
+        self._add_bulk_route(common, settings)
         if props.acknowledge_findings:
             acknowledge_taxi_etl(self)
 
@@ -215,7 +247,12 @@ class TaxiEtlSaga(Construct):
             payload_response_only=True,
             retry_on_service_exceptions=False,  # the retries below say exactly what is retried
         )
-        task.add_retry(errors=NON_RETRYABLE_ERRORS, max_attempts=0)
+        return self._retried(task, settings, NON_RETRYABLE_ERRORS)
+
+    @staticmethod
+    def _retried(task: tasks.LambdaInvoke, settings: TaxiEtlConfig, non_retryable: list[str]) -> tasks.LambdaInvoke:
+        """The saga's retriers on a task: `non_retryable` never, AWS's failures long, anything else briefly."""
+        task.add_retry(errors=non_retryable, max_attempts=0)
         # AWS failing the task: longer, with a later cap, since only time fixes it.
         task.add_retry(
             errors=TRANSIENT_ERRORS,
@@ -450,4 +487,315 @@ class TaxiEtlSaga(Construct):
             path=contract.ROUTE_ROW_STATE,
             methods=[apigw.HttpMethod.GET],
             integration=HttpLambdaIntegration("RowStateIntegration", self.row_state_alias or self.row_state_function),
+        )
+
+    # --- the bulk route ---------------------------------------------------------------------------
+
+    def _add_bulk_route(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
+        """A file under incoming/ -> the bulk state machine: Plan cuts it into chunks (a manifest under loads/),
+        a Distributed Map runs one chunk task per manifest item (the three phases in-process, the same status
+        tables and trips table as the per-batch machine), Report writes the load's report."""
+        self._add_ingest_bucket(common, settings)
+        self._add_bulk_functions(common, settings)
+        self._add_bulk_state_machine(common, settings)
+        self._add_loads_functions(common, settings)
+
+    def _add_ingest_bucket(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
+        self.ingest_access_log_bucket = s3.Bucket(
+            self,
+            "IngestAccessLogBucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 server access logging writes to
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=ACCESS_LOG_RETENTION)],
+            removal_policy=common.removal_policy,
+        )
+        self.ingest_bucket = s3.Bucket(
+            self,
+            "IngestBucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            # A load is one object version: a file overwritten while it loads is still read as it was.
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=self.ingest_access_log_bucket,
+            server_access_logs_prefix="ingest/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireIncomingFiles", prefix=contract.INGEST_PREFIX, expiration=Duration.days(settings.ingest_retention_days)
+                ),
+                s3.LifecycleRule(
+                    id="ExpireLoadRecords", prefix=contract.LOADS_PREFIX, expiration=Duration.days(settings.load_report_retention_days)
+                ),
+                s3.LifecycleRule(
+                    id="ExpireOldVersions",
+                    noncurrent_version_expiration=Duration.days(settings.ingest_retention_days),
+                    expired_object_delete_marker=True,
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                ),
+            ],
+            removal_policy=common.removal_policy,
+        )
+        self.load_starter_dead_letter_queue = encrypted_queue(self, "LoadStarterDeadLetterQueue", common)
+        self.load_starter_queue = encrypted_queue(
+            self,
+            "LoadStarterQueue",
+            common,
+            # AWS's advice for a Lambda event source: six times the function's timeout, so a retried batch is not redelivered meanwhile.
+            visibility_seconds=6 * settings.api_timeout_seconds,
+            dead_letter=sqs.DeadLetterQueue(queue=self.load_starter_dead_letter_queue, max_receive_count=LOAD_STARTER_MAX_RECEIVES),
+        )
+        # SSE-SQS (encrypted_queue): S3 cannot send to a queue encrypted with the AWS managed KMS key.
+        self.ingest_bucket.add_event_notification(
+            s3.EventType.OBJECT_CREATED,
+            s3n.SqsDestination(self.load_starter_queue),
+            s3.NotificationKeyFilter(prefix=contract.INGEST_PREFIX),
+        )
+
+    def _grant_ingest_reads(self, function: lambda_.IFunction, prefix: str, *actions: str) -> None:
+        """Reads under `prefix`: s3:GetObject (HeadObject is authorized as it), or s3:GetObjectVersion for a read of
+        one given version (a load reads exactly its version, which needs that action alone)."""
+        objects = self.ingest_bucket.arn_for_objects(f"{prefix}*")
+        function.add_to_role_policy(iam.PolicyStatement(actions=list(actions), resources=[objects]))
+
+    def _grant_load_writes(self, function: lambda_.IFunction) -> None:
+        function.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[self.ingest_bucket.arn_for_objects(f"{contract.LOADS_PREFIX}*")])
+        )
+
+    def _grant_missing_key_answers(self, function: lambda_.IFunction) -> None:
+        """s3:ListBucket on the bucket: S3 answers a GetObject or HeadObject of a missing key with 404 only to a
+        caller who may list the bucket (403 otherwise), and an s3:prefix condition does not apply to those requests."""
+        function.add_to_role_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.ingest_bucket.bucket_arn]))
+
+    def _bulk_spec(
+        self, settings: TaxiEtlConfig, handler: str, service: str, description: str, environment: dict[str, str]
+    ) -> FunctionSpec:
+        return FunctionSpec(
+            handler=handler,
+            service=service,
+            description=description,
+            memory_mb=settings.phase_memory_mb,
+            timeout_seconds=settings.bulk_task_timeout_seconds,
+            environment=environment,
+        )
+
+    def _add_bulk_functions(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
+        bucket = {contract.ENV_INGEST_BUCKET: self.ingest_bucket.bucket_name}
+        plan_spec = self._bulk_spec(
+            settings,
+            contract.HANDLER_BULK_PLAN,
+            contract.SERVICE_BULK_PLAN,
+            "Taxi bulk Plan: reads a file's version once, writes its manifest of chunks",
+            {**bucket, contract.ENV_CHUNK_ROWS: str(settings.bulk_chunk_rows)},
+        )
+        self.bulk_plan_function = create_function(self, "BulkPlanFunction", plan_spec, common).function
+        self._grant_ingest_reads(self.bulk_plan_function, contract.INGEST_PREFIX, "s3:GetObjectVersion")
+        self._grant_load_writes(self.bulk_plan_function)
+        # A version deleted before its load ran must answer 404 (the load's input is gone), not 403.
+        self._grant_missing_key_answers(self.bulk_plan_function)
+
+        chunk_spec = self._bulk_spec(
+            settings,
+            contract.HANDLER_BULK_CHUNK,
+            contract.SERVICE_BULK_CHUNK,
+            "Taxi bulk Chunk: validate, transform and store one chunk's rows, flag its rejects, write its summary",
+            {**bucket, contract.ENV_MAX_LINE_BYTES: str(settings.max_line_bytes), **self._row_tables_environment()},
+        )
+        self.bulk_chunk_function = create_function(self, "BulkChunkFunction", chunk_spec, common).function
+        self._grant_ingest_reads(self.bulk_chunk_function, contract.INGEST_PREFIX, "s3:GetObjectVersion")
+        self._grant_ingest_reads(self.bulk_chunk_function, contract.LOADS_PREFIX, "s3:GetObject")
+        self._grant_load_writes(self.bulk_chunk_function)
+        # Its done marker: a HeadObject of a summary not written yet must answer 404, not 403 (and so must its range
+        # of a version deleted meanwhile).
+        self._grant_missing_key_answers(self.bulk_chunk_function)
+        # What the phases and the flag step do: conditional status rows, the conditional trips put, and the
+        # flag step's read of the trips table (a stored row is not flagged).
+        for table in self.status_tables.values():
+            table.grant(self.bulk_chunk_function, "dynamodb:UpdateItem")
+        self.final_table.grant(self.bulk_chunk_function, "dynamodb:PutItem", "dynamodb:BatchGetItem")
+
+        report_spec = self._bulk_spec(
+            settings,
+            contract.HANDLER_BULK_REPORT,
+            contract.SERVICE_BULK_REPORT,
+            "Taxi bulk Report: sums a load's chunk summaries into its report",
+            dict(bucket),
+        )
+        self.bulk_report_function = create_function(self, "BulkReportFunction", report_spec, common).function
+        self._grant_ingest_reads(self.bulk_report_function, contract.LOADS_PREFIX, "s3:GetObject")
+        self._grant_load_writes(self.bulk_report_function)
+        self.bulk_report_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.ingest_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": f"{contract.LOADS_PREFIX}*"}},
+            )
+        )
+
+    def _add_bulk_state_machine(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
+        """Plan -> Chunks (a Distributed Map over the plan's manifest) -> Report -> Loaded; a failed plan or map
+        -> ReportFailed (the report of what was done) -> LoadFailed. Always STANDARD: its execution names make a
+        load start once, and a Distributed Map runs only there."""
+        load_fields = {name: sfn.JsonPath.string_at(f"$.{name}") for name in ("bucket", "key", "versionId", "loadId")}
+        report_failed = self._retried(
+            tasks.LambdaInvoke(
+                self,
+                "ReportFailed",
+                lambda_function=self.bulk_report_function,
+                # The whole state: the load, the plan when it ran, and the caught error at $.error.
+                result_path="$.report",
+                payload_response_only=True,
+                retry_on_service_exceptions=False,
+            ),
+            settings,
+            NON_RETRYABLE_ERRORS,
+        ).next(sfn.Fail(self, "LoadFailed", error=contract.ERROR_LOAD_FAILED, cause_path="$.error.Cause"))
+
+        plan = self._retried(
+            tasks.LambdaInvoke(
+                self,
+                "Plan",
+                lambda_function=self.bulk_plan_function,
+                result_path="$.plan",
+                payload_response_only=True,
+                retry_on_service_exceptions=False,
+            ),
+            settings,
+            BULK_PLAN_NON_RETRYABLE_ERRORS,
+        )
+        plan.add_catch(report_failed, errors=["States.ALL"], result_path="$.error")
+
+        chunk = self._retried(
+            tasks.LambdaInvoke(
+                self, "Chunk", lambda_function=self.bulk_chunk_function, payload_response_only=True, retry_on_service_exceptions=False
+            ),
+            settings,
+            NON_RETRYABLE_ERRORS,
+        )
+        chunks = sfn.DistributedMap(
+            self,
+            "Chunks",
+            item_reader=sfn.S3JsonItemReader(
+                bucket_name_path=sfn.JsonPath.string_at("$.plan.manifest.bucket"),
+                key=sfn.JsonPath.string_at("$.plan.manifest.key"),
+            ),
+            item_selector={
+                **load_fields,
+                "layout": sfn.JsonPath.object_at("$.plan.layout"),
+                "chunk": sfn.JsonPath.object_at("$$.Map.Item.Value"),
+            },
+            map_execution_type=sfn.StateMachineType.STANDARD,
+            label=BULK_MAP_LABEL,
+            max_concurrency=settings.bulk_max_concurrency,
+            tolerated_failure_percentage=settings.bulk_tolerated_failure_percentage,
+            # The chunks' outcomes are their summaries in S3: nothing of them in state (256 KiB for the whole map).
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        chunks.item_processor(chunk)
+        chunks.add_catch(report_failed, errors=["States.ALL"], result_path="$.error")
+
+        report = self._retried(
+            tasks.LambdaInvoke(
+                self,
+                "Report",
+                lambda_function=self.bulk_report_function,
+                payload=sfn.TaskInput.from_object({**load_fields, "plan": sfn.JsonPath.object_at("$.plan")}),
+                result_path="$.report",
+                payload_response_only=True,
+                retry_on_service_exceptions=False,
+            ),
+            settings,
+            NON_RETRYABLE_ERRORS,
+        )
+        definition = plan.next(chunks).next(report).next(sfn.Succeed(self, "Loaded", comment="Every chunk of the file was done"))
+
+        self.bulk_state_machine_logs = logs.LogGroup(
+            self,
+            "BulkStateMachineLogs",
+            encryption_key=self.state_machine_logs_key,
+            retention=common.log_retention,
+            removal_policy=common.removal_policy,
+        )
+        self.bulk_state_machine = sfn.StateMachine(
+            self,
+            "BulkStateMachine",
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            timeout=BULK_EXECUTION_TIMEOUT,
+            tracing_enabled=common.tracing.lambda_active_tracing,
+            logs=sfn.LogOptions(
+                destination=self.bulk_state_machine_logs,
+                level=settings.execution_log_level,
+                include_execution_data=settings.execution_log_data,
+            ),
+            comment="onceflow taxi bulk load: plan a file's chunks -> a Distributed Map of chunk tasks -> report",
+        )
+        # Its execution names are the loads' ids: the history is what makes a load start once.
+        self.bulk_state_machine.apply_removal_policy(common.removal_policy)
+        # The ItemReader's GetObject of the manifest (its bucket is a path, so CDK grants nothing for it).
+        self.bulk_state_machine.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[self.ingest_bucket.arn_for_objects(f"{contract.LOADS_PREFIX}*")])
+        )
+
+    def _loads_environment(self) -> dict[str, str]:
+        return {
+            contract.ENV_INGEST_BUCKET: self.ingest_bucket.bucket_name,
+            contract.ENV_BULK_STATE_MACHINE_ARN: self.bulk_state_machine.state_machine_arn,
+        }
+
+    def _grant_load_starts(self, function: lambda_.IFunction) -> None:
+        """Start a load (or join it), and read its generations' executions back."""
+        self.bulk_state_machine.grant_start_execution(function)
+        self.bulk_state_machine.grant_execution(function, "states:DescribeExecution")
+
+    def _add_loads_functions(self, common: CommonProps, settings: TaxiEtlConfig) -> None:
+        loads_spec = FunctionSpec(
+            handler=contract.HANDLER_LOADS_API,
+            service=contract.SERVICE_LOADS_API,
+            description="Taxi bulk API: starts the load of a file in the ingest bucket, answers its progress and report",
+            timeout_seconds=settings.api_timeout_seconds,
+            environment=self._loads_environment(),
+        )
+        self.loads_api_function = create_function(self, "LoadsApiFunction", loads_spec, common).function
+        # HeadObject of the file, of the version asked for or of the latest.
+        self._grant_ingest_reads(self.loads_api_function, contract.INGEST_PREFIX, "s3:GetObject", "s3:GetObjectVersion")
+        # The load's report and manifest.
+        self._grant_ingest_reads(self.loads_api_function, contract.LOADS_PREFIX, "s3:GetObject")
+        # A missing file (POST) or report (GET) must answer 404, and the progress lists the chunks' summaries.
+        self._grant_missing_key_answers(self.loads_api_function)
+        self._grant_load_starts(self.loads_api_function)
+        self.bulk_state_machine.grant_execution(self.loads_api_function, "states:ListMapRuns")
+        machine_name = Arn.split(self.bulk_state_machine.state_machine_arn, ArnFormat.COLON_RESOURCE_NAME).resource_name
+        self.loads_api_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["states:DescribeMapRun"],
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="states",
+                        resource="mapRun",
+                        resource_name=f"{machine_name}/{BULK_MAP_LABEL}:*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                ],
+            )
+        )
+        integration = HttpLambdaIntegration("LoadsIntegration", self.loads_api_function)
+        self.http_api.add_routes(path=contract.ROUTE_LOADS, methods=[apigw.HttpMethod.POST], integration=integration)
+        self.http_api.add_routes(path=contract.ROUTE_LOAD, methods=[apigw.HttpMethod.GET], integration=integration)
+
+        starter_spec = FunctionSpec(
+            handler=contract.HANDLER_LOAD_STARTER,
+            service=contract.SERVICE_LOAD_STARTER,
+            description="Taxi bulk starter: starts the load of each file created under incoming/ (its S3 event, through SQS)",
+            timeout_seconds=settings.api_timeout_seconds,
+            environment=self._loads_environment(),
+        )
+        self.load_starter_function = create_function(self, "LoadStarterFunction", starter_spec, common).function
+        # No S3 right: the event names the object version, and the plan finds out if it is gone.
+        self._grant_load_starts(self.load_starter_function)
+        self.load_starter_function.add_event_source(
+            sources.SqsEventSource(self.load_starter_queue, batch_size=LOAD_STARTER_BATCH_SIZE, report_batch_item_failures=True)
         )

@@ -24,6 +24,10 @@ VALIDATE_MAX_LINE_BYTES = 4096  # runtime.taxi_etl.trips.MAX_LINE_BYTES: longer 
 # The functions a reservation can name (TaxiEtlConfig.reserved_concurrency); the flag function is not one.
 TAXI_ETL_FUNCTIONS: Final = ("api", "row_state", "authorizer", "validate", "transform", "store")
 EXPRESS_MAX_EXECUTION_MINUTES = 5
+# The bulk route's chunk cut (runtime.taxi_etl.chunks): enough rows to amortize a child's cost, few enough for one
+# Lambda invocation to run the three phases on them well inside its timeout.
+BULK_CHUNK_ROWS_RANGE: Final = (100, 10_000)
+LAMBDA_MAX_TIMEOUT_SECONDS: Final = 900
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,22 @@ class TaxiEtlConfig:
     execution_timeout_minutes, transient_retry_attempts, auto_redrive_wait_seconds: None (the
         default) takes the workflow type's (WORKFLOW_DEFAULTS): 15 minutes, 8 attempts and 120 s
         for STANDARD, 5 minutes, 4 attempts and 60 s for EXPRESS. `execution_limits` has the values in effect.
+
+    The bulk route (a file under incoming/ in the ingest bucket -> the bulk state machine, always STANDARD
+    whatever workflow_type says: its execution names make a load start once, and its Distributed Map needs it):
+    bulk_chunk_rows: lines per chunk, the plan's cut (100..10000; default 2,000). One chunk is one Lambda
+        invocation running the three phases on its rows.
+    bulk_max_concurrency: chunks run at once (at least 1; default 100). Never 0: AWS reads 0 as "no limit"
+        (10,000 children), and the embedded cloud would run one thread per chunk.
+    bulk_tolerated_failure_percentage: the share of chunks that may fail (after their retries) with the load
+        still going on to its report (0..100; default 0: one failed chunk fails the load, whose report says
+        which chunks are missing; a re-run does only those).
+    bulk_task_timeout_seconds: the plan, chunk and report functions' timeout (phase_timeout_seconds..900;
+        default 300): the plan streams the whole file once, a chunk runs the three phases on its rows.
+    ingest_retention_days: how long files under incoming/ and every noncurrent object version are kept
+        (default 30); a load started later than that finds its version gone.
+    load_report_retention_days: how long a load's manifest, chunk summaries and report are kept under
+        loads/ (default 90, at least ingest_retention_days: a file still there keeps its report).
     """
 
     # STANDARD: execution names deduplicate starts (the API's idempotency rests on it) and the
@@ -106,6 +126,12 @@ class TaxiEtlConfig:
     execution_log_data: bool = False
     reserved_concurrency: Mapping[str, int] = field(default_factory=dict)
     snap_start: bool = False
+    bulk_chunk_rows: int = 2_000
+    bulk_max_concurrency: int = 100
+    bulk_tolerated_failure_percentage: float = 0.0
+    bulk_task_timeout_seconds: int = 300
+    ingest_retention_days: int = 30
+    load_report_retention_days: int = 90
 
     @property
     def execution_limits(self) -> ExecutionLimits:
@@ -177,6 +203,30 @@ class TaxiEtlConfig:
             )
         for function, reserved in self.reserved_concurrency.items():
             check_reserved_concurrency(f"taxi_etl.reserved_concurrency[{function!r}]", reserved)
+        self._validate_bulk()
+
+    def _validate_bulk(self) -> None:
+        low, high = BULK_CHUNK_ROWS_RANGE
+        if not _is_int(self.bulk_chunk_rows) or not low <= self.bulk_chunk_rows <= high:
+            raise ConfigError(f"taxi_etl.bulk_chunk_rows must be an integer {low}..{high}")
+        if not _is_int(self.bulk_max_concurrency) or self.bulk_max_concurrency < 1:
+            raise ConfigError(
+                "taxi_etl.bulk_max_concurrency must be an integer of at least 1 (0 would mean no limit: 10,000 chunks at once on AWS)"
+            )
+        tolerated = self.bulk_tolerated_failure_percentage
+        if isinstance(tolerated, bool) or not isinstance(tolerated, int | float) or not 0 <= tolerated <= 100:
+            raise ConfigError("taxi_etl.bulk_tolerated_failure_percentage must be a number 0..100")
+        if not _is_int(self.bulk_task_timeout_seconds) or not (
+            self.phase_timeout_seconds <= self.bulk_task_timeout_seconds <= LAMBDA_MAX_TIMEOUT_SECONDS
+        ):
+            raise ConfigError(
+                f"taxi_etl.bulk_task_timeout_seconds must be phase_timeout_seconds..{LAMBDA_MAX_TIMEOUT_SECONDS}:"
+                " a chunk holds more rows than a batch"
+            )
+        if not _is_int(self.ingest_retention_days) or self.ingest_retention_days < 1:
+            raise ConfigError("taxi_etl.ingest_retention_days must be an integer of at least 1")
+        if not _is_int(self.load_report_retention_days) or self.load_report_retention_days < self.ingest_retention_days:
+            raise ConfigError("taxi_etl.load_report_retention_days must be an integer of at least ingest_retention_days")
 
     @property
     def redrive_budget_seconds(self) -> int:
@@ -198,6 +248,10 @@ class TaxiEtlConfig:
 
 def _given_or(value: int | None, default: int) -> int:
     return default if value is None else value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

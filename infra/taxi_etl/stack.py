@@ -42,6 +42,8 @@ class TaxiEtlStack(OnceflowStack):
         # The ARN, not the key: `aws secretsmanager get-secret-value --secret-id <arn>` reads it.
         CfnOutput(self, contract.OUTPUT_API_KEY_SECRET_ARN, value=self.saga.api_key_secret.secret_arn)
         CfnOutput(self, contract.OUTPUT_STATE_MACHINE_ARN, value=self.saga.state_machine.state_machine_arn)
+        CfnOutput(self, contract.OUTPUT_BULK_STATE_MACHINE_ARN, value=self.saga.bulk_state_machine.state_machine_arn)
+        CfnOutput(self, contract.OUTPUT_INGEST_BUCKET, value=self.saga.ingest_bucket.bucket_name)
         CfnOutput(self, contract.OUTPUT_TRIPS_TABLE, value=self.saga.final_table.table_name)
         for phase, table in self.saga.status_tables.items():
             CfnOutput(self, contract.OUTPUT_STATUS_TABLES[phase], value=table.table_name)

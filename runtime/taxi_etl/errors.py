@@ -1,5 +1,5 @@
-"""The taxi saga's own exceptions. PhaseInputError's and TransientInfrastructureError's class names
-are the error names the state machine matches (contract.ERROR_PHASE_INPUT, contract.ERROR_TRANSIENT);
+"""The taxi saga's own exceptions. PhaseInputError's, LoadInputError's and TransientInfrastructureError's class
+names are the error names the state machines match (contract.ERROR_PHASE_INPUT, ERROR_LOAD_INPUT, ERROR_TRANSIENT);
 keep them. RequestConflict, the API's refusal of a reused id, is an HTTP refusal (runtime/shared/refusals.py)
 and lives where it is raised, in runtime/taxi_etl/workflow.py."""
 
@@ -8,6 +8,11 @@ from __future__ import annotations
 
 class PhaseInputError(ValueError):
     """The state machine handed a phase something that is not rows; no retry can fix it."""
+
+
+class LoadInputError(ValueError):
+    """A bulk load's file cannot be cut into chunks of trips (gone, gzip or Parquet bytes, no trip layout); no
+    retry can fix it (contract.ERROR_LOAD_INPUT)."""
 
 
 class StoreConflict(Exception):

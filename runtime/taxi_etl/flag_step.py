@@ -5,7 +5,7 @@ sends them."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -75,6 +75,13 @@ def parse_flag_request(event: Mapping[str, Any]) -> FlagRequest:
     if not isinstance(rejected, list):
         raise PhaseInputError("a flag request without an error must carry the phase's rejected rows")
     return FlagRequest(phase, rejected=tuple(_rejected_verdict(document, phase) for document in rejected), rows=(), error=None)
+
+
+def rejected_request(phase: Phase, rejected: Iterable[Verdict]) -> FlagRequest:
+    """What the flag step is asked when `phase` rejected these rows: each verdict as the state machine hands it
+    over (Verdict.to_json's, detail and message clipped), so that a bulk load's chunk, which flags in-process,
+    flags exactly what the per-batch machine's flag step does."""
+    return FlagRequest(phase, rejected=tuple(_rejected_verdict(verdict.to_json(), phase) for verdict in rejected), rows=(), error=None)
 
 
 def _rejected_verdict(document: Any, phase: Phase) -> Verdict:

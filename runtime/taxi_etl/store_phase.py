@@ -41,6 +41,28 @@ def run_store(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, co
     Every row is attempted; a conflict is raised after the others are stored, so one bad row
     does not hold back its batch, and the workflow's Catch flags exactly the rows not stored.
     """
+    stored = store_rows(rows, status, final, concurrency=concurrency)
+    if stored.conflicts:
+        raise stored.conflict_error()
+    return stored.report
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRows:
+    """The Store phase's pass over its rows: its report (without the conflicting rows) and the rows whose id the
+    trips table holds with different content. The per-batch machine raises the conflict (its Catch flags them);
+    a bulk load's chunk flags them itself (runtime/taxi_etl/bulk_chunk.py)."""
+
+    report: StoreReport
+    conflicts: tuple[Row, ...]
+
+    def conflict_error(self) -> StoreConflict:
+        ids = [row.store_request_id for row in self.conflicts]
+        return StoreConflict(f"{len(ids)} row(s) already stored with different content: {', '.join(ids[:10])}")
+
+
+def store_rows(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, concurrency: int = 1) -> StoredRows:
+    """Every row through the Store phase (see run_store); a conflict is returned, not raised."""
 
     def store(row: Row) -> _RowStored:
         flagged = status.begin(row.store_request_id, row.tuple)
@@ -60,18 +82,17 @@ def run_store(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, co
     verdicts: list[Verdict] = []
     counts = {PutOutcome.STORED: 0, PutOutcome.ALREADY_STORED: 0}
     findings: Counter[Finding] = Counter()
-    conflicts: list[str] = []
+    conflicts: list[Row] = []
     for row, result in zip(rows, stored, strict=True):
         if result.verdict is None:
-            conflicts.append(row.store_request_id)
+            conflicts.append(row)
             continue
         if result.outcome is not None:
             counts[result.outcome] += 1
             if result.outcome == PutOutcome.STORED:
                 findings.update(result.findings)
         verdicts.append(result.verdict)
-    if conflicts:
-        raise StoreConflict(f"{len(conflicts)} row(s) already stored with different content: {', '.join(conflicts[:10])}")
-    return StoreReport(
+    report = StoreReport(
         PhaseResult(tuple(verdicts)), counts[PutOutcome.STORED], counts[PutOutcome.ALREADY_STORED], tuple(sorted(findings.items()))
     )
+    return StoredRows(report, tuple(conflicts))

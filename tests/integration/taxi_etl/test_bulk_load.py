@@ -1,0 +1,163 @@
+"""The bulk route end to end on the embedded cloud: a real file put in the ingest bucket, its load started by
+POST /loads (the loads API's entry point) or by its ObjectCreated event (moto S3 -> the starter queue -> the load
+starter's entry point), and the bulk state machine's synthesized definition executed by moto: Plan, the Distributed
+Map over the plan's manifest with one Chunk task per 100 lines, Report. Every task is routed to its handler with its
+synthesized function's settings, and every call is checked against that function's role (the IAM audit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.aws.template_resources import Template
+from devtools.taxi_rows import sample_header, sample_lines
+from devtools.taxi_world import BULK_CHUNK_HANDLER, BULK_PLAN_HANDLER, BULK_REPORT_HANDLER, TaxiWorld, embedded_saga_cloud
+from runtime.taxi_etl.loads import load_id
+from runtime.taxi_etl.requests import submission_rows
+from runtime.taxi_etl.trip_items import final_item
+from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
+
+CHUNK_ROWS = 100
+LINES = sample_lines()[:299]  # with the header, 300 lines: three chunks of 100
+KEY = "incoming/yellow_2019-10_first_300.csv"
+
+
+def file_bytes(lines: list[str]) -> bytes:
+    return ("\n".join([sample_header(), *lines]) + "\n").encode()
+
+
+def expected_items(lines: list[str]) -> dict[str, dict[str, Any]]:
+    """What the three phases store for these lines, computed without the saga: each row's id as /trips/batch
+    gives it (submission_rows), its item from one clean pass of the row logic; rows either phase rejects are absent."""
+    _, rows = submission_rows(lines)
+    items: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        validated = validate_line(row.tuple)
+        transformed = transform_tuple(validated.tuple) if isinstance(validated, Accepted) else None
+        if isinstance(transformed, Accepted):
+            items[row.store_request_id] = final_item(row.store_request_id, transformed.tuple)
+    return items
+
+
+@pytest.fixture
+def bulk(taxi_etl_template: Template) -> Iterator[TaxiWorld]:
+    """The dev saga with its bulk route on moto, 100 lines per chunk."""
+    with embedded_saga_cloud() as waits:
+        world = TaxiWorld.create(taxi_etl_template, bulk=True, chunk_rows=CHUNK_ROWS)
+        world.retry_waits = waits
+        yield world
+
+
+def test_a_file_loaded_through_post_loads_stores_every_row_once_and_reports_it(bulk: TaxiWorld) -> None:
+    # Given 300 real trip lines (with the export's header) in the ingest bucket
+    version = bulk.put_file(KEY, file_bytes(LINES))
+    expected = expected_items(LINES)
+    _, rows = submission_rows(LINES)
+    # When POST /loads asks for the file
+    status, body = bulk.start_load(KEY)
+    # Then the load of that version started under its id, and its execution (run to its end here) succeeded
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    assert (status, body) == (202, {"loadId": loaded, "execution": loaded, "status": "RUNNING"})
+    assert [(e["name"], e["status"]) for e in bulk.bulk_executions()] == [(loaded, "SUCCEEDED")]
+    # and Plan ran once, one Chunk per 100 lines, Report once
+    calls = bulk.invocations.calls
+    assert (calls.count(BULK_PLAN_HANDLER), calls.count(BULK_CHUNK_HANDLER), calls.count(BULK_REPORT_HANDLER)) == (1, 3, 1)
+    # and the trips table holds exactly the rows the phases accept, each under its /trips/batch id, as one clean pass stores it
+    assert bulk.final_items() == expected
+    # and every row the phases reject is flagged in its phase's status table (none left pending)
+    stored_status = bulk.status_rows()
+    for row in rows:
+        reasons = {
+            phase: int(table[row.store_request_id]["StatusReason"])
+            for phase, table in stored_status.items()
+            if row.store_request_id in table
+        }
+        assert (row.store_request_id in expected) == all(reason == 0 for reason in reasons.values()), (row, reasons)
+    # and report.json adds the three chunks' summaries up
+    report = bulk.report(loaded)
+    assert report is not None
+    flagged_rows = len(rows) - len(expected)
+    assert {
+        name: report[name] for name in ("status", "chunks", "chunksDone", "chunksMissing", "lines", "rowsRead", "stored", "alreadyStored")
+    } == {
+        "status": "SUCCEEDED",
+        "chunks": 3,
+        "chunksDone": 3,
+        "chunksMissing": [],
+        "lines": len(LINES) + 1,
+        "rowsRead": len(rows),
+        "stored": len(expected),
+        "alreadyStored": 0,
+    }
+    assert sum(report["flagged"].values()) == flagged_rows
+    assert (report["refusedLines"], report["refused"], report["error"]) == (0, [], None)
+    assert (report["bucket"], report["key"], report["versionId"], report["loadId"]) == (bulk.ingest_bucket, KEY, version, loaded)
+
+
+def test_the_same_file_started_twice_is_one_execution_and_its_answer_is_the_report(bulk: TaxiWorld) -> None:
+    # Given a file whose load has run
+    version = bulk.put_file(KEY, file_bytes(LINES[:150]))
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    bulk.start_load(KEY)
+    chunk_calls = bulk.invocations.calls.count(BULK_CHUNK_HANDLER)
+    # When the same version is asked for again, by POST /loads and by its (redelivered) ObjectCreated event
+    again = bulk.start_load(KEY, version)
+    starter_answers = bulk.deliver_load_events()
+    # Then both answers name the one execution, which ran once: no second execution, no chunk ran again
+    assert again == (200, {"loadId": loaded, "execution": loaded, "status": "SUCCEEDED"})
+    assert starter_answers == [{"batchItemFailures": []}]
+    assert [e["name"] for e in bulk.bulk_executions()] == [loaded]
+    assert bulk.invocations.calls.count(BULK_CHUNK_HANDLER) == chunk_calls == 2
+    # and GET /loads/{LoadId} answers with the report
+    status, body = bulk.get_load(loaded)
+    assert status == 200
+    assert (body["status"], body["execution"], body["report"]) == ("SUCCEEDED", loaded, bulk.report(loaded))
+
+
+def test_a_file_put_under_incoming_is_loaded_through_its_object_created_event(bulk: TaxiWorld) -> None:
+    # Given a file put under incoming/ (its ObjectCreated event is in the starter queue)
+    version = bulk.put_file(KEY, file_bytes(LINES[:120]))
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    # When the starter's event source mapping delivers the queue
+    answers = bulk.deliver_load_events()
+    # Then the starter reported no failure, and the load of that version ran to SUCCEEDED with every accepted row stored
+    assert answers == [{"batchItemFailures": []}]
+    assert [(e["name"], e["status"]) for e in bulk.bulk_executions()] == [(loaded, "SUCCEEDED")]
+    assert bulk.final_items() == expected_items(LINES[:120])
+    # and a file outside incoming/ sends no event: nothing more is delivered
+    bulk.put_file("elsewhere/not-a-load.csv", file_bytes(LINES[:1]))
+    assert bulk.deliver_load_events() == []
+
+
+def test_get_loads_answers_404_for_an_unknown_load_and_post_loads_404_for_a_missing_file(bulk: TaxiWorld) -> None:
+    # Given an ingest bucket without the file
+    # When a load of a missing key is asked for, and an id no load has
+    missing = bulk.start_load("incoming/missing.csv")
+    unknown = bulk.get_load(load_id(bulk.ingest_bucket, "incoming/missing.csv", "v1"))
+    # Then both are 404 (S3 answers the loads API's HeadObject 404, not 403: it may list the bucket), and nothing started
+    assert missing[0] == 404 and unknown[0] == 404
+    assert bulk.bulk_executions() == []
+
+
+def test_a_file_deleted_before_its_event_is_delivered_fails_its_load_at_once_with_a_report(bulk: TaxiWorld) -> None:
+    # Given a file put under incoming/, then its version deleted before the starter reads its event
+    version = bulk.put_file(KEY, file_bytes(LINES[:10]))
+    bulk.s3.delete_object(Bucket=bulk.ingest_bucket, Key=KEY, VersionId=version)
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    # When the event is delivered
+    assert bulk.deliver_load_events() == [{"batchItemFailures": []}]
+    # Then the load started and failed as LoadFailed: the plan found its input gone (404, not 403: it may list the
+    # bucket), which no retry fixes, so it ran once and no chunk ran
+    (execution,) = bulk.bulk_executions()
+    assert (execution["name"], execution["status"]) == (loaded, "FAILED")
+    assert bulk.describe_load(loaded)["error"] == "LoadFailed"
+    calls = bulk.invocations.calls
+    assert (calls.count(BULK_PLAN_HANDLER), calls.count(BULK_CHUNK_HANDLER), calls.count(BULK_REPORT_HANDLER)) == (1, 0, 1)
+    # and its report says FAILED with the plan's error, no chunk planned, nothing stored
+    report = bulk.report(loaded)
+    assert report is not None
+    assert (report["status"], report["chunks"], report["stored"], report["error"]["error"]) == ("FAILED", None, 0, "LoadInputError")
+    assert bulk.final_items() == {}
