@@ -123,7 +123,7 @@ class MonthModel:
     total_s: float
     rows_per_s: float  # over the whole load, plan and report included
     chunk_billed_s: float  # a chunk's Lambda duration: longer than chunk_s when a table holds it back
-    saturating_concurrency: int  # the MaxConcurrency at which the chunks alone reach the bottleneck's rate
+    saturating_concurrency: int  # the MaxConcurrency at which the chunks alone reach the slowest table's rate
 
     @property
     def fits_timeout(self) -> bool:
@@ -166,8 +166,9 @@ def month_model(inputs: MonthInputs) -> MonthModel:
     total_s = plan_s + map_s + report_s
     # While a table holds the load back, every slot runs a chunk for the whole map: each chunk lasts its share.
     chunk_billed_s = chunk_s if bottleneck.startswith("chunks") else max(chunk_s, map_s * concurrency / chunks)
-    map_rows_per_s = inputs.rows / map_s if map_s else math.inf
-    saturating = math.ceil(map_rows_per_s * chunk_s / inputs.chunk.rows) if map_s else concurrency
+    tables_s = max((seconds for name, seconds in limits_s.items() if name.startswith("DynamoDB")), default=0.0)
+    # More chunks at once than this only wait longer on the tables (and are billed for it).
+    saturating = math.ceil(inputs.rows / tables_s * chunk_s / inputs.chunk.rows) if tables_s else quotas.lambda_concurrency
     return MonthModel(
         inputs=inputs,
         chunks=chunks,
@@ -422,6 +423,7 @@ def run_bulk(template: dict[str, Any], lines: Sequence[str]) -> Run:
             for event in page["events"]
         ]
         definition = json.loads(world.stepfunctions.describe_state_machine(stateMachineArn=world.bulk_state_machine_arn)["definition"])
+        wru, rru = by_role(meter.wru_by_table, roles), by_role(meter.rru_by_table, roles)  # before the table is read back
         stored = len(world.final_items())
         invocations = dict(Counter(world.invocations.calls))
     checks = []
@@ -455,14 +457,15 @@ def run_bulk(template: dict[str, Any], lines: Sequence[str]) -> Run:
         stored=stored,
         expected_stored=expected_stored,
         calls=dict(calls.calls),
-        wru_by_table=by_role(meter.wru_by_table, roles),
-        rru_by_table=by_role(meter.rru_by_table, roles),
+        wru_by_table=wru,
+        rru_by_table=rru,
         invocations=invocations,
         transitions=state_transitions(history),
         executions=1,
         api_requests=2,  # POST /loads, then one GET /loads/{id}: moto ran the load inside the POST
         checks=checks,
         extra={
+            "emulator_cpu_s": calls.emulator_cpu_s,
             "chunks": int(report.get("chunks") or 0),
             "report": report,
             "definition": definition,
@@ -555,7 +558,13 @@ def run_batches(template: dict[str, Any], lines: Sequence[str]) -> Run:
         executions=len(executions),
         api_requests=len(batches) + len(ids),
         checks=checks,
-        extra={"batches": len(batches), "gets": len(ids), "states": dict(states), "read_back_rru": read_back_rru},
+        extra={
+            "batches": len(batches),
+            "gets": len(ids),
+            "states": dict(states),
+            "read_back_rru": read_back_rru,
+            "emulator_cpu_s": calls.emulator_cpu_s,
+        },
     )
 
 
@@ -592,32 +601,53 @@ def reading_rows(world: Any) -> Iterator[Callable[[str], tuple[int, dict[str, An
         row_state_handler.settings.cache_clear()
 
 
-def measure_chunk(template: dict[str, Any], chunk_rows: int) -> tuple[LatencyRun, dict[str, float]]:
-    """One chunk of `chunk_rows` fresh real rows through the chunk task's entry point, with every AWS call delayed
-    (devtools.aws.latency): its calls, its serial depth and its client-side CPU. Each measured run gets rows no
-    earlier run stored (a later copy of the sample), so each does the whole work. Also its request units per row."""
-    from runtime.taxi_etl.bulk_plan import cut_file
+@dataclass(frozen=True)
+class ChunkMeasure:
+    """One chunk task alone: its serial round trips (measured on a small chunk under latency, scaled to a whole
+    chunk by its rounds of rows written at once) and the CPU of a whole chunk."""
 
+    rows: int  # a whole chunk's
+    small: LatencyRun  # the small chunk under latency
+    small_rows: int
+    concurrency: int  # rows the chunk writes at once (each phase's rounds: rows / concurrency)
+    client_cpu_s: float  # a whole chunk's CPU less the embedded cloud's: the handler's and the SDK's
+    emulator_cpu_s: float  # a whole chunk's CPU in the embedded cloud (moto answering)
+    calls: dict[str, int]  # a whole chunk's calls by operation
+
+    @property
+    def s3_round_trips(self) -> int:
+        return sum(n for op, n in self.small.calls_by_operation.items() if op in S3_PUT_CLASS | S3_GET_CLASS)
+
+    @property
+    def dynamodb_round_trips(self) -> float:
+        """The small chunk's DynamoDB depth, times the whole chunk's rounds over the small one's."""
+        rounds = math.ceil(self.rows / self.concurrency) / math.ceil(self.small_rows / self.concurrency)
+        return max(0.0, self.small.serial_depth - self.s3_round_trips) * rounds
+
+
+def measure_chunk(template: dict[str, Any], chunk_rows: int, *, small_rows: int = 128) -> ChunkMeasure:
+    """The chunk task's entry point alone, on fresh real rows each time (a later copy of the sample, so each run does
+    the whole work): `small_rows` rows with every AWS call delayed (devtools.aws.latency), for the serial round
+    trips; then `chunk_rows` rows once with no delay, for the CPU. No capacity meter: its look-ups would count as
+    the handler's CPU."""
     from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
-    from devtools.aws.latency import measure
+    from devtools.aws.latency import Latency, measure
     from devtools.taxi_world import TaxiWorld, embedded_saga_cloud
     from runtime.shared.aws import Clients
     from runtime.taxi_etl import bulk_chunk_handler, bulk_wiring
+    from runtime.taxi_etl.bulk_plan import cut_file
 
     with embedded_saga_cloud():
         world = TaxiWorld.create(template, bulk=True)
-        meter = CapacityMeter()
-        meter.attach(world.dynamodb)
-        roles = table_roles(world)
         settings = bulk_wiring.BulkChunkSettings.from_env(world.environment(taxi_etl_contract.HANDLER_BULK_CHUNK))
         deps = bulk_wiring.build_chunk(settings, Clients(dynamodb=world.dynamodb, s3=world.s3))
         context = as_lambda_context(FakeLambdaContext())
         prepared: dict[str, Any] = {"runs": 0}
 
-        def prepare() -> None:
+        def prepare(rows: int) -> None:
             # Copies 1,000 s and more later than the sample: rows no load and no earlier run stored.
             number = prepared["runs"] = prepared["runs"] + 1
-            lines = bench_lines(chunk_rows, offset=1000 + 60 * number)
+            lines = bench_lines(rows, offset=1000 + 60 * number)
             data = csv_file(lines)
             key = f"{taxi_etl_contract.INGEST_PREFIX}bench/chunk-{number}.csv"
             version = world.put_file(key, data)
@@ -632,15 +662,24 @@ def measure_chunk(template: dict[str, Any], chunk_rows: int) -> tuple[LatencyRun
                 "layout": layout.to_json(),
                 "chunk": chunk.to_json(),
             }
-            meter.reset()
 
         def run() -> None:
             bulk_chunk_handler.handle(prepared["event"], context, deps)
 
-        latency = measure(run, prepare, 20.0, io_bound_delays_ms=(50.0, 100.0))
-        units = {f"WRU {role}": meter.wru_by_table.get(table, 0.0) / chunk_rows for table, role in roles.items()}
-        units |= {f"RRU {role}": meter.rru_by_table.get(table, 0.0) / chunk_rows for table, role in roles.items()}
-    return latency, units
+        small = measure(run, lambda: prepare(small_rows), 20.0, io_bound_delays_ms=(200.0, 400.0))
+        prepare(chunk_rows)
+        whole = Latency(0.0)
+        with whole.installed(), timed() as spent:
+            run()
+    return ChunkMeasure(
+        rows=chunk_rows,
+        small=small,
+        small_rows=small_rows,
+        concurrency=deps.concurrency,
+        client_cpu_s=max(0.0, spent["cpu"] - whole.emulator_cpu_s),
+        emulator_cpu_s=whole.emulator_cpu_s,
+        calls=dict(whole.calls),
+    )
 
 
 # --- what the runs bill -----------------------------------------------------------------------------
@@ -743,21 +782,20 @@ def function_properties(template: dict[str, Any], handler: str) -> dict[str, Any
     return properties
 
 
-def month_inputs(template: dict[str, Any], bulk: Run, latency: LatencyRun, rows: int = MONTH_ROWS) -> MonthInputs:
+def month_inputs(template: dict[str, Any], bulk: Run, chunk: ChunkMeasure, rows: int = MONTH_ROWS) -> MonthInputs:
     """The model's inputs: the synthesized functions and map, and what the runs measured."""
     chunk_function = function_properties(template, taxi_etl_contract.HANDLER_BULK_CHUNK)
     plan_variables = function_properties(template, taxi_etl_contract.HANDLER_BULK_PLAN)["Environment"]["Variables"]
     _, processor = distributed_map(bulk.extra["definition"])
     map_state = next(state for state in bulk.extra["definition"]["States"].values() if state.get("ItemProcessor") is processor)
-    s3_trips = sum(n for op, n in latency.calls_by_operation.items() if op in S3_PUT_CLASS | S3_GET_CLASS)
     return MonthInputs(
         rows=rows,
         bytes_per_row=bulk.extra["bytes"] / bulk.rows,
         chunk=ChunkProfile(
             rows=int(plan_variables[taxi_etl_contract.ENV_CHUNK_ROWS]),
-            dynamodb_round_trips=max(0.0, latency.serial_depth - s3_trips),
-            s3_round_trips=s3_trips,
-            cpu_s=latency.client_cpu_s,
+            dynamodb_round_trips=chunk.dynamodb_round_trips,
+            s3_round_trips=chunk.s3_round_trips,
+            cpu_s=chunk.client_cpu_s,
         ),
         max_concurrency=int(map_state["MaxConcurrency"]),
         memory_mb=int(chunk_function["MemorySize"]),
@@ -791,7 +829,7 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
     chunk_rows = int(
         function_properties(template, taxi_etl_contract.HANDLER_BULK_PLAN)["Environment"]["Variables"][taxi_etl_contract.ENV_CHUNK_ROWS]
     )
-    latency, chunk_units = measure_chunk(template, chunk_rows)
+    chunk = measure_chunk(template, chunk_rows)
     sample_note = (
         "" if len(http_lines) == len(lines) else f" (the first {len(http_lines):,} of the same rows: moto runs a few executions a second)"
     )
@@ -810,7 +848,9 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
     print(
         f"target: bulk >= {TARGET_RATIO:.0f}x the batch route's rows/s on the embedded cloud -> {ratio:.1f}x "
         f"({'within' if ratio >= TARGET_RATIO else 'OUTSIDE'} target); CPU per row {1000 * bulk.cpu_s / bulk.rows:.2f} ms bulk, "
-        f"{1000 * batch.cpu_s / batch.rows:.2f} ms batch (the embedded cloud's included)"
+        f"{1000 * batch.cpu_s / batch.rows:.2f} ms batch, of which the embedded cloud answering the calls "
+        f"{1000 * bulk.extra['emulator_cpu_s'] / bulk.rows:.2f} and {1000 * batch.extra['emulator_cpu_s'] / batch.rows:.2f} ms "
+        f"(both runs carry the capacity meter)"
     )
 
     print(f"\n{'request units per row, by table':<36} " + " ".join(f"{role:>22}" for role in bulk.wru_by_table) + f" {'all':>6}")
@@ -821,13 +861,19 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
                 + " ".join(f"{run.per_row(units[role]):>22.3f}" for role in bulk.wru_by_table)
                 + f" {run.per_row(sum(units.values())):>6.3f}"
             )
-    print(f"one chunk alone ({chunk_rows:,} rows): " + ", ".join(f"{name} {value:.3f}" for name, value in chunk_units.items()))
 
-    calls = ", ".join(f"{op} {n}" for op, n in sorted(latency.calls_by_operation.items()))
+    small = chunk.small
+    calls = ", ".join(f"{op} {n:,}" for op, n in sorted(chunk.calls.items()))
     print(
-        f"\none chunk of {chunk_rows:,} rows under latency: {latency.calls:,} calls ({calls}); serial round trips "
-        f"{latency.serial_depth:.0f} ({latency.method}); peak in flight {latency.peak_in_flight}; "
-        f"client-side CPU {latency.client_cpu_s:.2f} s (the handler and the SDK, the embedded cloud's taken out)"
+        f"\none chunk of {chunk.rows:,} rows alone: {sum(chunk.calls.values()):,} calls ({calls}); CPU {chunk.client_cpu_s:.2f} s in the "
+        f"handler and the SDK, {chunk.emulator_cpu_s:.2f} s in the embedded cloud answering"
+    )
+    print(
+        f"its serial round trips: {chunk.s3_round_trips} S3 + {chunk.dynamodb_round_trips:.0f} DynamoDB, "
+        f"from a {chunk.small_rows}-row chunk "
+        f"under latency ({small.calls} calls, serial depth {small.serial_depth:.1f} by {small.method}, peak in flight "
+        f"{small.peak_in_flight}) scaled by the rounds of {chunk.concurrency} rows written at once "
+        f"({math.ceil(chunk.rows / chunk.concurrency)} rounds against {math.ceil(chunk.small_rows / chunk.concurrency)})"
     )
     aws_calls = {run.route: sum(n for op, n in run.calls.items()) for run in (bulk, batch)}
     print(
@@ -835,7 +881,7 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
         + ", ".join(f"{route} {n / run.rows:.2f}" for (route, n), run in zip(aws_calls.items(), (bulk, batch), strict=True))
     )
 
-    inputs = month_inputs(template, bulk, latency)
+    inputs = month_inputs(template, bulk, chunk)
     model = month_model(inputs)
     bench_model = month_model(replace(inputs, rows=bulk.rows))
     shape = bulk_shape(bulk)
@@ -881,7 +927,7 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
         f"{model.chunks:,} chunks, {model.concurrency} at a time ({model.concurrency_bound}); a chunk {model.chunk_s:.1f} s unthrottled, "
         f"{model.chunk_billed_s:.1f} s while the bottleneck holds it back "
         f"({'within' if model.fits_timeout else 'PAST'} its {inputs.timeout_s:.0f} s timeout); "
-        f"{model.saturating_concurrency} chunks at a time already reach the bottleneck's rate"
+        f"{model.saturating_concurrency} chunks at a time would reach the slowest table's rate"
     )
     print(
         f"month: Plan {model.plan_s:.0f} s + map {model.map_s:.0f} s + Report {model.report_s:.1f} s = {model.total_s / 60:.1f} min, "
@@ -895,5 +941,14 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
         f"<= the batch route's $ per million rows -> ${month_total:.2f} vs ${batch_total:.2f} with the read-back "
         f"(${totals[producer.label]:.2f} without) ({'within' if cost_ok else 'OUTSIDE'} target)"
     )
+    for memory_mb in sorted({inputs.memory_mb, 1024, FULL_CORE_MB}):
+        # MaxConcurrency where the chunks just reach the tables' rate: more only wait on the tables, billed.
+        fitted = month_model(replace(inputs, memory_mb=memory_mb))
+        fitted = month_model(replace(inputs, memory_mb=memory_mb, max_concurrency=fitted.saturating_concurrency))
+        fitted_cost = sum(cost_per_million_rows(month_counts(fitted, shape, memory_mb)).values())
+        print(
+            f"what if: chunk function at {memory_mb:,} MB, MaxConcurrency {fitted.inputs.max_concurrency}: a chunk {fitted.chunk_s:.1f} s, "
+            f"the month {fitted.total_s / 60:.1f} min (bottleneck: {fitted.bottleneck}), ${fitted_cost:.2f} per million rows"
+        )
     print(f"prices: {PRICES_CHECKED}: " + ", ".join(f"{name} {value:.3g}" for name, value in PRICES.items()))
     return not bulk.checks and not batch.checks

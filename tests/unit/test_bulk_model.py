@@ -79,7 +79,7 @@ def test_a_new_tables_write_throughput_bounds_a_month_when_the_chunks_could_go_f
     # Each of the 100 running chunks is held back to 750 s x 100 / 1,500 = 50 s, within its timeout
     assert model.chunk_billed_s == pytest.approx(50.0)
     assert model.fits_timeout
-    # and 4,000 rows/s x 1.56 s / 2,000 rows = 3.12: 4 chunks at a time already reach the table's rate
+    # and 4,000 rows/s x 1.56 s / 2,000 rows = 3.12: 4 chunks at a time would reach the table's rate
     assert model.saturating_concurrency == 4
 
 
@@ -96,6 +96,8 @@ def test_the_least_concurrency_bounds_the_chunks_and_they_bound_the_month_when_t
     assert model.limits_s["DynamoDB writes, trips"] == pytest.approx(75.0)
     # and a chunk is billed for its own duration: nothing holds it back
     assert model.chunk_billed_s == pytest.approx(60.0)
+    # and 40,000 rows/s x 60 s / 2,000 rows = 1,200 chunks at a time would be needed to reach the tables' rate
+    assert model.saturating_concurrency == 1200
 
 
 def test_fewer_chunks_than_the_concurrency_run_in_one_wave() -> None:
