@@ -654,14 +654,15 @@ def measure_chunk(template: dict[str, Any], chunk_rows: int, *, small_rows: int 
             (chunk, *rest), layout, _ = cut_file([data], len(lines) + 1)
             if rest or layout is None:
                 raise RuntimeError("the chunk's file should be one chunk with a layout")
-            prepared["event"] = {
-                "bucket": world.ingest_bucket,
-                "key": key,
-                "versionId": version,
-                "loadId": f"load-bench-chunk-{number}",
-                "layout": layout.to_json(),
-                "chunk": chunk.to_json(),
-            }
+            # The chunk task's input as the map's ItemSelector builds it: the load, its layout, the manifest item.
+            prepared["event"] = dict(
+                bucket=world.ingest_bucket,
+                key=key,
+                versionId=version,
+                loadId=f"load-bench-chunk-{number}",
+                layout=layout.to_json(),
+                chunk=chunk.to_json(),
+            )
 
         def run() -> None:
             bulk_chunk_handler.handle(prepared["event"], context, deps)

@@ -43,7 +43,7 @@ import json
 import math
 import os
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -170,8 +170,8 @@ class CapacityMeter:
         self.rru: float = 0.0
         self.calls: Counter[str] = Counter()
         # The same units by table name (they add up to wru and rru).
-        self.wru_by_table: Counter[str] = Counter()
-        self.rru_by_table: Counter[str] = Counter()
+        self.wru_by_table: defaultdict[str, float] = defaultdict(float)
+        self.rru_by_table: defaultdict[str, float] = defaultdict(float)
         self._pending: dict[int, _Pending] = {}
         self._attached: set[int] = set()
         self._shadow_clients: dict[str, Client] = {}
@@ -258,13 +258,13 @@ class CapacityMeter:
 
     # -- costs ------------------------------------------------------------------------------
 
-    def _write_cost(self, region: str, pending: _Pending, parsed: Mapping[str, Any]) -> Counter[str]:
+    def _write_cost(self, region: str, pending: _Pending, parsed: Mapping[str, Any]) -> dict[str, float]:
         unprocessed: set[_TableKey] = set()
         if pending.operation == "BatchWriteItem":
             leftovers = parsed.get("UnprocessedItems") or {}
             unprocessed = {_key_id(t, k) for t, k in _written_keys("BatchWriteItem", {"RequestItems": leftovers}, self._key_of(region))}
         factor = 2 if pending.operation == "TransactWriteItems" else 1
-        by_table: Counter[str] = Counter()
+        by_table: defaultdict[str, float] = defaultdict(float)
         for ident, size_before in pending.before.items():
             if ident in unprocessed:
                 continue
@@ -272,10 +272,10 @@ class CapacityMeter:
             by_table[ident[0]] += factor * _write_units(size_before, size_after)
         return by_table
 
-    def _batch_get_cost(self, region: str, body: Mapping[str, Any], parsed: Mapping[str, Any]) -> Counter[str]:
+    def _batch_get_cost(self, region: str, body: Mapping[str, Any], parsed: Mapping[str, Any]) -> dict[str, float]:
         leftovers = parsed.get("UnprocessedKeys") or {}
         unprocessed = {_key_id(t, k) for t, req in leftovers.items() for k in req.get("Keys", [])}
-        by_table: Counter[str] = Counter()
+        by_table: defaultdict[str, float] = defaultdict(float)
         for table, request in body.get("RequestItems", {}).items():
             consistent = bool(request.get("ConsistentRead"))
             for key in request.get("Keys", []):
