@@ -72,6 +72,8 @@ KEPT_UNEXERCISED: Final[Mapping[tuple[str, str], str]] = {
     (event_log.HANDLER_FINALIZER, "sqs:ChangeMessageVisibility"): _CDK_SQS_EVENT_SOURCE,
     (event_log.HANDLER_FINALIZER, "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
     (event_log.HANDLER_WORKER, "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
+    (taxi_etl.HANDLER_LOAD_STARTER, "sqs:ChangeMessageVisibility"): _CDK_SQS_EVENT_SOURCE,
+    (taxi_etl.HANDLER_LOAD_STARTER, "sqs:GetQueueUrl"): _CDK_SQS_EVENT_SOURCE,
     (event_log.HANDLER_ROUTER, "sqs:GetQueueAttributes"): _CDK_SQS_DESTINATION,
     (event_log.HANDLER_ROUTER, "sqs:GetQueueUrl"): _CDK_SQS_DESTINATION,
     (runner_stats.HANDLER, "sqs:GetQueueAttributes"): _CDK_SQS_DESTINATION,

@@ -271,8 +271,10 @@ def _sqs(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) ->
 def _stepfunctions(operation: str, params: Mapping[str, Any], catalog: ResourceCatalog) -> list[Need]:
     if operation in {"StartExecution", "StartSyncExecution"}:
         return [Need(f"states:{operation}", str(params["stateMachineArn"]))]
-    if operation in {"DescribeExecution", "StopExecution", "GetExecutionHistory"}:
+    if operation in {"DescribeExecution", "StopExecution", "GetExecutionHistory", "ListMapRuns"}:
         return [Need(f"states:{operation}", str(params["executionArn"]))]  # the execution ARN, not the machine's
+    if operation == "DescribeMapRun":
+        return [Need("states:DescribeMapRun", str(params["mapRunArn"]))]
     raise UnmappedCall(f"no IAM rule for stepfunctions:{operation}")
 
 

@@ -257,8 +257,9 @@ def serving_state_machines(port: int) -> Iterator[None]:
     """moto runs the state machines it is given (Lambda tasks on its simple, docker-free backend,
     reached through the server on `port`) with Step Functions' error handling as AWS's
     (moto_patches.step_functions_as_aws), a Distributed Map's tolerated failures, loop and counts as AWS's
-    (strict_distributed_map), AWS's service limits enforced (service_limits), and each of its DynamoDB
-    requests atomic across threads: the embedded cloud of `embedded_aws`, served."""
+    (strict_distributed_map), AWS's service limits enforced (service_limits), S3 events with their object's
+    version (s3_events_as_aws), and each of its DynamoDB requests atomic across threads: the embedded cloud of
+    `embedded_aws`, served."""
     from unittest import mock
 
     from moto.core.config import default_user_config
@@ -272,6 +273,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         cached_state_machines,
         cached_step_functions_clients,
         direct_attribute_values,
+        s3_events_as_aws,
         step_functions_as_aws,
         strict_distributed_map,
     )
@@ -295,6 +297,7 @@ def serving_state_machines(port: int) -> Iterator[None]:
         strict_distributed_map(),  # before cached_state_machines, whose cache keeps what it parses
         cached_state_machines(),
         cached_step_functions_clients(),
+        s3_events_as_aws(),
     ):
         try:
             yield

@@ -9,9 +9,10 @@ the moto server, as another process's clients are.
 What Lambda's event sources do is done by one background thread (`Poller`), every half second:
 the log table's stream -> router (filtered like the event source mapping, devtools/aws/table_stream.py),
 the snapshot queue -> snapshot worker and the payload queue -> payload finalizer (devtools/aws/sqs_esm.py),
-and the runner-stats Kinesis stream -> its handler (devtools/aws/esm.py). The taxi saga's state
-machine runs on moto's Step Functions executor, whose Lambda tasks `TaxiWorld.routing` sends to the
-phases' entry points.
+and the runner-stats Kinesis stream -> its handler (devtools/aws/esm.py), and the taxi ingest bucket's
+ObjectCreated queue -> the load starter. The taxi saga's state machines (the per-batch one and the bulk
+one) run on moto's Step Functions executor, whose Lambda tasks `TaxiWorld.routing` sends to the
+entry points of the phases and of the bulk plan, chunk and report.
 """
 
 from __future__ import annotations
@@ -334,26 +335,29 @@ def sqs_source(cloud: EmbeddedCloud, template: Template, sqs: Any, queue_url: st
 
 @dataclass
 class LocalTaxiSaga:
-    """The taxi saga: its API's routes (behind the real authorizer), the API key, the state machine's task routing."""
+    """The taxi saga: its API's routes (behind the real authorizer), the API key, both state machines' task routing,
+    and the poll that delivers the ingest bucket's ObjectCreated events (the starter queue) to the load starter."""
 
     cloud: EmbeddedCloud
     routes: list[Route]
     authorize: Authorize
     api_key: str
     routing: contextlib.AbstractContextManager[None]
+    poll: Callable[[], int]
 
     @classmethod
     def create(cls, template: Template, clients: EndpointClients, overrides: Mapping[str, str]) -> LocalTaxiSaga:
         from devtools import taxi_world
-        from runtime.taxi_etl import api_handler, authorizer_handler, row_state_handler, wiring
+        from runtime.taxi_etl import api_handler, authorizer_handler, load_starter_handler, loads_api_handler, row_state_handler, wiring
         from runtime.taxi_etl import contract as taxi_contract
         from runtime.taxi_etl.api_wiring import ApiSettings
         from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
+        from runtime.taxi_etl.bulk_wiring import LoadsSettings
         from runtime.taxi_etl.row_state_wiring import RowStateSettings
 
-        # The world's tables, secret and state machine, made through this server's clients.
+        # The world's tables, secret, bucket, queues and state machines, made through this server's clients.
         with mock.patch.object(taxi_world, "client", clients.client):
-            world = taxi_world.TaxiWorld.create(template)
+            world = taxi_world.TaxiWorld.create(template, bulk=True)
 
         def settings_env(handler: str) -> dict[str, str]:
             return environment(world.cloud, handler, overrides)
@@ -379,13 +383,45 @@ class LocalTaxiSaga:
                 authorizer_handler.handle, authorizer, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_AUTHORIZER)
             ),
         )
+        # The bulk route: the loads API, and the load starter behind the ingest bucket's notification queue.
+        bulk_clients = Clients(s3=world.s3, stepfunctions=world.stepfunctions)
+        loads = wiring.build(LoadsSettings.from_env(settings_env(taxi_contract.HANDLER_LOADS_API)), bulk_clients)
+        loads_function = Integration(
+            "taxi loads API function",
+            entry_point(loads_api_handler.handle, loads, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_LOADS_API)),
+        )
         routes = [
             Route("POST", taxi_contract.ROUTE_TRIP, api_function),
             Route("POST", taxi_contract.ROUTE_TRIP_BATCH, api_function),
             Route("GET", taxi_contract.ROUTE_ROW_STATE, row_state_function),
+            Route("POST", taxi_contract.ROUTE_LOADS, loads_function),
+            Route("GET", taxi_contract.ROUTE_LOAD, loads_function),
         ]
+        starter = wiring.build(LoadsSettings.from_env(settings_env(taxi_contract.HANDLER_LOAD_STARTER)), bulk_clients)
+        queue_id = world.cloud.event_source_mapping(taxi_contract.HANDLER_LOAD_STARTER)["EventSourceArn"]["Fn::GetAtt"][0]
+        starter_source = sqs_source(
+            world.cloud,
+            template,
+            world.sqs,
+            world.cloud.names[queue_id],
+            taxi_contract.HANDLER_LOAD_STARTER,
+            entry_point(
+                load_starter_handler.handle, starter, timeout_seconds=function_timeout(template, taxi_contract.HANDLER_LOAD_STARTER)
+            ),
+        )
+
+        def poll() -> int:
+            delivered = 0
+            for _ in range(MESSAGES_PER_POLL):
+                received = starter_source.poll_once()
+                delivered += received
+                if not received:
+                    break
+            return delivered
+
         api_key = str(world.secrets.get_secret_value(SecretId=world.secret_arn)["SecretString"])
-        return cls(world.cloud, routes, lambda_authorizer(authorizer_function, identity_headers(template)), api_key, world.routing())
+        authorize = lambda_authorizer(authorizer_function, identity_headers(template))
+        return cls(world.cloud, routes, authorize, api_key, world.routing(), poll)
 
 
 @dataclass

@@ -172,7 +172,12 @@ class LocalStack:
             exit_stack.callback(event_log_server.stop)
             taxi_server = ApiServer(HttpApi("taxi", "local-taxi", saga.routes, saga.authorize, access_log=access_log), taxi_port)
             exit_stack.callback(taxi_server.stop)
-            polls = {"event log": event_log.poll, "runner stats": runner_stats.poll, "state machine executions": keep_executions_bounded}
+            polls = {
+                "event log": event_log.poll,
+                "runner stats": runner_stats.poll,
+                "taxi loads": saga.poll,
+                "state machine executions": keep_executions_bounded,
+            }
             poller = Poller(polls, interval=poll_interval)
             exit_stack.callback(poller.stop)
             event_log_server.start()

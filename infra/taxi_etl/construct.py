@@ -13,7 +13,7 @@ creates is exposed as a typed attribute.
 
 from __future__ import annotations
 
-from aws_cdk import Arn, ArnFormat, Duration, Stack
+from aws_cdk import Arn, ArnFormat, Duration, FeatureFlags, Stack
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -69,6 +69,7 @@ LOAD_STARTER_MAX_RECEIVES = 5
 LOAD_STARTER_BATCH_SIZE = 10
 # The ingest bucket's server access logs: kept 90 days, like the event log bucket's.
 ACCESS_LOG_RETENTION = Duration.days(90)
+ACCESS_LOGS_BY_BUCKET_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 # Each phase's name in TaxiEtlConfig.reserved_concurrency.
 PHASE_FUNCTIONS = {contract.PHASE_VALIDATION: "validate", contract.PHASE_TRANSFORMATION: "transform", contract.PHASE_STORE: "store"}
 
@@ -507,7 +508,11 @@ class TaxiEtlSaga(Construct):
             encryption=s3.BucketEncryption.S3_MANAGED,  # the only encryption S3 server access logging writes to
             enforce_ssl=True,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            # S3 delivers the logs under a bucket policy (no ACLs) where the app sets CDK's serverAccessLogsUseBucketPolicy
+            # flag (cdk.json does); in an app without it CDK grants the log delivery group an ACL, which needs ObjectWriter.
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED
+            if FeatureFlags.of(self).is_enabled(ACCESS_LOGS_BY_BUCKET_POLICY)
+            else s3.ObjectOwnership.OBJECT_WRITER,
             lifecycle_rules=[s3.LifecycleRule(id="ExpireAccessLogs", expiration=ACCESS_LOG_RETENTION)],
             removal_policy=common.removal_policy,
         )
@@ -543,7 +548,8 @@ class TaxiEtlSaga(Construct):
             self,
             "LoadStarterQueue",
             common,
-            # AWS's advice for a Lambda event source: six times the function's timeout, so a retried batch is not redelivered meanwhile.
+            # AWS's advice for a Lambda event source: six times the function's timeout (room for the poller's retries of a
+            # throttled batch before the message shows again).
             visibility_seconds=6 * settings.api_timeout_seconds,
             dead_letter=sqs.DeadLetterQueue(queue=self.load_starter_dead_letter_queue, max_receive_count=LOAD_STARTER_MAX_RECEIVES),
         )

@@ -58,11 +58,14 @@ class ChunkSummary:
     already_stored: int = 0
     flagged: Counter[str] = field(default_factory=Counter)  # by reason name: validation, transformation, store
     flagged_by_detail: Counter[str] = field(default_factory=Counter)  # by rule, or error:<name>
-    findings: Counter[str] = field(default_factory=Counter)  # rows stored by this chunk with each finding
+    findings: Counter[str] = field(default_factory=Counter)  # the chunk's stored rows (by any attempt) with each finding
+    stored_now_findings: Counter[str] = field(default_factory=Counter)  # rows this attempt stored, by finding (the metric's)
+    flagged_by_step: Counter[tuple[Phase, str]] = field(default_factory=Counter)  # by the flagging phase and detail (the metric's)
 
-    def count_flags(self, reasons: Counter[str], outcome: FlagOutcome) -> None:
+    def count_flags(self, phase: Phase, reasons: Counter[str], outcome: FlagOutcome) -> None:
         self.flagged.update(reasons)
         self.flagged_by_detail.update(dict(outcome.by_detail))
+        self.flagged_by_step.update({(phase, detail): rows for detail, rows in outcome.by_detail})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,11 +115,13 @@ def run_chunk(
     _flag_rejects(stored.report.result.verdicts, Phase.STORE, summary, status, concurrency)
     if stored.conflicts:
         # What the per-batch Store's Catch asks of its flag step (flag_step.flag skips a row whose own item is stored).
-        caught = CaughtError(name=type(stored.conflict_error()).__name__, cause=str(stored.conflict_error()))
+        conflict = stored.conflict_error()
+        caught = CaughtError(name=type(conflict).__name__, cause=str(conflict))
         outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=stored.conflicts, error=caught), status, final, concurrency=concurrency)
-        summary.count_flags(Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)
+        summary.count_flags(Phase.STORE, Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)
     summary.stored, summary.already_stored = stored.report.stored, stored.report.already_stored
-    summary.findings.update({finding.value: rows for finding, rows in stored.report.findings})
+    summary.findings.update({finding.value: rows for finding, rows in stored.findings_of_stored_rows})
+    summary.stored_now_findings.update({finding.value: rows for finding, rows in stored.report.findings})
     bucket.put_json(key, summary.to_json())
     return summary
 
@@ -128,5 +133,5 @@ def _flag_rejects(
     rejected = [verdict for verdict in verdicts if not verdict.success]
     if rejected:
         outcome = flag(rejected_request(phase, rejected), status, concurrency=concurrency)
-        summary.count_flags(Counter(verdict.reason.name.lower() for verdict in rejected), outcome)
+        summary.count_flags(phase, Counter(verdict.reason.name.lower() for verdict in rejected), outcome)
     return [Row(verdict.store_request_id, verdict.tuple) for verdict in verdicts if verdict.success]

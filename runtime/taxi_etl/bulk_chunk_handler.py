@@ -42,8 +42,13 @@ def handle(event: dict[str, Any], context: LambdaContext, deps: BulkChunkDeps) -
         return {}
     metrics.add_metric(name=contract.METRIC_ROWS_STORED, unit=MetricUnit.Count, value=summary.stored)
     metrics.add_metric(name=contract.METRIC_ROWS_ALREADY_STORED, unit=MetricUnit.Count, value=summary.already_stored)
-    for finding, rows in summary.findings.items():
+    # Real trips stored with something odd about them, by finding: the dashboard's data-quality graph.
+    for finding, rows in summary.stored_now_findings.items():
         add_dimensioned_metric(contract.METRIC_ROWS_STORED_WITH_FINDING, rows, finding=finding)
+    # The dashboard splits flagged rows by phase and reason, whichever route flagged them (the per-batch flag
+    # step's ExecutionsFlagged, which alarms watch, is not counted: a chunk is no execution of the saga).
+    for (phase, detail), rows in summary.flagged_by_step.items():
+        add_dimensioned_metric(contract.METRIC_ROWS_FLAGGED, rows, phase=phase.value, reason=detail)
     logger.info(
         "chunk loaded",
         extra={

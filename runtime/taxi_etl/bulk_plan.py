@@ -46,11 +46,11 @@ class ChunkRange:
     @classmethod
     def from_json(cls, document: Any) -> ChunkRange:
         names = ("index", "start", "end", "firstLine", "lines")
-        values = [document.get(name) if isinstance(document, Mapping) else None for name in names]
-        if any(type(value) is not int or value < 0 for value in values):
+        found = [document.get(name) if isinstance(document, Mapping) else None for name in names]
+        values = [value for value in found if type(value) is int and value >= 0]
+        if len(values) != len(names):
             raise PhaseInputError(f"a chunk is {{{', '.join(repr(name) for name in names)}}} of integers >= 0, not {str(document)[:120]}")
         index, start, end, first_line, lines = values
-        assert index is not None and start is not None and end is not None and first_line is not None and lines is not None
         if end < start or first_line < 1:
             raise PhaseInputError(f"chunk {index} has no bytes or no first line: {str(document)[:120]}")
         return cls(index, start, end, first_line, lines)

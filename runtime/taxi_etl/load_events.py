@@ -1,5 +1,5 @@
-"""The ingest bucket's ObjectCreated notifications (S3 event JSON, the body of an SQS message) as the object
-versions to load. Pure.
+"""The load starter's logic: the ingest bucket's ObjectCreated notifications (S3 event JSON, the body of an SQS
+message) as the object versions to load (`files_to_load`, pure), and each started as POST /loads starts it.
 
 S3 URL-encodes an event's key (a space is '+'); an s3:TestEvent (sent when the notification is configured) names
 no object. Only the ingest bucket's keys under contract.INGEST_PREFIX with a version id are loads: a notification
@@ -9,18 +9,39 @@ for anything else is dropped here rather than failing its message for ever.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote_plus
 
 from runtime.shared.observability import logger
+from runtime.shared.refusals import Refusal
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.bulk_plan import LoadFile
 from runtime.taxi_etl.load_bucket import UNVERSIONED
-from runtime.taxi_etl.loads import load_file
+from runtime.taxi_etl.loads import load_file, start_load
+from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
 TEST_EVENT = "s3:TestEvent"
 OBJECT_CREATED_PREFIX = "ObjectCreated:"
+
+
+def start_loads(records: Iterable[Mapping[str, Any]], ingest_bucket: str, workflow: StepFunctionsWorkflow) -> list[str]:
+    """Start (or join) the load of every object version the SQS records' S3 events name; the message ids of the
+    records to deliver again (a start that failed). A load refused for good (it failed MAX_GENERATIONS times) is
+    logged, not delivered again: no delivery can start it."""
+    failed: list[str] = []
+    for record in records:
+        message_id = str(record.get("messageId", ""))
+        try:
+            for load in files_to_load(record.get("body"), ingest_bucket):
+                started = start_load(load, workflow)
+                logger.info("load started", extra={"loadId": load.load_id, "execution": started.execution, "status": started.status})
+        except Refusal as refusal:
+            logger.error("load not started", extra={"messageId": message_id, "reason": str(refusal)})
+        except Exception:
+            logger.exception("load not started; the message is delivered again", extra={"messageId": message_id})
+            failed.append(message_id)
+    return failed
 
 
 def files_to_load(body: Any, ingest_bucket: str) -> list[LoadFile]:

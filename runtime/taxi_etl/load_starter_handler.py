@@ -13,12 +13,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
-from runtime.shared.observability import instrumented, logger
-from runtime.shared.refusals import Refusal
+from runtime.shared.observability import instrumented
 from runtime.taxi_etl import bulk_wiring
 from runtime.taxi_etl.bulk_wiring import LoadsDeps, LoadsSettings
-from runtime.taxi_etl.load_events import files_to_load
-from runtime.taxi_etl.loads import start_load
+from runtime.taxi_etl.load_events import start_loads
 
 if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -37,19 +35,8 @@ def deps() -> LoadsDeps:
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: LoadsDeps) -> dict[str, Any]:
-    failures: list[dict[str, str]] = []
-    for record in event.get("Records") or ():
-        message_id = str(record.get("messageId", ""))
-        try:
-            for load in files_to_load(record.get("body"), deps.bucket.name):
-                started = start_load(load, deps.workflow)
-                logger.info("load started", extra={"loadId": load.load_id, "execution": started.execution, "status": started.status})
-        except Refusal as refusal:  # a load that failed MAX_GENERATIONS times: no delivery can start it
-            logger.error("load not started", extra={"messageId": message_id, "reason": str(refusal)})
-        except Exception:
-            logger.exception("load not started; the message is delivered again", extra={"messageId": message_id})
-            failures.append({"itemIdentifier": message_id})
-    return {"batchItemFailures": failures}
+    failed = start_loads(event.get("Records") or (), deps.bucket.name, deps.workflow)
+    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
 
 
 @instrumented

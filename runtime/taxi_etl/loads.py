@@ -93,7 +93,7 @@ def requested_file(document: Any, bucket: LoadBucket) -> LoadFile:
 class Generation:
     number: int
     name: str
-    status: str | None  # None: no such execution
+    status: str  # DescribeExecution's: RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED, PENDING_REDRIVE
 
 
 def _describe(workflow: StepFunctionsWorkflow, name: str) -> dict[str, Any] | None:
@@ -156,7 +156,8 @@ def load_status(load_id: str, bucket: LoadBucket, workflow: StepFunctionsWorkflo
     """GET /loads/{LoadId}: the report once the newest generation has ended and written it; otherwise that
     generation's status and progress."""
     generation = latest_generation(workflow, load_id)
-    report = None if generation is not None and generation.status == RUNNING else bucket.get_json(report_key(load_id))
+    running = generation is not None and generation.status not in ENDED_UNSUCCESSFULLY | {SUCCEEDED}
+    report = None if running else bucket.get_json(report_key(load_id))  # a running re-run's report is not written yet
     if isinstance(report, Mapping):
         return 200, {
             "loadId": load_id,

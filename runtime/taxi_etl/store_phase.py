@@ -55,6 +55,9 @@ class StoredRows:
 
     report: StoreReport
     conflicts: tuple[Row, ...]
+    # Rows whose own item is in the trips table (stored now or before), by finding: what the rows are, whichever
+    # attempt stored them (the report's findings count only this attempt's).
+    findings_of_stored_rows: tuple[tuple[Finding, int], ...] = ()
 
     def conflict_error(self) -> StoreConflict:
         ids = [row.store_request_id for row in self.conflicts]
@@ -82,6 +85,7 @@ def store_rows(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, c
     verdicts: list[Verdict] = []
     counts = {PutOutcome.STORED: 0, PutOutcome.ALREADY_STORED: 0}
     findings: Counter[Finding] = Counter()
+    findings_of_stored_rows: Counter[Finding] = Counter()
     conflicts: list[Row] = []
     for row, result in zip(rows, stored, strict=True):
         if result.verdict is None:
@@ -89,10 +93,11 @@ def store_rows(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, c
             continue
         if result.outcome is not None:
             counts[result.outcome] += 1
+            findings_of_stored_rows.update(result.findings)
             if result.outcome == PutOutcome.STORED:
                 findings.update(result.findings)
         verdicts.append(result.verdict)
     report = StoreReport(
         PhaseResult(tuple(verdicts)), counts[PutOutcome.STORED], counts[PutOutcome.ALREADY_STORED], tuple(sorted(findings.items()))
     )
-    return StoredRows(report, tuple(conflicts))
+    return StoredRows(report, tuple(conflicts), tuple(sorted(findings_of_stored_rows.items())))

@@ -29,6 +29,11 @@ EVERY_HANDLER = frozenset(
         taxi_etl_contract.HANDLER_AUTHORIZER,
         taxi_etl_contract.HANDLER_FLAG,
         *taxi_etl_contract.PHASE_HANDLERS.values(),
+        taxi_etl_contract.HANDLER_BULK_PLAN,
+        taxi_etl_contract.HANDLER_BULK_CHUNK,
+        taxi_etl_contract.HANDLER_BULK_REPORT,
+        taxi_etl_contract.HANDLER_LOADS_API,
+        taxi_etl_contract.HANDLER_LOAD_STARTER,
     }
 )
 

@@ -24,6 +24,8 @@ from devtools.aws.template_resources import PROJECT_ROOT, load_assembly, resourc
 from tests.conftest import TAXI_ETL_STACK, assembly_for
 
 STATE_MACHINE = "TaxiEtlStateMachine72705BD6"
+BULK_STATE_MACHINE = "TaxiEtlBulkStateMachine479724BD"  # the bulk route's, in the same template (never broken here)
+CHUNK_ARN = "arn:aws:lambda:us-east-1:123456789012:function:TaxiEtlBulkChunkFunctionC177CCC7"
 VALIDATION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:TaxiEtlValidationFunction29AF2C6A"
 # The Validation task's catchers, as CDK writes them: the transient errors, then States.ALL.
 VALIDATION_CATCHERS = '"Next":"FlagValidationRetryable"},{"ErrorEquals":["States.ALL"],"ResultPath":"$.error","Next":"FlagValidation"}'
@@ -102,7 +104,7 @@ def broken_findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[
     templates = {name: inject(taxi_etl_template(), text, replacement) for name, (text, replacement) in BREAKAGES.items()}
     assembly = write_assembly(tmp_path_factory.mktemp("broken-assembly"), templates)
     machines, findings = check([assembly])
-    assert len(machines) == len(BREAKAGES)
+    assert len(machines) == 2 * len(BREAKAGES)
     by_breakage: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
         assert finding.state_machine == STATE_MACHINE
@@ -126,12 +128,19 @@ def test_the_gate_passes_on_both_environments_synthesized_state_machines() -> No
     assemblies = [assembly_for("dev"), assembly_for("prod")]
     # When the gate checks them
     machines, findings = check(assemblies)
-    # Then it finds the saga's state machine in each, resolved, and nothing wrong with either
+    # Then it finds the saga's two state machines in each, resolved, and nothing wrong with any
     assert [(Path(machine.template).name, machine.logical_id) for machine in machines] == [
         ("Onceflow-dev-TaxiEtl.template.json", STATE_MACHINE),
+        ("Onceflow-dev-TaxiEtl.template.json", BULK_STATE_MACHINE),
         ("Onceflow-prod-TaxiEtl.template.json", STATE_MACHINE),
+        ("Onceflow-prod-TaxiEtl.template.json", BULK_STATE_MACHINE),
     ]
-    assert [machine.definition["States"]["Validation"]["Resource"] for machine in machines] == [VALIDATION_ARN, VALIDATION_ARN]
+    per_batch = [machine for machine in machines if machine.logical_id == STATE_MACHINE]
+    assert [machine.definition["States"]["Validation"]["Resource"] for machine in per_batch] == [VALIDATION_ARN, VALIDATION_ARN]
+    # (the bulk machine's Distributed Map with its reader's partition and its child's function resolved too)
+    bulk = [machine.definition["States"]["Chunks"] for machine in machines if machine.logical_id == BULK_STATE_MACHINE]
+    assert [chunks["ItemReader"]["Resource"] for chunks in bulk] == ["arn:aws:states:::s3:getObject"] * 2
+    assert [chunks["ItemProcessor"]["States"]["Chunk"]["Resource"] for chunks in bulk] == [CHUNK_ARN] * 2
     assert findings == []
 
 
@@ -148,7 +157,7 @@ def test_the_command_prints_one_line_per_finding_and_exits_non_zero(tmp_path: Pa
     template = f"{broken}/{TAXI_ETL_STACK}.template.json"
     assert f'{template}: {STATE_MACHINE}: Validation: Next "ValidationRejected" names no state of its scope' in lines
     assert all(line.startswith(f"{template}: {STATE_MACHINE}: ") for line in lines[:-1])
-    assert lines[-1] == f"asl_gate: 2 state machine(s) in {good}, {broken}: {len(lines) - 1} finding(s)"
+    assert lines[-1] == f"asl_gate: 4 state machine(s) in {good}, {broken}: {len(lines) - 1} finding(s)"
     # And on the good assembly alone it exits 0
     assert main([str(good)]) == 0
 
@@ -163,7 +172,7 @@ def test_cfn_lint_lets_a_breakage_in_the_join_through(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)
     matches = lint(json.dumps(template), config=ManualArgs(regions=["us-east-1"], ignore_checks=["W3005"]))
     # Then it finds nothing, its state machine rule (E3601) included: the gate is what refuses it (below)
-    assert resources_of_type(template, "AWS::StepFunctions::StateMachine").keys() == {STATE_MACHINE}
+    assert resources_of_type(template, "AWS::StepFunctions::StateMachine").keys() == {STATE_MACHINE, BULK_STATE_MACHINE}
     assert [str(match) for match in matches] == []
 
 

@@ -31,7 +31,24 @@ STACK_SUFFIXES = ("Alarms", "RunnerStats", "EventLog", "TaxiEtl")
 # The complete inventory: (stack suffix, construct path inside the stack, rule) -> the one
 # CloudFormation resource type the acknowledged construct wraps. A new acknowledgement must be
 # added here, in review.
-_TAXI_ETL_FUNCTIONS = ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer", "RowState")
+_TAXI_ETL_FUNCTIONS = (
+    "Validation",
+    "Transformation",
+    "Store",
+    "Flag",
+    "Api",
+    "Authorizer",
+    "RowState",
+    "BulkPlan",
+    "BulkChunk",
+    "BulkReport",
+    "LoadsApi",
+    "LoadStarter",
+)
+_BULK_EXECUTIONS = (
+    "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:{kind}:"
+    '{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"TaxiEtlBulkStateMachine479724BD"}}]}}]}}{suffix}:*'
+)
 _ACKNOWLEDGED_IN_EVERY_ENV = {
     ("RunnerStats", "RunnerStats/FailureQueue/Resource", "AwsSolutions::AwsSolutions-SQS3"): "AWS::SQS::Queue",
     ("RunnerStats", "RunnerStats/FailureQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
@@ -82,9 +99,10 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
         "AwsSolutions::AwsSolutions-IAM5[Resource::<EventLogBucket7DE35D8B.Arn>/payloads/*]",
     ): "AWS::IAM::Policy",
     # TaxiEtl: every function is invoked synchronously (state machine, API Gateway), none has a function DLQ
+    # (the bulk functions too: the bulk state machine, API Gateway, and the starter's SQS event source)
     **{
         ("TaxiEtl", f"TaxiEtl/{name}Function/Resource", "Serverless::Serverless-LambdaDLQ"): "AWS::Lambda::Function"
-        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer", "RowState")
+        for name in _TAXI_ETL_FUNCTIONS
     },
     # TaxiEtl: the X-Ray statement of every function's role (the Lambda factory's acknowledgement)
     **{
@@ -93,8 +111,72 @@ _ACKNOWLEDGED_IN_EVERY_ENV = {
             f"TaxiEtl/{name}FunctionRole/DefaultPolicy/Resource",
             "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
         ): "AWS::IAM::Policy"
-        for name in ("Validation", "Transformation", "Store", "Flag", "Api", "Authorizer", "RowState")
+        for name in _TAXI_ETL_FUNCTIONS
     },
+    # TaxiEtl bulk route: object wildcards under one prefix of the ingest bucket, each on one role
+    **{
+        (
+            "TaxiEtl",
+            f"TaxiEtl/{name}FunctionRole/DefaultPolicy/Resource",
+            "AwsSolutions::AwsSolutions-IAM5[Resource::<TaxiEtlIngestBucket32077F3C.Arn>/incoming/*]",
+        ): "AWS::IAM::Policy"
+        for name in ("BulkPlan", "BulkChunk", "LoadsApi")
+    },
+    **{
+        (
+            "TaxiEtl",
+            f"TaxiEtl/{name}FunctionRole/DefaultPolicy/Resource",
+            "AwsSolutions::AwsSolutions-IAM5[Resource::<TaxiEtlIngestBucket32077F3C.Arn>/loads/*]",
+        ): "AWS::IAM::Policy"
+        for name in ("BulkPlan", "BulkChunk", "BulkReport", "LoadsApi")
+    },
+    # TaxiEtl bulk route: its state machine reads manifests under loads/, invokes its three functions, logs and traces
+    (
+        "TaxiEtl",
+        "TaxiEtl/BulkStateMachine/Role/DefaultPolicy/Resource",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<TaxiEtlIngestBucket32077F3C.Arn>/loads/*]",
+    ): "AWS::IAM::Policy",
+    **{
+        (
+            "TaxiEtl",
+            "TaxiEtl/BulkStateMachine/Role/DefaultPolicy/Resource",
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::<TaxiEtl{function}.Arn>:*]",
+        ): "AWS::IAM::Policy"
+        for function in ("BulkPlanFunction6E2C945E", "BulkChunkFunctionC177CCC7", "BulkReportFunction9E794B0C")
+    },
+    ("TaxiEtl", "TaxiEtl/BulkStateMachine/Role/DefaultPolicy/Resource", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"): "AWS::IAM::Policy",
+    # TaxiEtl bulk route: CDK's Distributed Map policy on the machine's own child executions and labelled map runs
+    **{
+        (
+            "TaxiEtl",
+            "TaxiEtl/BulkStateMachine/DistributedMapPolicy/Resource",
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::{_BULK_EXECUTIONS.format(kind='execution', suffix=suffix)}]",
+        ): "AWS::IAM::Policy"
+        for suffix in ("", "/Chunks")
+    },
+    # TaxiEtl bulk route: the loads API and the starter read the bulk machine's executions (load ids known at run
+    # time); the loads API describes its map runs
+    **{
+        (
+            "TaxiEtl",
+            f"TaxiEtl/{name}FunctionRole/DefaultPolicy/Resource",
+            f"AwsSolutions::AwsSolutions-IAM5[Resource::{_BULK_EXECUTIONS.format(kind='execution', suffix='')}]",
+        ): "AWS::IAM::Policy"
+        for name in ("LoadsApi", "LoadStarter")
+    },
+    (
+        "TaxiEtl",
+        "TaxiEtl/LoadsApiFunctionRole/DefaultPolicy/Resource",
+        f"AwsSolutions::AwsSolutions-IAM5[Resource::{_BULK_EXECUTIONS.format(kind='mapRun', suffix='/Chunks')}]",
+    ): "AWS::IAM::Policy",
+    # TaxiEtl bulk route: the starter's dead-letter queue has none of its own
+    ("TaxiEtl", "TaxiEtl/LoadStarterDeadLetterQueue/Resource", "Serverless::Serverless-SQSRedrivePolicy"): "AWS::SQS::Queue",
+    # TaxiEtl bulk route: CDK's deploy-time bucket notifications handler runs with CDK's managed basic execution policy
+    (
+        "TaxiEtl",
+        "BucketNotificationsHandler050a0587b7544547bf325f094a3db834/Role/Resource",
+        "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+    ): "AWS::IAM::Role",
     # TaxiEtl: the state machine may invoke each of its four functions (and their versions), log and trace
     **{
         (
@@ -138,6 +220,11 @@ EXPECTED_ACKNOWLEDGEMENTS = {
     "dev": {
         **_ACKNOWLEDGED_IN_EVERY_ENV,
         (
+            "TaxiEtl",
+            "TaxiEtl/LoadStarterFunction/SqsEventSource:OnceflowdevTaxiEtlLoadStarterQueue63F3C273/Resource",
+            _ESM_DESTINATION,
+        ): "AWS::Lambda::EventSourceMapping",
+        (
             "EventLog",
             "EventLog/SnapshotWorker/SqsEventSource:OnceflowdevEventLogSnapshotQueueFD767561/Resource",
             _ESM_DESTINATION,
@@ -152,6 +239,12 @@ EXPECTED_ACKNOWLEDGEMENTS = {
         **_ACKNOWLEDGED_IN_EVERY_ENV,
         # prod's state machine logs failures only, without row content (taxi_etl.execution_log_level)
         ("TaxiEtl", "TaxiEtl/StateMachine/Resource", "AwsSolutions::AwsSolutions-SF1"): "AWS::StepFunctions::StateMachine",
+        ("TaxiEtl", "TaxiEtl/BulkStateMachine/Resource", "AwsSolutions::AwsSolutions-SF1"): "AWS::StepFunctions::StateMachine",
+        (
+            "TaxiEtl",
+            "TaxiEtl/LoadStarterFunction/SqsEventSource:OnceflowprodTaxiEtlLoadStarterQueue854799E1/Resource",
+            _ESM_DESTINATION,
+        ): "AWS::Lambda::EventSourceMapping",
         (
             "EventLog",
             "EventLog/SnapshotWorker/SqsEventSource:OnceflowprodEventLogSnapshotQueueDAE16042/Resource",

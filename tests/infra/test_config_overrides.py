@@ -124,6 +124,12 @@ SAMPLES: dict[type, dict[str, list[Any]]] = {
         "execution_log_data": [True],
         "reserved_concurrency": [{"store": 5}],
         "snap_start": [True],
+        "bulk_chunk_rows": [100, 10_000],
+        "bulk_max_concurrency": [1, 1_000],
+        "bulk_tolerated_failure_percentage": [5.0, 100.0],
+        "bulk_task_timeout_seconds": [60, 900],
+        "ingest_retention_days": [1, 90],
+        "load_report_retention_days": [365],
     },
     CommonProps: {
         "removal_policy": [RemovalPolicy.DESTROY],

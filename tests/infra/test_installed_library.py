@@ -310,9 +310,11 @@ def check_the_team_app(outdir: Path, template: dict[str, Any], origins: dict[str
     assert origins["marker"] == "the team's runtime"
     assert "site-packages" in Path(origins["onceflow"]).parts
     assert not Path(origins["onceflow"]).is_relative_to(ROOT)
-    # and the stack holds the three pipelines, with the handler paths Lambda runs
-    functions = {body["Properties"]["Handler"] for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"}
+    # and the stack holds the three pipelines, with the handler paths Lambda runs (and CDK's inline bucket notifications
+    # handler, which runs at deploy time)
+    functions = {body["Properties"]["Handler"] for body in project_functions(template)}
     assert functions == EVERY_HANDLER
+    assert len(lambda_functions(template)) == len(functions) + 1
     assert sum(body["Type"] == "AWS::DynamoDB::Table" for body in template["Resources"].values()) == 4 + 2 + 4
     # and cdk-nag found nothing open
     report = outdir / "validation-report.json"
@@ -321,9 +323,18 @@ def check_the_team_app(outdir: Path, template: dict[str, Any], origins: dict[str
         assert violations == []
 
 
+def lambda_functions(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return [body for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"]
+
+
+def project_functions(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """The functions of the runtime package (CDK's own deploy-time handlers have inline code and no layer)."""
+    return [body for body in lambda_functions(template) if str(body["Properties"]["Handler"]).startswith("runtime.")]
+
+
 def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, template: dict[str, Any]) -> None:
     manifest = json.loads((outdir / "TeamPipelines.assets.json").read_text())
-    code_keys = {body["Properties"]["Code"]["S3Key"] for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"}
+    code_keys = {body["Properties"]["Code"]["S3Key"] for body in project_functions(template)}
     assets = [
         asset
         for asset in manifest["files"].values()
@@ -343,8 +354,7 @@ def check_each_lambda_asset_holds_the_runtime_package_only(outdir: Path, templat
     assert compiled == {f"{Path(name).parent}/__pycache__/{Path(name).stem}.cpython-313.pyc" for name in repository}
     # and every function runs the stack's one SDK layer, last
     (layer_id,) = [logical_id for logical_id, body in template["Resources"].items() if body["Type"] == "AWS::Lambda::LayerVersion"]
-    functions = [body for body in template["Resources"].values() if body["Type"] == "AWS::Lambda::Function"]
-    assert all(body["Properties"]["Layers"][-1] == {"Ref": layer_id} for body in functions)
+    assert all(body["Properties"]["Layers"][-1] == {"Ref": layer_id} for body in project_functions(template))
 
 
 def test_the_other_python_is_found_as_make_install_finds_python3_13_and_its_absence_fails_naming_it(

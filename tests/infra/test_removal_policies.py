@@ -64,6 +64,8 @@ STATELESS = {
     "AWS::S3::BucketPolicy",
     "AWS::SNS::TopicPolicy",
     "AWS::SQS::QueuePolicy",
+    # CDK's deploy-time custom resource that puts a bucket's notification configuration: the bucket holds the state.
+    "Custom::S3BucketNotifications",
 }
 # The stateful types each stack holds, so a new kind of state in a stack shows up here.
 STATEFUL_TYPES = {
@@ -72,6 +74,8 @@ STATEFUL_TYPES = {
     "EventLog": {"AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SQS::Queue", "AWS::Logs::LogGroup"},
     "TaxiEtl": {
         "AWS::DynamoDB::Table",
+        "AWS::S3::Bucket",  # the bulk route's ingest bucket and its access logs
+        "AWS::SQS::Queue",  # the load starter's queue and its dead-letter queue
         "AWS::Logs::LogGroup",
         "AWS::KMS::Key",
         "AWS::SecretsManager::Secret",
@@ -90,6 +94,7 @@ TAGGED_TYPES = (STATEFUL | {ALARM_TOPIC, *STATELESS}) - {
     "AWS::S3::BucketPolicy",
     "AWS::SNS::TopicPolicy",
     "AWS::SQS::QueuePolicy",
+    "Custom::S3BucketNotifications",
 }
 POWERTOOLS_PREFIX = "/aws/service/powertools/python/arm64/python3.13/"
 SSM_PARAMETER_TYPE = "AWS::SSM::Parameter::Value<String>"
@@ -147,7 +152,12 @@ def powertools_parameters(template_json: dict[str, Any]) -> dict[str, str]:
 
 
 def assert_layers_from_one_parameter(template_json: dict[str, Any], version: str) -> None:
-    functions = resources_of_type(template_json, "AWS::Lambda::Function")
+    # The project's functions (CDK's inline deploy-time handlers, such as the bucket notifications', take no layer)
+    functions = {
+        logical_id: fn
+        for logical_id, fn in resources_of_type(template_json, "AWS::Lambda::Function").items()
+        if str(fn["Properties"].get("Handler", "")).startswith("runtime.")
+    }
     parameters = powertools_parameters(template_json)
     if not functions:
         assert parameters == {}

@@ -102,6 +102,7 @@ from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.trip_items import final_item, same_trip
 from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 from runtime.taxi_etl.trips import Reason
+from tests.unit.taxi_etl.test_taxi_bulk_formats import GOLDEN_FILES as BULK_GOLDEN_FILES  # pure JSON documents, tested there
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = ROOT / "tests" / "golden"
@@ -1165,7 +1166,7 @@ def test_the_current_code_reads_the_golden_message(golden: GoldenMessage, at_res
 def test_every_golden_file_is_tested_and_every_table_has_one(at_rest: AtRest) -> None:
     # Given the golden files on disk and the cases above
     on_disk = {path.relative_to(GOLDEN_DIR).as_posix() for path in GOLDEN_DIR.rglob("*.json")}
-    cases = {golden.path for golden in [*EVERY_GOLDEN, *EARLIER_FORMATS]}
+    cases = {golden.path for golden in [*EVERY_GOLDEN, *EARLIER_FORMATS]} | set(BULK_GOLDEN_FILES)
     # Then each file is a case and each case has its file
     assert on_disk == cases
     # and every table the stacks deploy holds at least one golden kind (a new table needs its goldens)

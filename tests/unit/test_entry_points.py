@@ -24,8 +24,8 @@ def handler_paths() -> list[str]:
 
 def test_the_contracts_name_every_function_of_the_three_pipelines() -> None:
     # Given the handler paths the contracts name
-    # Then there is one per function: 1 runner stats, 5 event log, 7 taxi saga
-    assert len(handler_paths()) == 13
+    # Then there is one per function: 1 runner stats, 5 event log, 12 taxi saga (7 per-batch, 5 of the bulk route)
+    assert len(handler_paths()) == 18
 
 
 @pytest.mark.parametrize("path", handler_paths())

@@ -33,6 +33,7 @@ from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 from runtime.shared.contract import TRACING_MODE_VARIABLE
 from runtime.taxi_etl.api_wiring import ApiSettings
 from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
+from runtime.taxi_etl.bulk_wiring import BulkChunkSettings, BulkPlanSettings, BulkReportSettings, LoadsSettings
 from runtime.taxi_etl.flag_wiring import FlagSettings
 from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.row_state_wiring import RowStateSettings
@@ -68,8 +69,15 @@ FLAG = "runtime.taxi_etl.flag_handler.handler"
 API = "runtime.taxi_etl.api_handler.handler"
 AUTHORIZER = "runtime.taxi_etl.authorizer_handler.handler"
 ROW_STATE = "runtime.taxi_etl.row_state_handler.handler"
-HANDLERS = (VALIDATE, TRANSFORM, STORE, FLAG, API, AUTHORIZER, ROW_STATE)
+BULK_PLAN = "runtime.taxi_etl.bulk_plan_handler.handler"
+BULK_CHUNK = "runtime.taxi_etl.bulk_chunk_handler.handler"
+BULK_REPORT = "runtime.taxi_etl.bulk_report_handler.handler"
+LOADS_API = "runtime.taxi_etl.loads_api_handler.handler"
+LOAD_STARTER = "runtime.taxi_etl.load_starter_handler.handler"
+BULK_HANDLERS = (BULK_PLAN, BULK_CHUNK, BULK_REPORT, LOADS_API, LOAD_STARTER)
+HANDLERS = (VALIDATE, TRANSFORM, STORE, FLAG, API, AUTHORIZER, ROW_STATE, *BULK_HANDLERS)
 STATE_MACHINE_FUNCTIONS = (VALIDATE, TRANSFORM, STORE, FLAG)
+BULK_STATE_MACHINE_FUNCTIONS = (BULK_PLAN, BULK_CHUNK, BULK_REPORT)
 SERVICE_NAMES = {
     VALIDATE: "taxi-etl-validation",
     TRANSFORM: "taxi-etl-transformation",
@@ -78,6 +86,11 @@ SERVICE_NAMES = {
     API: "taxi-etl-api",
     AUTHORIZER: "taxi-etl-authorizer",
     ROW_STATE: "taxi-etl-row-state",
+    BULK_PLAN: "taxi-etl-bulk-plan",
+    BULK_CHUNK: "taxi-etl-bulk-chunk",
+    BULK_REPORT: "taxi-etl-bulk-report",
+    LOADS_API: "taxi-etl-loads-api",
+    LOAD_STARTER: "taxi-etl-load-starter",
 }
 SETTINGS_CLASSES: dict[str, Any] = {
     VALIDATE: PhaseSettings,
@@ -87,6 +100,11 @@ SETTINGS_CLASSES: dict[str, Any] = {
     API: ApiSettings,
     AUTHORIZER: AuthorizerSettings,
     ROW_STATE: RowStateSettings,
+    BULK_PLAN: BulkPlanSettings,
+    BULK_CHUNK: BulkChunkSettings,
+    BULK_REPORT: BulkReportSettings,
+    LOADS_API: LoadsSettings,
+    LOAD_STARTER: LoadsSettings,
 }
 
 # Exactly the variables each handler's settings class reads (runtime/taxi_etl/*_wiring.py).
@@ -108,6 +126,18 @@ ENVIRONMENT_NAMES = {
     },
     AUTHORIZER: {"API_KEY_SECRET_ID", "SECRET_CACHE_SECONDS", "SECRET_REFRESH_FLOOR_SECONDS"},
     ROW_STATE: {"VALIDATION_STATUS_TABLE", "TRANSFORMATION_STATUS_TABLE", "STORE_STATUS_TABLE", "FINAL_TABLE"},
+    BULK_PLAN: {"INGEST_BUCKET", "CHUNK_ROWS"},
+    BULK_CHUNK: {
+        "INGEST_BUCKET",
+        "MAX_LINE_BYTES",
+        "VALIDATION_STATUS_TABLE",
+        "TRANSFORMATION_STATUS_TABLE",
+        "STORE_STATUS_TABLE",
+        "FINAL_TABLE",
+    },
+    BULK_REPORT: {"INGEST_BUCKET"},
+    LOADS_API: {"INGEST_BUCKET", "BULK_STATE_MACHINE_ARN"},
+    LOAD_STARTER: {"INGEST_BUCKET", "BULK_STATE_MACHINE_ARN"},
 }
 FACTORY_ENV_NAMES = {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", TRACING_MODE_VARIABLE}
 
@@ -125,6 +155,12 @@ STATE_MACHINE_LOGS_KEY = "TaxiEtlStateMachineLogsKey1F444E60"
 HTTP_API = "TaxiEtlHttpApi46141E76"
 API_AUTHORIZER = "TaxiEtlHttpApiApiKeyAuthorizer917F94FE"
 API_ACCESS_LOGS = "TaxiEtlApiAccessLogsAE5ABF75"
+BULK_STATE_MACHINE = "TaxiEtlBulkStateMachine479724BD"
+BULK_STATE_MACHINE_LOGS = "TaxiEtlBulkStateMachineLogsDAFF3427"
+INGEST_BUCKET = "TaxiEtlIngestBucket32077F3C"
+INGEST_ACCESS_LOG_BUCKET = "TaxiEtlIngestAccessLogBucketB028E7F3"
+LOAD_STARTER_QUEUE = "TaxiEtlLoadStarterQueueAA91307C"
+LOAD_STARTER_DEAD_LETTER_QUEUE = "TaxiEtlLoadStarterDeadLetterQueueF0270890"
 
 PHASES = ("Validation", "Transformation", "Store")
 PHASE_HANDLERS = {"Validation": VALIDATE, "Transformation": TRANSFORM, "Store": STORE}
@@ -132,7 +168,8 @@ PHASE_HANDLERS = {"Validation": VALIDATE, "Transformation": TRANSFORM, "Store": 
 NEXT_AFTER = {"Validation": "Transformation", "Transformation": "Store", "Store": "Stored"}
 POST_ROUTES = {"POST /trips", "POST /trips/batch"}
 ROW_STATE_ROUTE = "GET /trips/{StoreRequestId}"
-ROUTES = POST_ROUTES | {ROW_STATE_ROUTE}
+LOADS_ROUTES = {"POST /loads", "GET /loads/{LoadId}"}
+ROUTES = POST_ROUTES | {ROW_STATE_ROUTE} | LOADS_ROUTES
 LAMBDA_SERVICE_ERRORS = [
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
@@ -243,8 +280,69 @@ def expected_grants(template_json: dict[str, Any], handler: str) -> Grants:
     if handler == ROW_STATE:
         # reads the row's four items in one BatchGetItem; writes nothing, starts nothing
         return unconditional(own_logs, *((arn(table), {"dynamodb:BatchGetItem"}) for table in sorted(TABLES)))
-    assert handler == AUTHORIZER
-    return unconditional(own_logs, (ref(SECRET), {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}))
+    if handler == AUTHORIZER:
+        return unconditional(own_logs, (ref(SECRET), {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}))
+    return bulk_grants(template_json, handler, own_logs)
+
+
+def objects(prefix: str) -> dict[str, Any]:
+    """The ingest bucket's objects under a prefix (CDK's arn_for_objects)."""
+    return {"Fn::Join": ["", [arn(INGEST_BUCKET), f"/{prefix}*"]]}
+
+
+def map_runs_of(state_machine_id: str, label: str) -> dict[str, Any]:
+    """The ARN pattern of the map runs of a state machine's labelled Distributed Map."""
+    name = {"Fn::Select": [6, {"Fn::Split": [":", ref(state_machine_id)]}]}
+    return {
+        "Fn::Join": [
+            "",
+            ["arn:", ref("AWS::Partition"), ":states:", ref("AWS::Region"), ":", ref("AWS::AccountId"), ":mapRun:", name, f"/{label}:*"],
+        ]
+    }
+
+
+def bulk_grants(template_json: dict[str, Any], handler: str, own_logs: tuple[Any, set[str]]) -> Grants:
+    """The bulk route's functions: prefix-scoped S3 rights, and the bulk state machine for the two that start loads.
+    A read of a load's exact version is s3:GetObjectVersion alone; s3:ListBucket makes a missing key answer 404."""
+    # every key the loads and their files are under, and a missing key's 404
+    list_bucket = (arn(INGEST_BUCKET), {"s3:ListBucket"})
+    if handler == BULK_PLAN:
+        # reads the file's version once; writes the manifest
+        return unconditional(own_logs, (objects("incoming/"), {"s3:GetObjectVersion"}), (objects("loads/"), {"s3:PutObject"}), list_bucket)
+    if handler == BULK_CHUNK:
+        # its byte range of the version; its done marker (HeadObject) and its summary; the phases' and the flag step's tables
+        return unconditional(
+            own_logs,
+            (objects("incoming/"), {"s3:GetObjectVersion"}),
+            (objects("loads/"), {"s3:GetObject", "s3:PutObject"}),
+            list_bucket,
+            (arn(VALIDATION_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(TRANSFORMATION_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(STORE_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(TRIPS_TABLE), {"dynamodb:PutItem", "dynamodb:BatchGetItem"}),
+        )
+    if handler == BULK_REPORT:
+        # lists and reads the summaries under loads/ only, writes the report
+        listing = {(key(arn(INGEST_BUCKET)), key({"StringLike": {"s3:prefix": "loads/*"}})): {"s3:ListBucket"}}
+        return unconditional(own_logs, (objects("loads/"), {"s3:GetObject", "s3:PutObject"})) | listing
+    starts = (
+        (ref(BULK_STATE_MACHINE), {"states:StartExecution"}),
+        (executions_of(BULK_STATE_MACHINE), {"states:DescribeExecution"} | ({"states:ListMapRuns"} if handler == LOADS_API else set())),
+    )
+    if handler == LOADS_API:
+        # HeadObject of the file (latest or given version); the report and manifest; a running load's map run
+        return unconditional(
+            own_logs,
+            (objects("incoming/"), {"s3:GetObject", "s3:GetObjectVersion"}),
+            (objects("loads/"), {"s3:GetObject"}),
+            list_bucket,
+            *starts,
+            (map_runs_of(BULK_STATE_MACHINE, "Chunks"), {"states:DescribeMapRun"}),
+        )
+    assert handler == LOAD_STARTER
+    # the event names the version: no S3 right; consumes its queue (CDK's SqsEventSource grant)
+    consume = {"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+    return unconditional(own_logs, *starts, (arn(LOAD_STARTER_QUEUE), consume))
 
 
 def references(value: Any) -> Iterator[str]:
@@ -415,8 +513,8 @@ def test_other_stateful_resources_are_retained_only_in_prod(
 def test_state_machine_is_standard_traced_and_logs_at_the_environments_level(
     template_json: dict[str, Any], config: EnvConfig, env_name: str
 ) -> None:
-    # Given the one state machine
-    assert set(resources_of_type(template_json, "AWS::StepFunctions::StateMachine")) == {STATE_MACHINE}
+    # Given the per-batch state machine (the other is the bulk route's)
+    assert set(resources_of_type(template_json, "AWS::StepFunctions::StateMachine")) == {STATE_MACHINE, BULK_STATE_MACHINE}
     props = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]
     # When we read its type, tracing and logging
     # Then it is a Standard workflow (the configured default), traced with X-Ray
@@ -732,8 +830,10 @@ def test_express_alone_takes_its_own_timeout_and_retries_and_builds(tmp_path: Pa
     assert taxi_etl.execution_limits == WORKFLOW_DEFAULTS[sfn.StateMachineType.EXPRESS]
     assert taxi_etl.execution_limits.execution_timeout_minutes == 5
     assert taxi_etl.redrive_budget_seconds == 2 * (2 + 4 + 8 + 16 + 2 + 4) + 60 <= 300
-    (machine,) = [body for body in template_json["Resources"].values() if body["Type"] == "AWS::StepFunctions::StateMachine"]
+    machine = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")
     assert machine["Properties"]["StateMachineType"] == "EXPRESS"
+    # and the bulk route's machine stays STANDARD (its names start a load once; a Distributed Map needs it)
+    assert resource(template_json, BULK_STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]["StateMachineType"] == "STANDARD"
     parsed, _ = definition(template_json)
     assert parsed["TimeoutSeconds"] == 300
     retries = [retry for state in parsed["States"].values() for retry in state.get("Retry", [])]
@@ -836,6 +936,40 @@ def test_a_value_set_wins_over_the_workflow_types_default() -> None:
             "must not be OFF for EXPRESS workflows",
             id="express-without-its-only-history",
         ),
+        pytest.param({"bulk_chunk_rows": 99}, "bulk_chunk_rows must be an integer 100..10000", id="bulk-chunks-too-small"),
+        pytest.param({"bulk_chunk_rows": 10_001}, "bulk_chunk_rows must be an integer 100..10000", id="bulk-chunks-too-large"),
+        pytest.param({"bulk_max_concurrency": 0}, "bulk_max_concurrency must be an integer of at least 1", id="bulk-unbounded-concurrency"),
+        pytest.param(
+            {"bulk_tolerated_failure_percentage": -1.0},
+            "bulk_tolerated_failure_percentage must be a number 0..100",
+            id="bulk-negative-tolerance",
+        ),
+        pytest.param(
+            {"bulk_tolerated_failure_percentage": 100.5},
+            "bulk_tolerated_failure_percentage must be a number 0..100",
+            id="bulk-tolerance-over-100",
+        ),
+        pytest.param(
+            {"bulk_tolerated_failure_percentage": True},
+            "bulk_tolerated_failure_percentage must be a number 0..100",
+            id="bulk-tolerance-as-bool",
+        ),
+        pytest.param(
+            {"bulk_task_timeout_seconds": 901},
+            "bulk_task_timeout_seconds must be phase_timeout_seconds..900",
+            id="bulk-timeout-over-lambda-limit",
+        ),
+        pytest.param(
+            {"phase_timeout_seconds": 120, "bulk_task_timeout_seconds": 119},
+            "bulk_task_timeout_seconds must be phase_timeout_seconds..900",
+            id="bulk-timeout-under-a-phases",
+        ),
+        pytest.param({"ingest_retention_days": 0}, "ingest_retention_days must be an integer of at least 1", id="ingest-kept-no-day"),
+        pytest.param(
+            {"ingest_retention_days": 30, "load_report_retention_days": 29},
+            "load_report_retention_days must be an integer of at least ingest_retention_days",
+            id="reports-expiring-before-their-files",
+        ),
     ],
 )
 def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, Any], message: str) -> None:
@@ -862,6 +996,10 @@ def test_config_refuses_limits_the_services_do_not_allow(overrides: dict[str, An
         pytest.param({"api_timeout_seconds": 29}, id="api-timeout-29"),
         pytest.param({"execution_log_level": sfn.LogLevel.OFF, "execution_log_data": False}, id="no-execution-logs"),
         pytest.param({"execution_log_level": sfn.LogLevel.FATAL, "execution_log_data": False}, id="fatal-execution-logs"),
+        pytest.param({"bulk_chunk_rows": 100, "bulk_max_concurrency": 1}, id="bulk-smallest-chunks-one-at-a-time"),
+        pytest.param({"bulk_chunk_rows": 10_000, "bulk_task_timeout_seconds": 900}, id="bulk-largest-chunks-longest-timeout"),
+        pytest.param({"bulk_tolerated_failure_percentage": 100.0}, id="bulk-every-chunk-may-fail"),
+        pytest.param({"ingest_retention_days": 90, "load_report_retention_days": 90}, id="reports-kept-as-long-as-files"),
     ],
 )
 def test_config_accepts_values_at_the_bounds(overrides: dict[str, Any]) -> None:
@@ -887,21 +1025,23 @@ def test_retries_in_the_definition_follow_a_changed_config(tmp_path: Path) -> No
 # --- 5. the HTTP API -----------------------------------------------------------------------------
 
 
-def test_two_post_routes_and_one_get_route_all_behind_the_one_authorizer(template: Template, template_json: dict[str, Any]) -> None:
+def test_the_trips_and_loads_routes_all_behind_the_one_authorizer(template: Template, template_json: dict[str, Any]) -> None:
     # Given the API's routes
     routes = resources_of_type(template_json, "AWS::ApiGatewayV2::Route")
     # When we read their keys and authorization
-    # Then there are exactly POST /trips, POST /trips/batch and GET /trips/{StoreRequestId} (no catch-all)
+    # Then there are exactly POST /trips, POST /trips/batch, GET /trips/{StoreRequestId}, POST /loads and
+    # GET /loads/{LoadId} (no catch-all)
     assert sorted(route["Properties"]["RouteKey"] for route in routes.values()) == sorted(ROUTES)
     # and all require the one Lambda authorizer of this API
     assert set(resources_of_type(template_json, "AWS::ApiGatewayV2::Authorizer")) == {API_AUTHORIZER}
     template.all_resources_properties("AWS::ApiGatewayV2::Route", {"AuthorizationType": "CUSTOM", "AuthorizerId": ref(API_AUTHORIZER)})
-    # and the POST routes integrate with the API function, the GET route with the read-only one,
-    # each as a proxy with payload format 2.0
+    # and the POST /trips routes integrate with the API function, the GET route with the read-only one, the loads
+    # routes with the loads API, each as a proxy with payload format 2.0
     api_id, _ = function(template_json, API)
     row_state_id, _ = function(template_json, ROW_STATE)
+    loads_id, _ = function(template_json, LOADS_API)
     integrations = resources_of_type(template_json, "AWS::ApiGatewayV2::Integration")
-    assert len(integrations) == 2
+    assert len(integrations) == 3
     for integration in integrations.values():
         assert integration["Properties"]["IntegrationType"] == "AWS_PROXY"
         assert integration["Properties"]["PayloadFormatVersion"] == "2.0"
@@ -909,7 +1049,8 @@ def test_two_post_routes_and_one_get_route_all_behind_the_one_authorizer(templat
         target = route["Properties"]["Target"]["Fn::Join"][1]
         assert target[0] == "integrations/" and target[1]["Ref"] in integrations
         uri = integrations[target[1]["Ref"]]["Properties"]["IntegrationUri"]
-        assert uri == arn(row_state_id if route["Properties"]["RouteKey"] == ROW_STATE_ROUTE else api_id)
+        route_key = route["Properties"]["RouteKey"]
+        assert uri == arn(row_state_id if route_key == ROW_STATE_ROUTE else loads_id if route_key in LOADS_ROUTES else api_id)
 
 
 def test_authorizer_is_a_cached_simple_request_authorizer_on_the_authorization_header(
@@ -944,10 +1085,12 @@ def test_only_this_api_may_invoke_the_api_and_authorizer_functions(template_json
     # Then API Gateway may invoke the API function from the two POST routes of this API only,
     # and the read-only function from the GET route only
     row_state_id, _ = function(template_json, ROW_STATE)
-    assert set(sources) == {api_id, authorizer_id, row_state_id}
+    loads_id, _ = function(template_json, LOADS_API)
+    assert set(sources) == {api_id, authorizer_id, row_state_id, loads_id}
     assert sorted(parts[-1] for parts in sources[api_id]) == ["/*/*/trips", "/*/*/trips/batch"]
     assert [parts[-1] for parts in sources[row_state_id]] == ["/*/*/trips/{StoreRequestId}"]
-    assert all(ref(HTTP_API) in parts for parts in sources[api_id] + sources[row_state_id])
+    assert sorted(parts[-1] for parts in sources[loads_id]) == ["/*/*/loads", "/*/*/loads/{LoadId}"]
+    assert all(ref(HTTP_API) in parts for parts in sources[api_id] + sources[row_state_id] + sources[loads_id])
     # and the authorizer function as this API's authorizer only
     (authorizer_source,) = sources[authorizer_id]
     assert authorizer_source[-3:] == [ref(HTTP_API), "/authorizers/", ref(API_AUTHORIZER)]
@@ -985,13 +1128,25 @@ def test_default_stage_throttles_and_writes_json_access_logs_with_authorizer_err
 
 
 def test_every_function_role_is_lambdas_own_without_managed_or_embedded_policies(template_json: dict[str, Any]) -> None:
-    # Given the six functions, each with its own role, and the state machine's role
+    # Given the functions, each with its own role, the two state machines' roles, and CDK's bucket notifications
+    # handler's (a deploy-time custom resource: CDK's own role with the basic execution policy, acknowledged in compliance.py)
     roles = {role_of(template_json, handler) for handler in HANDLERS}
     assert len(roles) == len(HANDLERS)
-    state_machine_role = resource(template_json, STATE_MACHINE, "AWS::StepFunctions::StateMachine")["Properties"]["RoleArn"]
+    machine_roles = {
+        resource(template_json, machine, "AWS::StepFunctions::StateMachine")["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+        for machine in (STATE_MACHINE, BULK_STATE_MACHINE)
+    }
+    (notifications_handler,) = [
+        function_id
+        for function_id, body in resources_of_type(template_json, "AWS::Lambda::Function").items()
+        if function_id.startswith("BucketNotificationsHandler")
+    ]
+    notifications_role = resource(template_json, notifications_handler, "AWS::Lambda::Function")["Properties"]["Role"]["Fn::GetAtt"][0]
     # When we look at the stack's roles and policies
-    assert set(resources_of_type(template_json, "AWS::IAM::Role")) == roles | {state_machine_role["Fn::GetAtt"][0]}
-    assert len(resources_of_type(template_json, "AWS::IAM::Policy")) == len(roles) + 1
+    assert set(resources_of_type(template_json, "AWS::IAM::Role")) == roles | machine_roles | {notifications_role}
+    # (one per function role, one per state machine role, the bulk machine's Distributed Map policy, and the
+    # notifications handler's s3:PutBucketNotification)
+    assert len(resources_of_type(template_json, "AWS::IAM::Policy")) == len(roles) + 2 + 1 + 1
     # Then only Lambda may assume each function role, and each carries no managed or embedded policies
     for role_id in roles:
         role = resource(template_json, role_id, "AWS::IAM::Role")["Properties"]
@@ -1048,15 +1203,22 @@ def test_no_function_touches_another_functions_resources(template_json: dict[str
     # Given every resource a function may act on and the functions allowed to (written out)
     owners = {
         # GET /trips/{id} only reads the four tables; so does the API, before a single unkeyed row starts
-        VALIDATION_TABLE: {VALIDATE, FLAG, ROW_STATE, API},
-        TRANSFORMATION_TABLE: {TRANSFORM, FLAG, ROW_STATE, API},
-        STORE_TABLE: {STORE, FLAG, ROW_STATE, API},
-        TRIPS_TABLE: {STORE, FLAG, ROW_STATE, API},  # the flag function only reads it
+        # and the bulk chunk, which runs the phases and the flag step on its rows
+        VALIDATION_TABLE: {VALIDATE, FLAG, ROW_STATE, API, BULK_CHUNK},
+        TRANSFORMATION_TABLE: {TRANSFORM, FLAG, ROW_STATE, API, BULK_CHUNK},
+        STORE_TABLE: {STORE, FLAG, ROW_STATE, API, BULK_CHUNK},
+        TRIPS_TABLE: {STORE, FLAG, ROW_STATE, API, BULK_CHUNK},  # the flag function only reads it
         SECRET: {AUTHORIZER},
         STATE_MACHINE: {API},
         STATE_MACHINE_LOGS: set(),
         STATE_MACHINE_LOGS_KEY: set(),
         API_ACCESS_LOGS: set(),
+        INGEST_BUCKET: {BULK_PLAN, BULK_CHUNK, BULK_REPORT, LOADS_API},  # the starter's event names the version
+        INGEST_ACCESS_LOG_BUCKET: set(),
+        BULK_STATE_MACHINE: {LOADS_API, LOAD_STARTER},
+        BULK_STATE_MACHINE_LOGS: set(),
+        LOAD_STARTER_QUEUE: {LOAD_STARTER},
+        LOAD_STARTER_DEAD_LETTER_QUEUE: set(),
     }
     # When we look for each resource's logical id in each function's policy
     for handler in HANDLERS:
@@ -1135,6 +1297,7 @@ def test_settings_class_reads_exactly_the_expected_names(handler: str) -> None:
         "MAX_LINE_BYTES": "4096",
         "SECRET_CACHE_SECONDS": "300",
         "SECRET_REFRESH_FLOOR_SECONDS": "10",
+        "CHUNK_ROWS": "2000",
     }
     environment = RecordingEnvironment(values)
     # When the handler's settings class reads it
@@ -1195,6 +1358,17 @@ def test_resource_variables_point_at_the_right_resources(template_json: dict[str
             "FINAL_TABLE": ref(TRIPS_TABLE),
         },
         AUTHORIZER: {"API_KEY_SECRET_ID": ref(SECRET)},
+        BULK_PLAN: {"INGEST_BUCKET": ref(INGEST_BUCKET)},
+        BULK_CHUNK: {
+            "INGEST_BUCKET": ref(INGEST_BUCKET),
+            "VALIDATION_STATUS_TABLE": ref(VALIDATION_TABLE),
+            "TRANSFORMATION_STATUS_TABLE": ref(TRANSFORMATION_TABLE),
+            "STORE_STATUS_TABLE": ref(STORE_TABLE),
+            "FINAL_TABLE": ref(TRIPS_TABLE),
+        },
+        BULK_REPORT: {"INGEST_BUCKET": ref(INGEST_BUCKET)},
+        LOADS_API: {"INGEST_BUCKET": ref(INGEST_BUCKET), "BULK_STATE_MACHINE_ARN": ref(BULK_STATE_MACHINE)},
+        LOAD_STARTER: {"INGEST_BUCKET": ref(INGEST_BUCKET), "BULK_STATE_MACHINE_ARN": ref(BULK_STATE_MACHINE)},
     }
     for handler, refs in expected.items():
         actual = {name: value for name, value in variables_of(template_json, handler).items() if not isinstance(value, str)}
@@ -1224,8 +1398,8 @@ def test_function_has_the_factory_shape(template_json: dict[str, Any], env_name:
 
 
 def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(template_json: dict[str, Any], config: EnvConfig) -> None:
-    # Given the six functions
-    assert len(resources_of_type(template_json, "AWS::Lambda::Function")) == len(HANDLERS)
+    # Given the functions (and CDK's bucket notifications handler, which runs at deploy time only)
+    assert len(resources_of_type(template_json, "AWS::Lambda::Function")) == len(HANDLERS) + 1
     settings = config.taxi_etl
     # When we read their timeouts and memory
     # Then the phase and flag functions and the API follow the config
@@ -1233,12 +1407,19 @@ def test_functions_are_sized_from_the_config_and_have_their_own_log_groups(templ
         props = function(template_json, handler)[1]["Properties"]
         assert (props["Timeout"], props["MemorySize"]) == (settings.phase_timeout_seconds, settings.phase_memory_mb), handler
     assert function(template_json, API)[1]["Properties"]["Timeout"] == settings.api_timeout_seconds
+    # and the bulk tasks take the bulk timeout (a chunk holds more rows than a batch), the loads API and starter the API's
+    for handler in BULK_STATE_MACHINE_FUNCTIONS:
+        props = function(template_json, handler)[1]["Properties"]
+        assert (props["Timeout"], props["MemorySize"]) == (settings.bulk_task_timeout_seconds, settings.phase_memory_mb), handler
+    for handler in (LOADS_API, LOAD_STARTER):
+        assert function(template_json, handler)[1]["Properties"]["Timeout"] == settings.api_timeout_seconds
     # and the authorizer answers within API Gateway's 10 s limit for Lambda authorizers
     assert function(template_json, AUTHORIZER)[1]["Properties"]["Timeout"] == 10
-    # and no two functions share a log group; the other two are the execution logs and the API's access logs
+    # and no two functions share a log group; the others are the two machines' execution logs and the API's access logs
     log_groups = {log_group_of(template_json, handler) for handler in HANDLERS}
     assert len(log_groups) == len(HANDLERS)
-    assert set(resources_of_type(template_json, "AWS::Logs::LogGroup")) == log_groups | {STATE_MACHINE_LOGS, API_ACCESS_LOGS}
+    others = {STATE_MACHINE_LOGS, BULK_STATE_MACHINE_LOGS, API_ACCESS_LOGS}
+    assert set(resources_of_type(template_json, "AWS::Logs::LogGroup")) == log_groups | others
 
 
 def test_handler_paths_are_the_contracts_constants() -> None:
@@ -1280,13 +1461,16 @@ def test_outputs_name_the_api_the_secret_the_state_machine_and_every_table(templ
     outputs = template_json["Outputs"]
     # When we read their values
     values = {name: output["Value"] for name, output in outputs.items()}
-    # Then they are exactly the API's URL, the secret's ARN (not its value), the state machine, the four tables and the dashboard
+    # Then they are exactly the API's URL, the secret's ARN (not its value), the two state machines, the ingest
+    # bucket, the four tables and the dashboard
     (dashboard,) = resources_of_type(template_json, "AWS::CloudWatch::Dashboard")
     assert values == {
         "DashboardName": ref(dashboard),
         "ApiUrl": {"Fn::GetAtt": [HTTP_API, "ApiEndpoint"]},
         "ApiKeySecretArn": ref(SECRET),
         "StateMachineArn": ref(STATE_MACHINE),
+        "BulkStateMachineArn": ref(BULK_STATE_MACHINE),
+        "IngestBucketName": ref(INGEST_BUCKET),
         "TripsTableName": ref(TRIPS_TABLE),
         "ValidationStatusTableName": ref(VALIDATION_TABLE),
         "TransformationStatusTableName": ref(TRANSFORMATION_TABLE),
@@ -1350,6 +1534,23 @@ def test_construct_exposes_what_it_created(tmp_path: Path) -> None:
     # and the read-only function of GET /trips/{StoreRequestId} is the one with that handler
     row_state_id, _ = function(dict(template.to_json()), ROW_STATE)
     assert stack.resolve(saga.row_state_function.function_arn) == {"Fn::GetAtt": [row_state_id, "Arn"]}
+    # and the bulk route's resources are its attributes: the machine, its logs, the bucket, the queues, each function
+    assert stack.resolve(saga.bulk_state_machine.state_machine_arn) == ref(BULK_STATE_MACHINE)
+    assert stack.resolve(saga.bulk_state_machine_logs.log_group_name) == ref(BULK_STATE_MACHINE_LOGS)
+    assert stack.resolve(saga.ingest_bucket.bucket_name) == ref(INGEST_BUCKET)
+    assert stack.resolve(saga.ingest_access_log_bucket.bucket_name) == ref(INGEST_ACCESS_LOG_BUCKET)
+    assert stack.resolve(saga.load_starter_queue.queue_url) == ref(LOAD_STARTER_QUEUE)
+    assert stack.resolve(saga.load_starter_dead_letter_queue.queue_url) == ref(LOAD_STARTER_DEAD_LETTER_QUEUE)
+    bulk_functions = {
+        BULK_PLAN: saga.bulk_plan_function,
+        BULK_CHUNK: saga.bulk_chunk_function,
+        BULK_REPORT: saga.bulk_report_function,
+        LOADS_API: saga.loads_api_function,
+        LOAD_STARTER: saga.load_starter_function,
+    }
+    for handler, created in bulk_functions.items():
+        function_id, _ = function(dict(template.to_json()), handler)
+        assert stack.resolve(created.function_arn) == {"Fn::GetAtt": [function_id, "Arn"]}, handler
 
 
 def test_a_trips_table_with_its_own_key_can_be_read_by_get_and_only_read(tmp_path: Path) -> None:

@@ -13,15 +13,19 @@ from typing import Any
 import pytest
 
 from devtools.aws.template_resources import Template
-from devtools.taxi_rows import sample_header, sample_lines
+from devtools.taxi_rows import bad_at_transformation, bad_at_validation, sample_header, sample_lines
 from devtools.taxi_world import BULK_CHUNK_HANDLER, BULK_PLAN_HANDLER, BULK_REPORT_HANDLER, TaxiWorld, embedded_saga_cloud
+from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl.loads import load_id
+from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import submission_rows
 from runtime.taxi_etl.trip_items import final_item
 from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
 
 CHUNK_ROWS = 100
-LINES = sample_lines()[:299]  # with the header, 300 lines: three chunks of 100
+# With the header, 300 lines: three chunks of 100; one line Validate rejects in the first, one Transform rejects in the third.
+SAMPLE = sample_lines()
+LINES = [*SAMPLE[:50], bad_at_validation(SAMPLE[50]), *SAMPLE[51:250], bad_at_transformation(SAMPLE[250]), *SAMPLE[251:299]]
 KEY = "incoming/yellow_2019-10_first_300.csv"
 
 
@@ -92,7 +96,7 @@ def test_a_file_loaded_through_post_loads_stores_every_row_once_and_reports_it(b
         "stored": len(expected),
         "alreadyStored": 0,
     }
-    assert sum(report["flagged"].values()) == flagged_rows
+    assert report["flagged"] == {"transformation": 1, "validation": 1} and flagged_rows == 2
     assert (report["refusedLines"], report["refused"], report["error"]) == (0, [], None)
     assert (report["bucket"], report["key"], report["versionId"], report["loadId"]) == (bulk.ingest_bucket, KEY, version, loaded)
 
@@ -161,3 +165,51 @@ def test_a_file_deleted_before_its_event_is_delivered_fails_its_load_at_once_wit
     assert report is not None
     assert (report["status"], report["chunks"], report["stored"], report["error"]["error"]) == ("FAILED", None, 0, "LoadInputError")
     assert bulk.final_items() == {}
+
+
+def test_get_loads_answers_a_running_loads_progress_from_its_manifest_summaries_and_map_run(bulk: TaxiWorld) -> None:
+    # Given a file whose load is asked for, and GET /loads/{LoadId} called while the load is still running: when its
+    # Report task starts (the chunks run on moto's worker threads in any order; by then all three are done)
+    version = bulk.put_file(KEY, file_bytes(LINES))
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    seen: list[tuple[int, dict[str, Any]]] = []
+
+    def look_while_running(handler: str, attempt: int) -> None:
+        if handler == BULK_REPORT_HANDLER:
+            seen.append(bulk.get_load(loaded))
+
+    bulk.invocations.before = look_while_running
+    # When the load runs
+    bulk.start_load(KEY)
+    # Then the answer was the running execution and its progress: three chunks planned (the manifest), three
+    # summaries written, and the map run's item counts
+    ((status, body),) = seen
+    assert status == 200
+    assert (body["loadId"], body["execution"], body["status"]) == (loaded, loaded, "RUNNING")
+    progress = body["progress"]
+    assert (progress["chunks"], progress["chunksDone"]) == (3, 3)
+    assert (progress["itemCounts"]["total"], progress["itemCounts"]["succeeded"], progress["itemCounts"]["failed"]) == (3, 3, 0)
+    # and once it ended, the answer is the report
+    assert bulk.get_load(loaded)[1]["report"]["status"] == "SUCCEEDED"
+
+
+def test_a_row_whose_id_holds_other_content_is_flagged_and_the_rest_of_its_chunk_stored(bulk: TaxiWorld) -> None:
+    # Given a small file, and one of its rows' ids already holding another trip's item in the trips table
+    lines = SAMPLE[:20]
+    expected = expected_items(lines)
+    _, rows = submission_rows(lines)
+    taken = rows[3].store_request_id
+    other = {**expected_items([SAMPLE[20]]).popitem()[1], "StoreRequestId": taken}
+    trips = bulk.environment(BULK_CHUNK_HANDLER)["FINAL_TABLE"]
+    bulk.dynamodb.put_item(TableName=trips, Item=to_attributes(other))
+    # When the file is loaded
+    version = bulk.put_file(KEY, file_bytes(lines))
+    bulk.start_load(KEY)
+    # Then the load succeeded, every other row is stored, and the taken id keeps its item and is flagged in Store
+    loaded = load_id(bulk.ingest_bucket, KEY, version)
+    assert bulk.describe_load(loaded)["status"] == "SUCCEEDED"
+    assert bulk.final_items() == {**expected, taken: other}
+    report = bulk.report(loaded)
+    assert report is not None
+    assert (report["stored"], report["flagged"]) == (len(expected) - 1, {"store": 1})
+    assert int(bulk.status_rows()[Phase.STORE][taken]["StatusReason"]) != 0
