@@ -1,5 +1,6 @@
 """`make bench`: DynamoDB request units per event for this handler against the seed design (and,
-with the other sections, the saga's cost, the snapshots and throughput under latency).
+with the other sections, the saga's cost, the bulk route against /trips/batch, the snapshots and
+throughput under latency).
 
 Same seeded workload for every row (200 users x 3 runs x 60 messages, 20% re-sent, 5% late,
 records in arrival order), delivered in batches in shard order:
@@ -144,7 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-idempotent", action="store_true", help="skip row (c), the slowest on moto")
     # The runner-stats section is named after the pipeline's service.
-    parser.add_argument("--only", choices=[runner_stats_contract.SERVICE, "snapshots", "saga", "latency"], help="run one section")
+    parser.add_argument("--only", choices=[runner_stats_contract.SERVICE, "snapshots", "saga", "latency", "bulk"], help="run one section")
+    parser.add_argument("--bulk-rows", type=int, default=100_000, help="rows of the bulk section's file (default 100,000)")
+    parser.add_argument(
+        "--http-rows",
+        type=int,
+        default=5_000,
+        help="of those, the first N the bulk section also sends through /trips/batch (default 5,000)",
+    )
     args = parser.parse_args(argv)
     environment.apply()
 
@@ -154,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     templates = synth_templates("dev")
     template = templates["Onceflow-dev-RunnerStats"]
-    snapshots_ok = saga_ok = latency_ok = True
+    snapshots_ok = saga_ok = latency_ok = bulk_ok = True
     if args.only in (None, "latency"):
         from benchmarks import latency
 
@@ -166,13 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import taxi_cost
 
         saga_ok = taxi_cost.main(templates["Onceflow-dev-TaxiEtl"])
+    if args.only in (None, "bulk"):
+        from benchmarks import bulk_load
+
+        bulk_ok = bulk_load.main(templates["Onceflow-dev-TaxiEtl"], bulk_rows=args.bulk_rows, http_rows=args.http_rows)
     if args.only in (None, "snapshots"):
         from benchmarks import snapshots
 
         snapshots_ok = snapshots.main(templates["Onceflow-dev-EventLog"])
-    if args.only in ("snapshots", "saga"):
+    if args.only in ("snapshots", "saga", "bulk"):
         print(f"benchmark took {time.perf_counter() - started:.0f} s")
-        return 0 if snapshots_ok and saga_ok else 1
+        return 0 if snapshots_ok and saga_ok and bulk_ok else 1
     prod = load_config("prod").runner_stats
     workload = generate(seed=args.seed, users=args.users, runs_per_user=args.runs, messages_per_run=args.messages)
     records = records_from_payloads([(d.partition_key, d.data) for d in workload.deliveries])
@@ -221,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     print(f"benchmark took {time.perf_counter() - started:.0f} s")
-    return 0 if latency_ok and snapshots_ok and saga_ok and all("MISMATCH" not in r.check for r in rows) else 1
+    return 0 if latency_ok and snapshots_ok and saga_ok and bulk_ok and all("MISMATCH" not in r.check for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ PRICES = {
     "wru": 0.625 / 1e6,  # DynamoDB on-demand, after the November 2024 price cut
     "rru": 0.125 / 1e6,
     "http_api_request": 1.00 / 1e6,  # first 300 million per month
+    "s3_put_request": 0.005 / 1000,  # S3 Standard: PUT, COPY, POST, LIST (the bulk route, benchmarks/bulk_load.py)
+    "s3_get_request": 0.0004 / 1000,  # S3 Standard: GET, SELECT and all other requests (HEAD)
 }
 # CloudWatch Logs: ingestion per GB (Step Functions' logs are vended logs: the same $0.50 up to 10 TB a
 # month, less beyond) and storage per GB-month, kept as long as the log group's retention.

@@ -43,7 +43,7 @@ import json
 import math
 import os
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -169,6 +169,9 @@ class CapacityMeter:
         self.wru: float = 0.0
         self.rru: float = 0.0
         self.calls: Counter[str] = Counter()
+        # The same units by table name (they add up to wru and rru).
+        self.wru_by_table: defaultdict[str, float] = defaultdict(float)
+        self.rru_by_table: defaultdict[str, float] = defaultdict(float)
         self._pending: dict[int, _Pending] = {}
         self._attached: set[int] = set()
         self._shadow_clients: dict[str, Client] = {}
@@ -189,6 +192,8 @@ class CapacityMeter:
         self.wru = 0.0
         self.rru = 0.0
         self.calls.clear()
+        self.wru_by_table.clear()
+        self.rru_by_table.clear()
         self._pending.clear()
 
     # -- event handlers -------------------------------------------------------------------
@@ -223,19 +228,29 @@ class CapacityMeter:
                 return
             op, body = pending.operation, pending.body
             if op in _WRITES or op in ("BatchWriteItem", "TransactWriteItems"):
-                self.wru += self._write_cost(region, pending, parsed)
+                for table, units in self._write_cost(region, pending, parsed).items():
+                    self._bill_write(table, units)
             elif op == "GetItem":
                 size = self._stored_size(region, body["TableName"], body["Key"])
-                self.rru += _read_units(size, bool(body.get("ConsistentRead")))
+                self._bill_read(body["TableName"], _read_units(size, bool(body.get("ConsistentRead"))))
             elif op == "BatchGetItem":
-                self.rru += self._batch_get_cost(region, body, parsed)
+                for table, units in self._batch_get_cost(region, body, parsed).items():
+                    self._bill_read(table, units)
             elif op == "TransactGetItems":
                 for entry in body.get("TransactItems", []):
                     get = entry["Get"]
-                    self.rru += 2 * _read_units(self._stored_size(region, get["TableName"], get["Key"]), True)
+                    self._bill_read(get["TableName"], 2 * _read_units(self._stored_size(region, get["TableName"], get["Key"]), True))
             elif op in ("Query", "Scan") and ok:
                 size = self._evaluated_size(region, client, op, body, parsed)
-                self.rru += _read_units(size, bool(body.get("ConsistentRead")))
+                self._bill_read(body["TableName"], _read_units(size, bool(body.get("ConsistentRead"))))
+
+    def _bill_write(self, table: str, units: float) -> None:
+        self.wru += units
+        self.wru_by_table[table] += units
+
+    def _bill_read(self, table: str, units: float) -> None:
+        self.rru += units
+        self.rru_by_table[table] += units
 
     def _forget(self, context: Any, **_: Any) -> None:
         # The request never got an answer (e.g. connection error): nothing to bill.
@@ -243,30 +258,30 @@ class CapacityMeter:
 
     # -- costs ------------------------------------------------------------------------------
 
-    def _write_cost(self, region: str, pending: _Pending, parsed: Mapping[str, Any]) -> float:
+    def _write_cost(self, region: str, pending: _Pending, parsed: Mapping[str, Any]) -> dict[str, float]:
         unprocessed: set[_TableKey] = set()
         if pending.operation == "BatchWriteItem":
             leftovers = parsed.get("UnprocessedItems") or {}
             unprocessed = {_key_id(t, k) for t, k in _written_keys("BatchWriteItem", {"RequestItems": leftovers}, self._key_of(region))}
         factor = 2 if pending.operation == "TransactWriteItems" else 1
-        total = 0
+        by_table: defaultdict[str, float] = defaultdict(float)
         for ident, size_before in pending.before.items():
             if ident in unprocessed:
                 continue
             size_after = self._stored_size(region, ident[0], json.loads(ident[1]))
-            total += factor * _write_units(size_before, size_after)
-        return float(total)
+            by_table[ident[0]] += factor * _write_units(size_before, size_after)
+        return by_table
 
-    def _batch_get_cost(self, region: str, body: Mapping[str, Any], parsed: Mapping[str, Any]) -> float:
+    def _batch_get_cost(self, region: str, body: Mapping[str, Any], parsed: Mapping[str, Any]) -> dict[str, float]:
         leftovers = parsed.get("UnprocessedKeys") or {}
         unprocessed = {_key_id(t, k) for t, req in leftovers.items() for k in req.get("Keys", [])}
-        total = 0.0
+        by_table: defaultdict[str, float] = defaultdict(float)
         for table, request in body.get("RequestItems", {}).items():
             consistent = bool(request.get("ConsistentRead"))
             for key in request.get("Keys", []):
                 if _key_id(table, key) not in unprocessed:
-                    total += _read_units(self._stored_size(region, table, key), consistent)
-        return total
+                    by_table[table] += _read_units(self._stored_size(region, table, key), consistent)
+        return by_table
 
     def _evaluated_size(
         self,

@@ -184,3 +184,35 @@ def test_a_pool_of_writers_is_metered_whole_and_never_breaks_a_transaction(clien
     assert meter.calls["TransactWriteItems"] == 8 * 30
     assert meter.wru == 2 * 8 * 30
     assert client.scan(TableName="runs", Select="COUNT")["Count"] == 8 * 30
+
+
+def test_meter_splits_the_units_by_table(client: Any) -> None:
+    # Given a second table and a metered client
+    other = "meter-test-other"
+    client.create_table(
+        TableName=other,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    meter = CapacityMeter()
+    meter.attach(client)
+
+    # When a ~1.5 KB item goes to one table and a small one to the other, a batch write puts one
+    # more small item in each, and one batch read reads a key of each strongly
+    client.put_item(TableName=TABLE, Item={"pk": {"S": "big"}, "blob": {"S": "x" * 1500}})
+    client.put_item(TableName=other, Item=_small("a"))
+    client.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": _small("b")}}], other: [{"PutRequest": {"Item": _small("c")}}]})
+    client.batch_get_item(
+        RequestItems={TABLE: {"Keys": [{"pk": {"S": "big"}}], "ConsistentRead": True}, other: {"Keys": [{"pk": {"S": "a"}}]}}
+    )
+    client.query(TableName=other, KeyConditionExpression="pk = :a", ExpressionAttributeValues={":a": {"S": "a"}}, ConsistentRead=True)
+
+    # Then each table carries its own units, and they add up to the totals
+    assert meter.wru_by_table == {TABLE: 2 + 1, other: 1 + 1}
+    assert meter.rru_by_table == {TABLE: 1, other: 0.5 + 1}
+    assert sum(meter.wru_by_table.values()) == meter.wru
+    assert sum(meter.rru_by_table.values()) == meter.rru
+    # and a reset clears them too
+    meter.reset()
+    assert (meter.wru_by_table, meter.rru_by_table) == ({}, {})
