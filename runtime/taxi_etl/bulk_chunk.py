@@ -38,6 +38,7 @@ from runtime.taxi_etl.load_bucket import LoadBucket, ObjectGone
 from runtime.taxi_etl.models import Phase, Row, Verdict
 from runtime.taxi_etl.requests import Layout
 from runtime.taxi_etl.store import ChunkStatusTable, StatusRow
+from runtime.taxi_etl.store_phase import store_conflict
 from runtime.taxi_etl.trip_items import final_item, same_trip
 from runtime.taxi_etl.trip_lines import Rejected, transform_tuple, validate_line
 from runtime.taxi_etl.trips import Finding, Reason, Rule
@@ -129,7 +130,8 @@ def run_chunk(
     for row in rows:
         earlier = flags.get(row.store_request_id)
         if earlier is not None:
-            # Rejected again with the same reason, never processed twice; its flag is already written.
+            # Rejected again with the same reason, never processed twice; its flag is already written. Counted as the
+            # per-batch machine counts it: its Validate answers the flag, and that phase's flag step sets it again.
             summary.flagged[Reason(earlier.reason).name.lower()] += 1
             summary.flagged_by_detail[earlier.detail or ""] += 1
             summary.flagged_by_step[(Phase.VALIDATION, earlier.detail or "")] += 1
@@ -173,10 +175,8 @@ def run_chunk(
         # What the per-batch Store's Catch asks of its flag step (flag_step.flag skips a row whose own item is stored).
         _begin(status, Phase.STORE, conflicts, concurrency)
         conflict_rows = tuple(Row(row.store_request_id, judged.given[Phase.STORE]) for row, judged in conflicts)
-        ids_text = ", ".join(row.store_request_id for row in conflict_rows[:10])
-        caught = CaughtError(
-            name=StoreConflict.__name__, cause=f"{len(conflict_rows)} row(s) already stored with different content: {ids_text}"
-        )
+        conflict = store_conflict(conflict_rows)
+        caught = CaughtError(name=type(conflict).__name__, cause=str(conflict))
         outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=conflict_rows, error=caught), status, final, concurrency=concurrency)
         summary.count_flags(Phase.STORE, Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)
     bucket.put_json(key, summary.to_json())
