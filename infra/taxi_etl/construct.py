@@ -617,10 +617,11 @@ class TaxiEtlSaga(Construct):
         # Its done marker: a HeadObject of a summary not written yet must answer 404, not 403 (and so must its range
         # of a version deleted meanwhile).
         self._grant_missing_key_answers(self.bulk_chunk_function)
-        # What the phases and the flag step do: conditional status rows, the conditional trips put, and the
-        # flag step's read of the trips table (a stored row is not flagged).
+        # A chunk reads before it writes: the rows' trips items, then the status rows of the rows not stored
+        # (BatchGetItem, consistent); it writes status rows only for the rows it flags (UpdateItem: begun as the
+        # phases begin them, then flagged), and each new row's trips item once (the conditional put).
         for table in self.status_tables.values():
-            table.grant(self.bulk_chunk_function, "dynamodb:UpdateItem")
+            table.grant(self.bulk_chunk_function, "dynamodb:BatchGetItem", "dynamodb:UpdateItem")
         self.final_table.grant(self.bulk_chunk_function, "dynamodb:PutItem", "dynamodb:BatchGetItem")
 
         report_spec = self._bulk_spec(

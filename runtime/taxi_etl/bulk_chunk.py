@@ -1,16 +1,24 @@
-"""A bulk load's chunk: its lines through the saga's three phases in-process, flagged as the per-batch machine
-flags them, and its summary written last.
+"""A bulk load's chunk: its lines through the saga's checks in-process, read before written, flagged as the
+per-batch machine flags them, and its summary written last.
 
-The phases are the per-batch machine's own functions on the same tables (runtime/taxi_etl/phases.py,
-store_phase.py), and the flagging is its flag step's (runtime/taxi_etl/flag_step.py), each phase's rejects handed
-over as the state machine hands them (`rejected_request`): so a line's id, verdicts, status rows, flags and trips
-item are those /trips/batch gives the same line, and GET /trips/{id} answers the same. Only a StoreConflict is
-handled otherwise: the per-batch Store raises it and its Catch flags the rows that are not stored; a chunk flags
-the conflicting rows itself, with the same request the Catch sends the flag step, and keeps its other rows.
+The chunk reads before it writes, in batches (consistent BatchGetItem, 100 keys a request): the rows' trips items,
+then the status rows of the rows not stored. A row whose own item is there is already stored (no write); a row
+some status row flags is flagged as it is (counted, no write): what the per-batch phases answer for a row an
+earlier transaction flagged. The other rows go through the per-batch machine's own pure checks
+(trip_lines.validate_line, transform_tuple, as runtime/taxi_etl/phases.py calls them) with no status write, and
+a row that passes costs ONE write: its trips item, put once (conditional). Only a row that is flagged gets status
+rows: each table its phase touched is begun with the tuple that phase was given (as the per-batch phases begin
+them), then flagged by the flag step's own function (runtime/taxi_etl/flag_step.py) with the request the state
+machine would send it, so a flagged row's status rows are those /trips/batch leaves. A StoreConflict (the id
+stored with other content) flags the row as the per-batch Store's Catch does.
 
-Every write before the summary is idempotent (status rows begun again, flags set again, items put once), so a
-chunk retried, redelivered or run again by a later generation repeats only no-ops; the summary's existence means
-the chunk is done, and a later attempt returns at once.
+A stored row therefore has no status rows when the bulk route stored it: GET /trips/{id} answers "stored" for a
+content id (c-...) from its trips item alone (runtime/taxi_etl/row_state.py). Status rows differ between the
+routes only for rows never flagged (/trips/batch leaves reason-0 rows, a chunk none).
+
+Every write before the summary is idempotent (a flag set again, an item put once, its own item recognised after a
+lost response), so a chunk retried, redelivered or run again by a later generation repeats only no-ops; the
+summary's existence means the chunk is done, and a later attempt returns at once.
 """
 
 from __future__ import annotations
@@ -18,19 +26,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from runtime.shared.concurrency import map_bounded
 from runtime.taxi_etl.bulk_plan import ChunkRange, LoadFile, summary_key
 from runtime.taxi_etl.chunks import RefusedLine, chunk_rows
-from runtime.taxi_etl.errors import LoadInputError
-from runtime.taxi_etl.final_table import FinalTable
+from runtime.taxi_etl.errors import LoadInputError, StoreConflict
+from runtime.taxi_etl.final_table import FinalTable, PutOutcome
 from runtime.taxi_etl.flag_step import CaughtError, FlagOutcome, FlagRequest, flag, rejected_request
 from runtime.taxi_etl.load_bucket import LoadBucket, ObjectGone
 from runtime.taxi_etl.models import Phase, Row, Verdict
-from runtime.taxi_etl.phases import run_transformation, run_validation
 from runtime.taxi_etl.requests import Layout
-from runtime.taxi_etl.store import StatusTable
-from runtime.taxi_etl.store_phase import store_rows
+from runtime.taxi_etl.store import ChunkStatusTable, StatusRow
+from runtime.taxi_etl.store_phase import store_conflict
+from runtime.taxi_etl.trip_items import final_item, same_trip
+from runtime.taxi_etl.trip_lines import Rejected, transform_tuple, validate_line
+from runtime.taxi_etl.trips import Finding, Reason, Rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +93,25 @@ class ChunkSummary:
         }
 
 
+class _Judged(NamedTuple):  # not a dataclass: one per row
+    """A row after the pure checks: the tuple each phase was given (validation's is the line), and either its
+    trips item or the rejecting phase's verdict."""
+
+    given: dict[Phase, str]
+    item: dict[str, Any] | None = None
+    rejected: Verdict | None = None
+
+
 def run_chunk(
     task: ChunkTask,
     bucket: LoadBucket,
-    status: Mapping[Phase, StatusTable],
+    status: Mapping[Phase, ChunkStatusTable],
     final: FinalTable,
     *,
     max_line_bytes: int,
     concurrency: int = 1,
 ) -> ChunkSummary | None:
-    """The chunk's lines through the phases, then its summary; None when an earlier attempt wrote it already."""
+    """The chunk's lines read, checked, flagged and stored, then its summary; None when an earlier attempt wrote it."""
     key = summary_key(task.load.load_id, task.chunk.index)
     if bucket.exists(key):
         return None
@@ -101,37 +121,114 @@ def run_chunk(
         raise LoadInputError(str(err)) from err
     rows, refused = chunk_rows(data, task.chunk.first_line, task.layout, max_line_bytes=max_line_bytes)
     summary = ChunkSummary(task.chunk, rows_read=len(rows), refused=refused)
-    passed = _flag_rejects(
-        run_validation(rows, status[Phase.VALIDATION], concurrency=concurrency).verdicts, Phase.VALIDATION, summary, status, concurrency
-    )
-    passed = _flag_rejects(
-        run_transformation(passed, status[Phase.TRANSFORMATION], concurrency=concurrency).verdicts,
-        Phase.TRANSFORMATION,
-        summary,
-        status,
-        concurrency,
-    )
-    stored = store_rows(passed, status[Phase.STORE], final, concurrency=concurrency)
-    _flag_rejects(stored.report.result.verdicts, Phase.STORE, summary, status, concurrency)
-    if stored.conflicts:
+    ids = {row.store_request_id for row in rows}
+    stored = final.stored_items(ids)
+    flags = _flags(status, ids - stored.keys())
+    to_put: list[tuple[Row, _Judged, dict[str, Any]]] = []
+    rejected: dict[Phase, list[tuple[Row, _Judged]]] = {phase: [] for phase in Phase}
+    conflicts: list[tuple[Row, _Judged]] = []
+    for row in rows:
+        earlier = flags.get(row.store_request_id)
+        if earlier is not None:
+            # Rejected again with the same reason, never processed twice; its flag is already written. Counted as the
+            # per-batch machine counts it: its Validate answers the flag, and that phase's flag step sets it again.
+            summary.flagged[Reason(earlier.reason).name.lower()] += 1
+            summary.flagged_by_detail[earlier.detail or ""] += 1
+            summary.flagged_by_step[(Phase.VALIDATION, earlier.detail or "")] += 1
+            continue
+        judged = _judge(row)
+        if judged.rejected is not None:
+            rejected[_phase_of(judged.rejected)].append((row, judged))
+        elif judged.item is not None and row.store_request_id in stored:
+            if same_trip(stored[row.store_request_id], judged.item):
+                summary.already_stored += 1
+                summary.findings.update(_findings(judged.item))
+            else:
+                conflicts.append((row, judged))
+        elif judged.item is not None:
+            to_put.append((row, judged, judged.item))
+
+    def put(entry: tuple[Row, _Judged, dict[str, Any]]) -> PutOutcome | None:
+        try:
+            return final.put_once(entry[2])
+        except StoreConflict:
+            return None
+
+    for (row, judged, item), put_outcome in zip(to_put, map_bounded(put, to_put, concurrency), strict=True):
+        if put_outcome is None:
+            conflicts.append((row, judged))
+            continue
+        found = _findings(item)
+        summary.findings.update(found)
+        if put_outcome is PutOutcome.STORED:
+            summary.stored += 1
+            summary.stored_now_findings.update(found)
+        else:
+            summary.already_stored += 1
+    for phase, judged_rows in rejected.items():
+        if judged_rows:
+            _begin(status, phase, judged_rows, concurrency)
+            verdicts = [judged.rejected for _, judged in judged_rows if judged.rejected is not None]
+            outcome = flag(rejected_request(phase, verdicts), status, concurrency=concurrency)
+            summary.count_flags(phase, Counter(verdict.reason.name.lower() for verdict in verdicts), outcome)
+    if conflicts:
         # What the per-batch Store's Catch asks of its flag step (flag_step.flag skips a row whose own item is stored).
-        conflict = stored.conflict_error()
+        _begin(status, Phase.STORE, conflicts, concurrency)
+        conflict_rows = tuple(Row(row.store_request_id, judged.given[Phase.STORE]) for row, judged in conflicts)
+        conflict = store_conflict(conflict_rows)
         caught = CaughtError(name=type(conflict).__name__, cause=str(conflict))
-        outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=stored.conflicts, error=caught), status, final, concurrency=concurrency)
+        outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=conflict_rows, error=caught), status, final, concurrency=concurrency)
         summary.count_flags(Phase.STORE, Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)
-    summary.stored, summary.already_stored = stored.report.stored, stored.report.already_stored
-    summary.findings.update({finding.value: rows for finding, rows in stored.findings_of_stored_rows})
-    summary.stored_now_findings.update({finding.value: rows for finding, rows in stored.report.findings})
     bucket.put_json(key, summary.to_json())
     return summary
 
 
-def _flag_rejects(
-    verdicts: Sequence[Verdict], phase: Phase, summary: ChunkSummary, status: Mapping[Phase, StatusTable], concurrency: int
-) -> list[Row]:
-    """Flag a phase's rejects as its flag step does; the rows that passed, as the next phase is given them."""
-    rejected = [verdict for verdict in verdicts if not verdict.success]
-    if rejected:
-        outcome = flag(rejected_request(phase, rejected), status, concurrency=concurrency)
-        summary.count_flags(phase, Counter(verdict.reason.name.lower() for verdict in rejected), outcome)
-    return [Row(verdict.store_request_id, verdict.tuple) for verdict in verdicts if verdict.success]
+def _flags(status: Mapping[Phase, ChunkStatusTable], ids: set[str]) -> dict[str, StatusRow]:
+    """Each id some status row flags: its first flagged row in the phases' order (validation's, which the flag step
+    writes first), the one the per-batch phases and GET /trips/{id} answer from."""
+    if not ids:
+        return {}
+    found: dict[str, StatusRow] = {}
+    for phase in Phase:
+        for store_request_id, row in status[phase].status_rows(ids).items():
+            if row.flagged and store_request_id not in found:
+                found[store_request_id] = row
+    return found
+
+
+def _judge(row: Row) -> _Judged:
+    """The per-batch phases' checks, pure: validation, transformation, then the trips item Store would write."""
+    given = {Phase.VALIDATION: row.tuple}
+    validated = validate_line(row.tuple)
+    if isinstance(validated, Rejected):
+        return _Judged(given, rejected=_rejection(row, row.tuple, Phase.VALIDATION, validated.rule.value, validated.message))
+    given[Phase.TRANSFORMATION] = validated.tuple
+    transformed = transform_tuple(validated.tuple)
+    if isinstance(transformed, Rejected):
+        return _Judged(given, rejected=_rejection(row, validated.tuple, Phase.TRANSFORMATION, transformed.rule.value, transformed.message))
+    given[Phase.STORE] = transformed.tuple
+    try:
+        item = final_item(row.store_request_id, transformed.tuple)
+    except ValueError as err:
+        return _Judged(given, rejected=_rejection(row, transformed.tuple, Phase.STORE, Rule.MALFORMED_TUPLE.value, str(err)))
+    return _Judged(given, item=item)
+
+
+def _rejection(row: Row, given: str, phase: Phase, detail: str, message: str) -> Verdict:
+    """`phase`'s verdict on the tuple it was given, as the per-batch phase answers it."""
+    return Verdict(row.store_request_id, given, phase.reason, detail, message)
+
+
+def _begin(status: Mapping[Phase, ChunkStatusTable], phase: Phase, rows: Sequence[tuple[Row, _Judged]], concurrency: int) -> None:
+    """Each table `phase` touched begun as the per-batch phases begin it (the tuple that phase was given), so the
+    flag that follows leaves the status rows /trips/batch leaves (the flag keeps a row's RawTuple)."""
+    begins = [(table, row.store_request_id, judged.given[table]) for row, judged in rows for table in phase.touched]
+    map_bounded(lambda begin: status[begin[0]].begin(begin[1], begin[2]), begins, concurrency)
+
+
+def _phase_of(verdict: Verdict) -> Phase:
+    return next(phase for phase in Phase if phase.reason == verdict.reason)
+
+
+def _findings(item: Mapping[str, Any]) -> Counter[str]:
+    return Counter(Finding(code).value for code in item.get("findings", ()))

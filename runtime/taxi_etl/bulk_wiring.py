@@ -28,7 +28,7 @@ from runtime.taxi_etl.contract import (
 from runtime.taxi_etl.final_table import DynamoFinalTable, FinalTable
 from runtime.taxi_etl.load_bucket import LoadBucket, S3LoadBucket
 from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.store import DynamoStatusTable, StatusTable
+from runtime.taxi_etl.store import ChunkStatusTable, DynamoStatusTable
 from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
 # The rows of a chunk (TaxiEtlConfig.bulk_chunk_rows' bounds): fewer makes a month file tens of thousands of map
@@ -90,7 +90,7 @@ class BulkChunkDeps:
     """Chunk: the bucket, each phase's status table, the trips table, and how many rows it writes at once."""
 
     bucket: LoadBucket
-    status: dict[Phase, StatusTable]
+    status: dict[Phase, ChunkStatusTable]
     final: FinalTable
     max_line_bytes: int
     concurrency: int = CHUNK_ROW_CONCURRENCY
@@ -139,7 +139,7 @@ def build_plan(settings: BulkPlanSettings, clients: Clients) -> BulkPlanDeps:
 
 
 def build_chunk(settings: BulkChunkSettings, clients: Clients) -> BulkChunkDeps:
-    status: dict[Phase, StatusTable] = {
+    status: dict[Phase, ChunkStatusTable] = {
         Phase.VALIDATION: DynamoStatusTable(settings.validation_status_table, client=clients.dynamodb),
         Phase.TRANSFORMATION: DynamoStatusTable(settings.transformation_status_table, client=clients.dynamodb),
         Phase.STORE: DynamoStatusTable(settings.store_status_table, client=clients.dynamodb),

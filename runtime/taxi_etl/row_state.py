@@ -12,11 +12,16 @@ phase's reason code in every status table the transaction touched, so:
   is the one that row's tuple makes (the test the flag step uses: `same_trip`). Store writes its
   status row before the item, so the row with the item is a store that finished; an item that is
   not the row's own (another transaction's, which Store will flag as a StoreConflict) is not.
+  A content id (c-...) names one canonical spelling of a trip, so its item is its own: with no status
+  row at all and the item there, the row is stored. That is how a bulk load's chunk leaves a row it
+  stored (runtime/taxi_etl/bulk_chunk.py writes status rows only for rows it flags). A keyed id
+  (k-/kb-) names whatever was sent under its key: only the store row's tuple says the item is its own.
 - pending: some status row exists and neither of the above holds (the row is between phases, or a
   redrive has cleared its flag and its new execution has not finished). `phase` is the last phase
   whose row exists.
-- unknown (None): no phase has seen the id. The API answers 202 before Validate writes its row, so
-  an id accepted a moment ago is unknown for as long as its execution takes to start.
+- unknown (None): no phase has seen the id (and, for a content id, no trips item holds it). The API answers
+  202 before Validate writes its row, so an id accepted a moment ago is unknown for as long as its execution
+  takes to start.
 """
 
 from __future__ import annotations
@@ -31,14 +36,15 @@ from typing import Any
 from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl import contract
 from runtime.taxi_etl.models import STORE_REQUEST_ID, Phase
-from runtime.taxi_etl.store import StatusRow
+from runtime.taxi_etl.store import FIRST_GENERATION, StatusRow
 from runtime.taxi_etl.trip_items import final_item, same_trip
 
 _PHASE_OF_REASON: dict[int, Phase] = {phase.reason: phase for phase in Phase}
 # The ids requests.py gives rows, exactly: k-<Idempotency-Key>, kb-<Idempotency-Key>-<line number
 # from 1> and c-<hex hash>. Not a batch's execution name (kb-<key>, cb-...) nor a redrive's (r2-...).
 _KEY = contract.IDEMPOTENCY_KEY_PATTERN
-_ROW_ID = re.compile(rf"k-{_KEY}|kb-{_KEY}-[1-9][0-9]*|c-[0-9a-f]{{{contract.CONTENT_ID_HEX_CHARS}}}")
+CONTENT_ID_PREFIX = "c-"
+_ROW_ID = re.compile(rf"k-{_KEY}|kb-{_KEY}-[1-9][0-9]*|{CONTENT_ID_PREFIX}[0-9a-f]{{{contract.CONTENT_ID_HEX_CHARS}}}")
 
 
 class State(StrEnum):
@@ -100,7 +106,7 @@ def row_state(store_request_id: str, status: Mapping[Phase, StatusRow | None], t
     """The row's state from its status rows (by phase) and its trips item; None when nothing has seen it."""
     rows = [(phase, row) for phase in Phase if (row := status.get(phase)) is not None]
     if not rows:
-        return None
+        return _stored(store_request_id, trip, FIRST_GENERATION) if trip is not None and is_content_id(store_request_id) else None
     generation = rows[0][1].generation if rows[0][0] is Phase.VALIDATION else 1
     flagged = next((row for _, row in rows if row.flagged), None)
     if flagged is not None:
@@ -116,16 +122,26 @@ def row_state(store_request_id: str, status: Mapping[Phase, StatusRow | None], t
     redrive_pending = rows[0][0] is Phase.VALIDATION and rows[0][1].pending
     store_row = status.get(Phase.STORE)
     if trip is not None and store_row is not None and not redrive_pending and _is_own_trip(store_request_id, store_row, trip):
-        unexplained = trip.get("unexplained_amount")
-        return RowState(
-            store_request_id,
-            State.STORED,
-            generation=generation,
-            findings=tuple(str(finding) for finding in trip.get("findings", ())),
-            unexplained_amount=None if unexplained is None else Decimal(str(unexplained)),
-            trip={name: _plain(trip[name]) for name in TRIP_FIELDS if name in trip},
-        )
+        return _stored(store_request_id, trip, generation)
     return RowState(store_request_id, State.PENDING, phase=rows[-1][0], generation=generation)
+
+
+def is_content_id(store_request_id: str) -> bool:
+    """The id a row's content gives it (c-<hash>), not one a client's key gives it (k-/kb-)."""
+    return store_request_id.startswith(CONTENT_ID_PREFIX)
+
+
+def _stored(store_request_id: str, trip: Mapping[str, Any], generation: int) -> RowState:
+    """A stored row's answer: its findings, unexplained amount and trip, from its trips item."""
+    unexplained = trip.get("unexplained_amount")
+    return RowState(
+        store_request_id,
+        State.STORED,
+        generation=generation,
+        findings=tuple(str(finding) for finding in trip.get("findings", ())),
+        unexplained_amount=None if unexplained is None else Decimal(str(unexplained)),
+        trip={name: _plain(trip[name]) for name in TRIP_FIELDS if name in trip},
+    )
 
 
 def _is_own_trip(store_request_id: str, store_row: StatusRow, trip: Mapping[str, Any]) -> bool:

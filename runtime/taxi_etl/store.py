@@ -113,6 +113,13 @@ class StatusTable(Protocol):
         finds the row already cleared, by this call."""
 
 
+class ChunkStatusTable(StatusTable, Protocol):
+    """A status table a bulk chunk also reads in batches, before it writes (runtime/taxi_etl/bulk_chunk.py)."""
+
+    def status_rows(self, store_request_ids: Iterable[str]) -> dict[str, StatusRow]:
+        """The rows of these ids that exist, read consistently."""
+
+
 class DynamoStatusTable:
     def __init__(self, table_name: str, client: DynamoDBClient) -> None:
         self._table = table_name
@@ -191,6 +198,10 @@ class DynamoStatusTable:
             # Applied before its response was lost, and the SDK sent it again: the row holds our token.
             return found is not None and found.get(CLEAR_TOKEN) == token
         return True
+
+    def status_rows(self, store_request_ids: Iterable[str]) -> dict[str, StatusRow]:
+        """The rows of these ids that exist, read consistently in batches (a bulk chunk reads before it writes)."""
+        return {key: StatusRow.from_item(item) for key, item in batch_get_by_id(self.client, self._table, store_request_ids).items()}
 
     # --- for the operator's redrive (ops/taxi_redrive.py); the phases never call these ----------
 

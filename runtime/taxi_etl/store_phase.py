@@ -60,8 +60,13 @@ class StoredRows:
     findings_of_stored_rows: tuple[tuple[Finding, int], ...] = ()
 
     def conflict_error(self) -> StoreConflict:
-        ids = [row.store_request_id for row in self.conflicts]
-        return StoreConflict(f"{len(ids)} row(s) already stored with different content: {', '.join(ids[:10])}")
+        return store_conflict(self.conflicts)
+
+
+def store_conflict(rows: Sequence[Row]) -> StoreConflict:
+    """The error Store raises for rows whose id the trips table holds with different content."""
+    ids = [row.store_request_id for row in rows]
+    return StoreConflict(f"{len(ids)} row(s) already stored with different content: {', '.join(ids[:10])}")
 
 
 def store_rows(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, concurrency: int = 1) -> StoredRows:

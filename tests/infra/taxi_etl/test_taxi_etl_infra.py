@@ -310,15 +310,16 @@ def bulk_grants(template_json: dict[str, Any], handler: str, own_logs: tuple[Any
         # reads the file's version once; writes the manifest
         return unconditional(own_logs, (objects("incoming/"), {"s3:GetObjectVersion"}), (objects("loads/"), {"s3:PutObject"}), list_bucket)
     if handler == BULK_CHUNK:
-        # its byte range of the version; its done marker (HeadObject) and its summary; the phases' and the flag step's tables
+        # its byte range of the version; its done marker (HeadObject) and its summary; the rows' trips items and status
+        # rows read in batches before any write, status rows written for flagged rows only, each new trip put once
         return unconditional(
             own_logs,
             (objects("incoming/"), {"s3:GetObjectVersion"}),
             (objects("loads/"), {"s3:GetObject", "s3:PutObject"}),
             list_bucket,
-            (arn(VALIDATION_TABLE), {"dynamodb:UpdateItem"}),
-            (arn(TRANSFORMATION_TABLE), {"dynamodb:UpdateItem"}),
-            (arn(STORE_TABLE), {"dynamodb:UpdateItem"}),
+            (arn(VALIDATION_TABLE), {"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}),
+            (arn(TRANSFORMATION_TABLE), {"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}),
+            (arn(STORE_TABLE), {"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}),
             (arn(TRIPS_TABLE), {"dynamodb:PutItem", "dynamodb:BatchGetItem"}),
         )
     if handler == BULK_REPORT:

@@ -6,15 +6,17 @@ synthesized role, and the bulk functions are the infra's (the bulk-infra branch)
 The bulk state machine itself is not run here (the infra's tests run it).
 
 What a load leaves behind is compared with what /trips/batch leaves for the same lines (TaxiWorld.post, which runs
-the per-batch state machine): the same trips items and the same status rows, flags and all. The loads API and the
-load starter run against a state machine that does not execute, so only their own decisions are observed.
+the per-batch state machine), in either order: the same trips items, the same answer from GET /trips/{id} for every
+row, and the same status rows (reason, detail, message, tuple) for every flagged row. Status rows differ only for
+rows never flagged: /trips/batch leaves three at reason 0, a chunk none (it writes the trips item only). The loads
+API and the load starter run against a state machine that does not execute, so only their own decisions are observed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -29,10 +31,11 @@ from runtime.taxi_etl.bulk_chunk import ChunkSummary, ChunkTask, run_chunk
 from runtime.taxi_etl.bulk_plan import LoadFile, manifest_key, plan_load, report_key, summaries_prefix, summary_key
 from runtime.taxi_etl.bulk_report import write_report
 from runtime.taxi_etl.bulk_wiring import BulkChunkDeps, BulkChunkSettings, BulkPlanSettings, BulkReportSettings
-from runtime.taxi_etl.final_table import FinalTable, PutOutcome
+from runtime.taxi_etl.final_table import DynamoRowReader, FinalTable, PutOutcome
 from runtime.taxi_etl.loads import load_file
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.requests import submission_rows
+from runtime.taxi_etl.row_state import row_state
 from runtime.taxi_etl.trip_items import final_item
 from runtime.taxi_etl.trip_lines import transform_tuple, validate_line
 
@@ -70,6 +73,13 @@ FILE_LINES = [
     LINES[873],  # stored with a finding: a total that is not the sum of the charges
 ]
 REFUSED_LINES = [15, 26]
+DATA_LINES = [line for number, line in enumerate(FILE_LINES, start=1) if number != 1 and number not in REFUSED_LINES]
+ROW_IDS = [row.store_request_id for row in submission_rows(DATA_LINES)[1]]
+STATUS_TABLE_VARIABLES = {
+    Phase.VALIDATION: contract.ENV_VALIDATION_STATUS_TABLE,
+    Phase.TRANSFORMATION: contract.ENV_TRANSFORMATION_STATUS_TABLE,
+    Phase.STORE: contract.ENV_STORE_STATUS_TABLE,
+}
 
 
 @dataclasses.dataclass
@@ -128,6 +138,23 @@ class Bulk:
         for entry in self.s3.list_objects_v2(Bucket=BUCKET, Prefix=summaries_prefix(event["loadId"])).get("Contents", []):
             self.s3.delete_object(Bucket=BUCKET, Key=entry["Key"])
 
+    def answers(self, store_request_ids: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """What GET /trips/{id} answers for each id (its reader and row_state, as its handler calls them)."""
+        environment = self.world.environment(FLAG_HANDLER)
+        status_tables = {phase: environment[variable] for phase, variable in STATUS_TABLE_VARIABLES.items()}
+        reader = DynamoRowReader(status_tables, environment[contract.ENV_FINAL_TABLE], self.world.dynamodb)
+        answers: dict[str, dict[str, Any] | None] = {}
+        for store_request_id in store_request_ids:
+            state = row_state(store_request_id, *reader.read(store_request_id))
+            answers[store_request_id] = None if state is None else state.to_json()
+        return answers
+
+    def flagged_status_rows(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The status rows of every row some status row flags, by table."""
+        tables = self.tables()
+        flagged = {row_id for phase in Phase for row_id, row in tables[phase.value].items() if row.get("StatusReason")}
+        return {phase.value: {row_id: row for row_id, row in tables[phase.value].items() if row_id in flagged} for phase in Phase}
+
     def tables(self) -> dict[str, dict[str, dict[str, Any]]]:
         return {"trips": self.world.final_items(), **{phase.value: rows for phase, rows in self.world.status_rows().items()}}
 
@@ -145,7 +172,12 @@ class Bulk:
 
 
 @pytest.fixture
-def bulk(saga: TaxiWorld) -> Iterator[Bulk]:
+def bulk(saga: TaxiWorld) -> Bulk:
+    return new_bulk(saga)
+
+
+def new_bulk(saga: TaxiWorld) -> Bulk:
+    """The bulk tasks' dependencies on `saga`'s tables and a versioned ingest bucket of the embedded cloud."""
     s3 = new_client("s3")
     s3.create_bucket(Bucket=BUCKET)
     s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
@@ -155,7 +187,7 @@ def bulk(saga: TaxiWorld) -> Iterator[Bulk]:
         {**tables, contract.ENV_INGEST_BUCKET: BUCKET, contract.ENV_MAX_LINE_BYTES: str(MAX_LINE_BYTES)}
     )
     plan = wiring.build(BulkPlanSettings.from_env({contract.ENV_INGEST_BUCKET: BUCKET, contract.ENV_CHUNK_ROWS: "100"}), clients)
-    yield Bulk(
+    return Bulk(
         saga,
         s3,
         dataclasses.replace(plan, chunk_rows=CHUNK_LINES),  # below the settings' floor of 100: a small file, several chunks
@@ -194,14 +226,46 @@ def test_a_load_leaves_exactly_the_items_and_flags_the_batch_route_leaves(bulk: 
     assert report["flaggedByDetail"] == {"nonexistent_local_time": 1, "pickup_location": 1}
     assert report["findings"] == {"dropoff_equals_pickup": 1, "total_amount_mismatch": 1}
     assert len(loaded["trips"]) == 31
+    # and a stored row cost one write, its trips item: only the two flagged rows have status rows
+    assert {row_id for phase in Phase for row_id in loaded[phase.value]} == set(loaded["validation"]) and len(loaded["validation"]) == 2
+    loaded_answers, loaded_flags = bulk.answers(ROW_IDS), bulk.flagged_status_rows()
+    assert sorted(str(answer and answer["state"]) for answer in loaded_answers.values()).count("stored") == 31
     # When the same lines (the refused ones left out: a batch would be refused whole) go through /trips/batch instead
     bulk.empty_tables()
-    data_lines = [line for number, line in enumerate(FILE_LINES, start=1) if number != 1 and number not in REFUSED_LINES]
-    status, body = bulk.world.post("/trips/batch", "\r\n".join([HEADER, *data_lines]))
+    status, body = bulk.world.post("/trips/batch", "\r\n".join([HEADER, *DATA_LINES]))
     assert status == 202, body
-    # Then the trips items and every status row (reason, detail, message, tuple) are the same
+    # Then the trips items, every row's GET /trips/{id} answer and the flagged rows' status rows (reason, detail,
+    # message, tuple: the flag step's writes create them) are the same
+    assert bulk.tables()["trips"] == loaded["trips"]
+    assert bulk.answers(ROW_IDS) == loaded_answers
+    assert bulk.flagged_status_rows() == loaded_flags
+
+
+def test_a_load_after_the_batch_route_writes_nothing(bulk: Bulk) -> None:
+    # Given the lines sent through /trips/batch first
+    status, body = bulk.world.post("/trips/batch", "\n".join([HEADER, *DATA_LINES]))
+    assert status == 202, body
     batched = bulk.tables()
-    assert batched == loaded
+    # When the same lines are loaded in bulk after them
+    _, report = bulk.load(file_bytes())
+    # Then the load wrote nothing: every row was already stored, or flagged as it is with the batch's reason
+    assert bulk.tables() == batched
+    assert (report["stored"], report["alreadyStored"]) == (0, 32)
+    assert report["flaggedByDetail"] == {"nonexistent_local_time": 1, "pickup_location": 1}
+
+
+def test_the_batch_route_after_a_load_changes_no_trip_no_answer_and_no_flag(bulk: Bulk) -> None:
+    # Given the lines loaded in bulk first
+    bulk.load(file_bytes())
+    loaded, loaded_answers, loaded_flags = bulk.tables(), bulk.answers(ROW_IDS), bulk.flagged_status_rows()
+    # When the same lines are sent through /trips/batch after them
+    status, body = bulk.world.post("/trips/batch", "\n".join([HEADER, *DATA_LINES]))
+    assert status == 202, body
+    # Then the trips, every row's GET /trips/{id} answer and the flagged rows' status rows are the load's
+    # (the batch only adds reason-0 status rows for the rows the load stored)
+    assert bulk.tables()["trips"] == loaded["trips"]
+    assert bulk.answers(ROW_IDS) == loaded_answers
+    assert bulk.flagged_status_rows() == loaded_flags
 
 
 def test_a_chunk_run_twice_or_crashed_before_its_summary_then_run_again_equals_one_clean_pass(bulk: Bulk) -> None:

@@ -116,8 +116,9 @@ def test_a_row_mid_saga_reads_pending_at_the_phase_it_reached(saga: TaxiWorld) -
 
 
 def test_a_row_whose_id_holds_another_trip_reads_pending_then_flagged_as_a_store_conflict(saga: TaxiWorld) -> None:
-    # Given another trip already under the id a line will get (a trips table shared with another writer)
-    row_id = content_id(LINES[0])
+    # Given another trip already under the keyed id a line will get (a trips table shared with another writer;
+    # a content id names its one trip, so only a key can name another)
+    row_id = "k-shared-key"
     validated = validate_line(LINES[1])
     assert isinstance(validated, Accepted)
     transformed = transform_tuple(validated.tuple)
@@ -133,7 +134,7 @@ def test_a_row_whose_id_holds_another_trip_reads_pending_then_flagged_as_a_store
 
     saga.invocations.before = look_before_flag
     # When the line is sent, and its id read just before the store's flag step and after it
-    status, _ = saga.post("/trips", LINES[0])
+    status, _ = saga.post("/trips", LINES[0], idempotency_key="shared-key")
     assert status == 202
     status, after = saga.get_row(row_id)
     # Then it read pending in store while its store was unresolved (the item there is not its own),

@@ -117,7 +117,10 @@ def test_a_load_through_the_three_handlers_publishes_what_the_dashboard_counts(c
         "alreadyStored": 1,
         "refusedLines": 1,
     }
-    assert tables.reasons(next(iter(tables.final.items))) == dict.fromkeys(tables.status, 0)
+    # and a stored row cost its trips item only (no status row), while each flagged row's status rows were written
+    assert all(tables.reasons(row_id) == dict.fromkeys(tables.status) for row_id in tables.final.items)
+    flagged_rows = {row_id for table in tables.status.values() for row_id in table.rows}
+    assert len(flagged_rows) == 2 and all(tables.validation.reason_of(row_id) for row_id in flagged_rows)
 
 
 def test_a_chunk_whose_summary_exists_answers_at_once_and_publishes_nothing(capsys: pytest.CaptureFixture[str]) -> None:

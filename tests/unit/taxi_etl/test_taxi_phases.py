@@ -22,7 +22,8 @@ from runtime.taxi_etl.final_table import FinalTable, PutOutcome
 from runtime.taxi_etl.flag_step import CaughtError, FlagOutcome, FlagRequest, flag, parse_flag_request
 from runtime.taxi_etl.models import Phase, PhaseResult, Row, Verdict
 from runtime.taxi_etl.phases import run_transformation, run_validation
-from runtime.taxi_etl.store import Flagged, StatusTable
+from runtime.taxi_etl.store import ChunkStatusTable, Flagged
+from runtime.taxi_etl.store import StatusRow as StoredStatusRow
 from runtime.taxi_etl.store_phase import run_store
 from runtime.taxi_etl.trip_items import final_item
 from runtime.taxi_etl.trip_lines import Accepted, transform_tuple, validate_line
@@ -110,6 +111,14 @@ class FakeStatusTable:
         self.rows[store_request_id] = StatusRow(current.raw_tuple, Reason.OK)
         return True
 
+    def status_rows(self, store_request_ids: Iterable[str]) -> dict[str, StoredStatusRow]:
+        self.journal.append((self.name, "read", ",".join(sorted(store_request_ids))))
+        return {
+            key: StoredStatusRow(key, row.raw_tuple, int(row.reason), row.detail or None, row.message or None)
+            for key in store_request_ids
+            if (row := self.rows.get(key)) is not None
+        }
+
     def reason_of(self, store_request_id: str) -> Reason | None:
         current = self.rows.get(store_request_id)
         return None if current is None else current.reason
@@ -138,7 +147,7 @@ class FakeFinalTable:
         return {key: dict(self.items[key]) for key in set(store_request_ids) if key in self.items}
 
 
-_status_port: StatusTable = FakeStatusTable("port-check")  # the fakes implement the ports (checked by type checkers)
+_status_port: ChunkStatusTable = FakeStatusTable("port-check")  # the fakes implement the ports (checked by type checkers)
 _final_port: FinalTable = FakeFinalTable()
 
 
@@ -164,7 +173,7 @@ class Tables:
     def store(self) -> FakeStatusTable:
         return self.status[Phase.STORE]
 
-    def ports(self) -> dict[Phase, StatusTable]:
+    def ports(self) -> dict[Phase, ChunkStatusTable]:
         return dict(self.status)
 
     def reasons(self, store_request_id: str) -> dict[Phase, Reason | None]:

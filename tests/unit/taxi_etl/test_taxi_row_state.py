@@ -63,6 +63,30 @@ def test_no_status_row_is_unknown() -> None:
     assert row_state(ID, rows(), None) is None
 
 
+def test_a_content_id_with_its_trips_item_and_no_status_row_is_stored() -> None:
+    # Given a content id a bulk load's chunk stored: its trips item, and no status row (a chunk writes none for a
+    # row it stores)
+    content = content_id(LINE)
+    item = from_attributes(to_attributes(final_item(content, STORE_TUPLE)))
+    # When its state is read
+    state = row_state(content, rows(), item)
+    clean_pass = row_state(content, all_passed(), item)
+    # Then it is stored, its findings and trip read from the item, as a clean pass of /trips/batch answers
+    assert state is not None and clean_pass is not None
+    assert state.to_json() == clean_pass.to_json()
+    assert (state.state, state.generation, state.findings) == (State.STORED, 1, ("total_amount_mismatch",))
+
+
+def test_a_keyed_id_with_only_a_trips_item_is_unknown_and_with_a_status_row_pending() -> None:
+    # Given a keyed id whose trips item is there but no status row (a key names whatever was sent under it)
+    # When its state is read with no status row, then with only its validation row
+    alone = row_state(ID, rows(), TRIP)
+    begun = row_state(ID, rows((Phase.VALIDATION, ok(Phase.VALIDATION))), TRIP)
+    # Then nothing says the item is its own: unknown, then pending, as before
+    assert alone is None
+    assert begun is not None and begun.state is State.PENDING
+
+
 @pytest.mark.parametrize("reached", list(Phase))
 def test_a_row_between_phases_is_pending_at_the_last_phase_it_reached(reached: Phase) -> None:
     # Given status rows (reason 0) up to `reached`, and no trips item yet
