@@ -7,6 +7,7 @@ synthesized function's settings, and every call is checked against that function
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -213,3 +214,38 @@ def test_a_row_whose_id_holds_other_content_is_flagged_and_the_rest_of_its_chunk
     assert report is not None
     assert (report["stored"], report["flagged"]) == (len(expected) - 1, {"store": 1})
     assert int(bulk.status_rows()[Phase.STORE][taken]["StatusReason"]) != 0
+
+
+# Unmeasured: it replays paths that lighter tests measure, at more CPU than it adds to coverage (docs/development.md)
+@pytest.mark.no_cover
+def test_all_2000_real_rows_load_in_bulk_each_with_its_findings(taxi_etl_template: Template) -> None:
+    # Given the whole real sample as the portal exports it (header first), and the bulk route cutting it every 1,000
+    # lines: 2,001 lines, so three chunks, the last of one row
+    with embedded_saga_cloud():
+        world = TaxiWorld.create(taxi_etl_template, bulk=True, chunk_rows=1000)
+        world.put_file(KEY, file_bytes(SAMPLE))
+        # When POST /loads asks for it
+        status, body = world.start_load(KEY)
+        # Then every one of the 2,000 rows is a trip, as one clean pass of the row logic stores it: none flagged, none dropped
+        assert status == 202
+        items = world.final_items()
+        assert items == expected_items(SAMPLE) and len(items) == len(SAMPLE)
+        assert all(rows == {} for rows in world.status_rows().values())  # a clean row gets no status row in bulk
+        # and the odd ones carry their findings: three totals 1.95 above their columns, one zero-length trip
+        found = Counter(finding for item in items.values() for finding in item.get("findings", []))
+        assert found == Counter({"total_amount_mismatch": 3, "dropoff_equals_pickup": 1})
+        assert sorted(str(item["unexplained_amount"]) for item in items.values() if "unexplained_amount" in item) == ["1.95"] * 3
+        # and on every stored row the normalized charges sum to the total
+        assert all(sum(item["charges"].values()) == item["total_amount"] for item in items.values())
+        # and the report says so
+        report = world.report(body["loadId"])
+        assert report is not None
+        assert {name: report[name] for name in ("status", "chunks", "rowsRead", "stored", "alreadyStored", "flagged", "findings")} == {
+            "status": "SUCCEEDED",
+            "chunks": 3,
+            "rowsRead": len(SAMPLE),
+            "stored": len(SAMPLE),
+            "alreadyStored": 0,
+            "flagged": {},
+            "findings": {"dropoff_equals_pickup": 1, "total_amount_mismatch": 3},
+        }
