@@ -270,6 +270,8 @@ class TaxiEtlAlarms:
     # Rows AWS kept failing through the retries and the one automatic redrive: an outage, ours to follow up
     # (`ops.taxi_redrive --detail 'retryable:*'` once it is over).
     still_retryable_rows_per_5min: int = 1
+    # A bulk load that failed or timed out: its caller sees a FAILED load (a row's verdict is in the report, not a failure).
+    failed_loads_per_5min: int = 1
 
     def validate(self) -> None:
         require_positive("monitoring.taxi_etl", self)
