@@ -68,7 +68,9 @@ class TaxiEtlMonitoring(PipelineMonitoring):
         self._alarm(
             "FailedLoads",
             "Bulk loads failed or timed out: their reports (GET /loads/{LoadId}) name the error and the missing chunks.",
-            cloudwatch.MathExpression(expression="failed + timedOut", using_metrics=loads_ended_badly, label="Failed loads", period=FIVE_MINUTES),
+            cloudwatch.MathExpression(
+                expression="failed + timedOut", using_metrics=loads_ended_badly, label="Failed loads", period=FIVE_MINUTES
+            ),
             thresholds.failed_loads_per_5min,
         )
         for phase, threshold in (
