@@ -101,6 +101,7 @@ class TaxiEtlSaga(Construct):
     api_alias: lambda_.Alias | None
     row_state_alias: lambda_.Alias | None
     authorizer_alias: lambda_.Alias | None
+    loads_api_alias: lambda_.Alias | None
     state_machine: sfn.StateMachine
     state_machine_logs: logs.LogGroup
     execution_log_level: sfn.LogLevel
@@ -768,9 +769,11 @@ class TaxiEtlSaga(Construct):
             service=contract.SERVICE_LOADS_API,
             description="Taxi bulk API: starts the load of a file in the ingest bucket, answers its progress and report",
             timeout_seconds=settings.api_timeout_seconds,
+            snap_start=settings.snap_start,
             environment=self._loads_environment(),
         )
-        self.loads_api_function = create_function(self, "LoadsApiFunction", loads_spec, common).function
+        created_loads_api = create_function(self, "LoadsApiFunction", loads_spec, common)
+        self.loads_api_function, self.loads_api_alias = created_loads_api.function, created_loads_api.alias
         # HeadObject of the file, of the version asked for or of the latest.
         self._grant_ingest_reads(self.loads_api_function, contract.INGEST_PREFIX, "s3:GetObject", "s3:GetObjectVersion")
         # The load's report and manifest.
@@ -793,7 +796,7 @@ class TaxiEtlSaga(Construct):
                 ],
             )
         )
-        integration = HttpLambdaIntegration("LoadsIntegration", self.loads_api_function)
+        integration = HttpLambdaIntegration("LoadsIntegration", self.loads_api_alias or self.loads_api_function)
         self.http_api.add_routes(path=contract.ROUTE_LOADS, methods=[apigw.HttpMethod.POST], integration=integration)
         self.http_api.add_routes(path=contract.ROUTE_LOAD, methods=[apigw.HttpMethod.GET], integration=integration)
 

@@ -58,6 +58,21 @@ class TaxiEtlMonitoring(PipelineMonitoring):
             cloudwatch.MathExpression(expression="failed + timedOut", using_metrics=ended_badly, label="Failed", period=FIVE_MINUTES),
             thresholds.failed_executions_per_5min,
         )
+        # The bulk route's machine: a load that fails (a plan refusing its input, a chunk failing after its retries, a
+        # report that cannot be written) or runs out of time is a failure its caller sees on GET /loads/{LoadId}.
+        bulk_machine = saga.bulk_state_machine
+        loads_ended_badly = {
+            "failed": bulk_machine.metric_failed(statistic="Sum", period=FIVE_MINUTES),
+            "timedOut": bulk_machine.metric_timed_out(statistic="Sum", period=FIVE_MINUTES),
+        }
+        self._alarm(
+            "FailedLoads",
+            "Bulk loads failed or timed out: their reports (GET /loads/{LoadId}) name the error and the missing chunks.",
+            cloudwatch.MathExpression(
+                expression="failed + timedOut", using_metrics=loads_ended_badly, label="Failed loads", period=FIVE_MINUTES
+            ),
+            thresholds.failed_loads_per_5min,
+        )
         for phase, threshold in (
             ("validation", thresholds.flagged_validation_per_5min),
             ("transformation", thresholds.flagged_transformation_per_5min),

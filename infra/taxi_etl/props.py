@@ -61,11 +61,11 @@ class TaxiEtlConfig:
         throttled phase is retried (transient_retry_attempts, with backoff), then its rows are
         flagged retryable and redriven once. The flag function takes none: it is the failure path, and a throttled flag step
         would leave rows neither stored nor flagged.
-    snap_start: Lambda SnapStart for the three functions behind the HTTP API: the API, row-state and
+    snap_start: Lambda SnapStart for the four functions behind the HTTP API: the API, row-state, loads API and
         authorizer functions (off by default). On, each gets SnapStart on published versions, CDK
         publishes a version whenever its code or configuration changes, and the API integrations
         and the authorizer invoke the alias `live` on it (TaxiEtlSaga.api_alias, row_state_alias,
-        authorizer_alias); the after-restore hooks (runtime/shared/snapstart.py) reseed the random
+        loads_api_alias, authorizer_alias); the after-restore hooks (runtime/shared/snapstart.py) reseed the random
         sources, drop the cached clients and make the authorizer read the API key again. Python's
         SnapStart bills each version's cached snapshot while it exists and every restore: see the
         SnapStart section of docs/tracing.md before turning it on. Not combinable with provisioned concurrency.
@@ -270,6 +270,8 @@ class TaxiEtlAlarms:
     # Rows AWS kept failing through the retries and the one automatic redrive: an outage, ours to follow up
     # (`ops.taxi_redrive --detail 'retryable:*'` once it is over).
     still_retryable_rows_per_5min: int = 1
+    # A bulk load that failed or timed out: its caller sees a FAILED load (a row's verdict is in the report, not a failure).
+    failed_loads_per_5min: int = 1
 
     def validate(self) -> None:
         require_positive("monitoring.taxi_etl", self)

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from runtime.shared import snapstart
 from runtime.shared.aws import Clients
 from runtime.shared.http import JSON, HttpRequest, HttpResponse, HttpRouter, body_text, json_response, require_media_type
 from runtime.shared.observability import MetricUnit, instrumented, logger, metrics
@@ -38,6 +39,10 @@ def settings() -> LoadsSettings:
 def deps() -> LoadsDeps:
     """Built on the first invocation (cold start), never at import time."""
     return bulk_wiring.build_loads(settings(), Clients())
+
+
+# With SnapStart, after each restore: fresh random seeds, and the clients built again (runtime/shared/snapstart.py).
+after_restore = snapstart.after_restore(deps)
 
 
 def count_refusal(refusal: Refusal) -> None:

@@ -172,6 +172,7 @@ SAMPLES: dict[type, dict[str, list[Any]]] = {
         "api_5xx_per_5min": [5],
         "execution_p99_ms": [600_000],
         "still_retryable_rows_per_5min": [5],
+        "failed_loads_per_5min": [3],
     },
     MonitoringConfig: {
         "alarm_email": ["ops@example.com"],

@@ -102,6 +102,7 @@ ALARM_NAMES = {
         "Api5xx",
         "ExecutionDuration",
         "StillRetryable",
+        "FailedLoads",
     },
 }
 ALARM_CASES = [pytest.param(pipeline, name, id=f"{pipeline}-{name}") for pipeline in PIPELINES for name in sorted(ALARM_NAMES[pipeline])]
@@ -135,6 +136,7 @@ THRESHOLDS = {
     "Api5xx": ("taxi_etl", "api_5xx_per_5min"),
     "ExecutionDuration": ("taxi_etl", "execution_p99_ms"),
     "StillRetryable": ("taxi_etl", "still_retryable_rows_per_5min"),
+    "FailedLoads": ("taxi_etl", "failed_loads_per_5min"),
 }
 # Alarms evaluated over more than one period: alarm -> (section, field) of the count.
 EVALUATION_PERIODS = {"IteratorAge": ("runner_stats", "iterator_age_minutes"), "RecordAgeAtRisk": ("runner_stats", "iterator_age_minutes")}
@@ -156,6 +158,10 @@ SNAPSHOT_QUEUE = "EventLogSnapshotQueue3BCA2897"
 SNAPSHOT_DLQ = "EventLogSnapshotDeadLetterQueue755EF947"
 PAYLOAD_DLQ = "EventLogPayloadDeadLetterQueueA4620FE4"
 STREAM_FAILURE_QUEUE = "EventLogStreamFailureQueue2D32FEEA"
+# The taxi stack's two state machines, by role (the ids tests/infra/taxi_etl/test_taxi_etl_infra.py writes out):
+# the saga's, one execution per batch of rows, and the bulk route's, one execution per load.
+SAGA_STATE_MACHINE = "TaxiEtlStateMachine72705BD6"
+BULK_STATE_MACHINE = "TaxiEtlBulkStateMachine479724BD"
 
 # The pending check's own variables (runtime/event_log/pending_check_wiring.py, PendingCheckSettings); the
 # snapshot queue's URL only when config.event_log.resend_stuck_snapshots is on (the default).
@@ -200,6 +206,7 @@ VARIANT_MONITORING = MonitoringConfig(
         api_5xx_per_5min=2,
         execution_p99_ms=180_000,
         still_retryable_rows_per_5min=3,
+        failed_loads_per_5min=2,
     ),
 )
 # ... the pending check runs every 10 minutes, and its re-sending of stuck builds is switched off.
@@ -343,15 +350,15 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
             },
         }
     assert pipeline == "TaxiEtl"
-    (machine,) = resources_of_type(template_json, "AWS::StepFunctions::StateMachine")
+    assert set(resources_of_type(template_json, "AWS::StepFunctions::StateMachine")) == {SAGA_STATE_MACHINE, BULK_STATE_MACHINE}
     (http_api,) = resources_of_type(template_json, "AWS::ApiGatewayV2::Api")
     api_metric = {"Namespace": "AWS/ApiGateway", "Dimensions": dimensions(ApiId=ref(http_api)), "Statistic": "Sum", "Period": FIVE_MINUTES}
     return {
         "FailedExecutions": {
             "Metrics": [
                 {"Expression": "failed + timedOut", "Label": "Failed", "ReturnData": True},
-                metric_stat("failed", "AWS/States", "ExecutionsFailed", StateMachineArn=ref(machine)),
-                metric_stat("timedOut", "AWS/States", "ExecutionsTimedOut", StateMachineArn=ref(machine)),
+                metric_stat("failed", "AWS/States", "ExecutionsFailed", StateMachineArn=ref(SAGA_STATE_MACHINE)),
+                metric_stat("timedOut", "AWS/States", "ExecutionsTimedOut", StateMachineArn=ref(SAGA_STATE_MACHINE)),
             ]
         },
         "FlaggedValidation": own_metric("ExecutionsFlagged", service="taxi-etl-flag", phase="validation"),
@@ -363,7 +370,7 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
         "ExecutionDuration": {
             "Namespace": "AWS/States",
             "MetricName": "ExecutionTime",
-            "Dimensions": dimensions(StateMachineArn=ref(machine)),
+            "Dimensions": dimensions(StateMachineArn=ref(SAGA_STATE_MACHINE)),
             "ExtendedStatistic": "p99",
             "Period": FIVE_MINUTES,
         },
@@ -375,6 +382,14 @@ def expected_metrics(pipeline: str, template_json: dict[str, Any], config: EnvCo
                     metric_stat(phase, NAMESPACE, "RowsStillRetryable", service="taxi-etl-flag", phase=phase)
                     for phase in ("validation", "transformation", "store")
                 ),
+            ]
+        },
+        # loads the bulk machine ended FAILED or TIMED_OUT: a failure the loader's caller sees
+        "FailedLoads": {
+            "Metrics": [
+                {"Expression": "failed + timedOut", "Label": "Failed loads", "ReturnData": True},
+                metric_stat("failed", "AWS/States", "ExecutionsFailed", StateMachineArn=ref(BULK_STATE_MACHINE)),
+                metric_stat("timedOut", "AWS/States", "ExecutionsTimedOut", StateMachineArn=ref(BULK_STATE_MACHINE)),
             ]
         },
     }

@@ -15,6 +15,7 @@ from aws_cdk import aws_kinesis as kinesis
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
+from constructs import IConstruct
 
 from devtools.aws.template_resources import cdk_context
 from onceflow.constructs import (
@@ -36,6 +37,7 @@ from onceflow.constructs import (
     acknowledge_taxi_etl,
     add_compliance_checks,
 )
+from runtime.taxi_etl import contract as taxi_etl_contract
 
 STREAM_ARN = "arn:aws:kinesis:eu-west-1:111122223333:stream/team-devices"
 BUCKET_NAME = "team-event-log-data"
@@ -90,13 +92,18 @@ def team_app(outdir: Path) -> App:
 
 
 @pytest.fixture(scope="module")
-def team_template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def team(tmp_path_factory: pytest.TempPathFactory) -> tuple[TeamStack, dict[str, Any]]:
     outdir = tmp_path_factory.mktemp("team")
     app = team_app(outdir)
-    TeamStack(app)
+    stack = TeamStack(app)
     # synth raises on any unacknowledged cdk-nag finding
     assembly = app.synth()
-    return dict(assembly.get_stack_by_name("TeamStack").template)
+    return stack, dict(assembly.get_stack_by_name("TeamStack").template)
+
+
+@pytest.fixture(scope="module")
+def team_template(team: tuple[TeamStack, dict[str, Any]]) -> dict[str, Any]:
+    return team[1]
 
 
 def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
@@ -107,11 +114,32 @@ def mentions(value: Any, text: str) -> bool:
     return text in json.dumps(value)
 
 
-def test_the_foreign_stack_synthesizes_with_cdk_nag_and_creates_none_of_the_imported_resources(team_template: dict[str, Any]) -> None:
+def logical_id(stack: Stack, construct: IConstruct) -> str:
+    return stack.get_logical_id(construct.node.default_child)  # type: ignore[arg-type]
+
+
+def project_functions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pipelines' functions by handler (CDK's inline deploy-time bucket notifications handler runs no runtime. handler)."""
+    functions = [body["Properties"] for body in resources(template, "AWS::Lambda::Function").values()]
+    by_handler = {props["Handler"]: props for props in functions if str(props.get("Handler", "")).startswith("runtime.")}
+    assert len(by_handler) == len(functions) - 1, "a handler deployed twice, or a second function without a runtime. handler"
+    return by_handler
+
+
+def test_the_foreign_stack_synthesizes_with_cdk_nag_and_creates_none_of_the_imported_resources(
+    team: tuple[TeamStack, dict[str, Any]],
+) -> None:
     # Given the team's stack, synthesized with cdk-nag (the fixture: synth raised nothing)
-    # Then the constructs created no stream, no bucket, no secret and no topic of their own
-    for resource_type in ("AWS::Kinesis::Stream", "AWS::S3::Bucket", "AWS::SecretsManager::Secret", "AWS::SNS::Topic"):
+    stack, team_template = team
+    # Then the constructs created no stream, no secret and no topic of their own
+    for resource_type in ("AWS::Kinesis::Stream", "AWS::SecretsManager::Secret", "AWS::SNS::Topic"):
         assert resources(team_template, resource_type) == {}, resource_type
+    # and no bucket in place of the team's event-log bucket: the only buckets are the bulk route's own, which no prop
+    # imports, the saga's ingest bucket and its access-log bucket
+    assert set(resources(team_template, "AWS::S3::Bucket")) == {
+        logical_id(stack, stack.saga.ingest_bucket),
+        logical_id(stack, stack.saga.ingest_access_log_bucket),
+    }
     # and the only tables are the pipelines' own, without a trips table (4 runner stats + 2 event log + 3 status)
     assert len(resources(team_template, "AWS::DynamoDB::Table")) == 9
 
@@ -122,21 +150,44 @@ def test_the_imported_resources_are_the_ones_used(team_template: dict[str, Any])
     # Then the runner-stats function consumes the team's stream
     assert any(mapping["Properties"]["EventSourceArn"] == STREAM_ARN for mapping in mappings.values())
     # and the event-log functions point at the team's bucket; the store step, the flag step,
-    # GET /trips/{id} and the POST routes (which read a single row's state first) at the team's trips table
-    functions = resources(team_template, "AWS::Lambda::Function")
-    environments = [function["Properties"]["Environment"]["Variables"] for function in functions.values()]
-    assert sum(variables.get("BUCKET") == BUCKET_NAME for variables in environments) == 3
-    assert sum(variables.get("FINAL_TABLE") == TRIPS_TABLE for variables in environments) == 4
+    # GET /trips/{id}, the POST routes (which read a single row's state first) and the bulk route's chunk task (which
+    # stores a load's rows) at the team's trips table
+    environments = {handler: props["Environment"]["Variables"] for handler, props in project_functions(team_template).items()}
+    assert sum(variables.get("BUCKET") == BUCKET_NAME for variables in environments.values()) == 3
+    assert {handler for handler, variables in environments.items() if variables.get("FINAL_TABLE") == TRIPS_TABLE} == {
+        taxi_etl_contract.HANDLER_STORE,
+        taxi_etl_contract.HANDLER_FLAG,
+        taxi_etl_contract.HANDLER_ROW_STATE,
+        taxi_etl_contract.HANDLER_API,
+        taxi_etl_contract.HANDLER_BULK_CHUNK,
+    }
+    # and the chunk task may write the team's table, the one its environment names (its reads and puts of stored rows)
+    chunk_role = project_functions(team_template)[taxi_etl_contract.HANDLER_BULK_CHUNK]["Role"]["Fn::GetAtt"][0]
+    chunk_policies = [
+        policy for policy in resources(team_template, "AWS::IAM::Policy").values() if {"Ref": chunk_role} in policy["Properties"]["Roles"]
+    ]
+    assert chunk_policies and any(mentions(policy, f":table/{TRIPS_TABLE}") for policy in chunk_policies)
     # and the authorizer may read the team's secret
     policies = resources(team_template, "AWS::IAM::Policy")
     assert any(mentions(policy, f"secret:{SECRET_NAME}") for policy in policies.values())
+    # and it guards the bulk route's routes as it guards the others: every route of the saga's API (the authorizer's),
+    # POST /loads and GET /loads/{LoadId} too
+    ((authorizer_id, authorizer),) = resources(team_template, "AWS::ApiGatewayV2::Authorizer").items()
+    routes = {
+        route["Properties"]["RouteKey"]: route["Properties"]
+        for route in resources(team_template, "AWS::ApiGatewayV2::Route").values()
+        if route["Properties"]["ApiId"] == authorizer["Properties"]["ApiId"]
+    }
+    assert {f"POST {taxi_etl_contract.ROUTE_LOADS}", f"GET {taxi_etl_contract.ROUTE_LOAD}"} <= set(routes)
+    for route_key, route in routes.items():
+        assert route.get("AuthorizerId") == {"Ref": authorizer_id}, route_key
 
 
 def test_every_alarm_notifies_the_teams_topic(team_template: dict[str, Any]) -> None:
     # Given the team's stack
     alarms = resources(team_template, "AWS::CloudWatch::Alarm")
     # Then there are alarms for all three pipelines, and every one notifies the team's topic on ALARM and OK
-    assert len(alarms) == 9 + 9 + 9  # runner stats (with RecordAgeAtRisk), event log, taxi saga (with StillRetryable)
+    assert len(alarms) == 9 + 9 + 10  # runner stats (with RecordAgeAtRisk), event log, taxi saga (with StillRetryable, FailedLoads)
     for name, alarm in alarms.items():
         assert alarm["Properties"]["AlarmActions"] == [TOPIC_ARN], name
         assert alarm["Properties"]["OKActions"] == [TOPIC_ARN], name

@@ -1,5 +1,5 @@
 """SnapStart, opt-in (settings.snap_start on EventLogConfig and TaxiEtlConfig): on, each HTTP-facing
-function (the event log's API function; the taxi saga's API, row-state and authorizer functions) has
+function (the event log's API function; the taxi saga's API, row-state, loads API and authorizer functions) has
 SnapStart on published versions, a version CDK republishes when its code or configuration changes,
 and the alias `live` on it, which the API integrations, the authorizer and their invoke permissions
 name; off (the default), none of that exists. The default templates are pinned by test_snapshots.py.
@@ -38,6 +38,7 @@ SNAPSTART_HANDLERS = (
     event_log_contract.HANDLER_API,
     taxi_etl_contract.HANDLER_API,
     taxi_etl_contract.HANDLER_ROW_STATE,
+    taxi_etl_contract.HANDLER_LOADS_API,
     taxi_etl_contract.HANDLER_AUTHORIZER,
 )
 # The handler each route's integration must reach, whichever way (function or alias) it names it.
@@ -46,6 +47,8 @@ ROUTE_HANDLERS = {
     f"POST {taxi_etl_contract.ROUTE_TRIP}": taxi_etl_contract.HANDLER_API,
     f"POST {taxi_etl_contract.ROUTE_TRIP_BATCH}": taxi_etl_contract.HANDLER_API,
     f"GET {taxi_etl_contract.ROUTE_ROW_STATE}": taxi_etl_contract.HANDLER_ROW_STATE,
+    f"POST {taxi_etl_contract.ROUTE_LOADS}": taxi_etl_contract.HANDLER_LOADS_API,
+    f"GET {taxi_etl_contract.ROUTE_LOAD}": taxi_etl_contract.HANDLER_LOADS_API,
 }
 APIGATEWAY = "apigateway.amazonaws.com"
 
@@ -137,7 +140,7 @@ def test_on_only_the_http_functions_have_snap_start(snap_on: tuple[dict[str, Any
     functions = resources_of_type(template, "AWS::Lambda::Function")
     # When those with SnapStart are listed
     with_snap_start = {body["Properties"]["Handler"] for body in functions.values() if "SnapStart" in body["Properties"]}
-    # Then they are exactly the four behind the HTTP APIs (the stream, queue, schedule and state machine ones have none)
+    # Then they are exactly the five behind the HTTP APIs (the stream, queue, schedule and state machine ones have none)
     assert with_snap_start == set(SNAPSTART_HANDLERS)
     assert len(resources_of_type(template, "AWS::Lambda::Version")) == len(SNAPSTART_HANDLERS)
     assert len(resources_of_type(template, "AWS::Lambda::Alias")) == len(SNAPSTART_HANDLERS)
@@ -177,6 +180,7 @@ def test_on_api_gateway_may_invoke_only_the_aliases(snap_on: tuple[dict[str, Any
     assert by_alias[aliases[event_log_contract.HANDLER_API]] == 4
     assert by_alias[aliases[taxi_etl_contract.HANDLER_API]] == 2
     assert by_alias[aliases[taxi_etl_contract.HANDLER_ROW_STATE]] == 1
+    assert by_alias[aliases[taxi_etl_contract.HANDLER_LOADS_API]] == 2
     assert by_alias[aliases[taxi_etl_contract.HANDLER_AUTHORIZER]] == 1
 
 
@@ -189,6 +193,7 @@ def test_on_the_constructs_expose_their_aliases(snap_on: tuple[dict[str, Any], E
         (log.api_alias, log.api_function),
         (taxi.api_alias, taxi.api_function),
         (taxi.row_state_alias, taxi.row_state_function),
+        (taxi.loads_api_alias, taxi.loads_api_function),
         (taxi.authorizer_alias, taxi.authorizer_function),
     ]
     for alias, function in pairs:
@@ -236,7 +241,7 @@ def test_off_there_is_no_snap_start_version_or_alias(snap_off: tuple[dict[str, A
     assert not [body for body in functions if "SnapStart" in body["Properties"]]
     assert resources_of_type(template, "AWS::Lambda::Version") == {}
     assert resources_of_type(template, "AWS::Lambda::Alias") == {}
-    assert (log.api_alias, taxi.api_alias, taxi.row_state_alias, taxi.authorizer_alias) == (None, None, None, None)
+    assert (log.api_alias, taxi.api_alias, taxi.row_state_alias, taxi.loads_api_alias, taxi.authorizer_alias) == (None,) * 5
     # And the integrations, the authorizer and API Gateway's permissions name the functions themselves
     function_arns = [arn(find_function(template, handler)) for handler in SNAPSTART_HANDLERS]
     for integration in resources_of_type(template, "AWS::ApiGatewayV2::Integration").values():

@@ -4,6 +4,11 @@ repository's choice per environment.
 ACTIVE (the default) and SDK differ only in the variable that makes the runtime create Powertools'
 Tracer; OTEL adds the pinned ADOT layer and its wrapper; OFF turns Lambda's and Step Functions'
 tracing off, and with it the X-Ray statement of every function's role.
+
+The modes are the project's functions' (those running `runtime.` handlers). The taxi stack also holds
+CDK's inline BucketNotificationsHandler, which puts the ingest bucket's notification configuration at
+deploy time: CDK gives it no tracing, layers or environment whatever the mode, so it is not traced in
+ACTIVE, SDK or OTEL either. The tests name it as the only such function (a second one fails them).
 """
 
 from __future__ import annotations
@@ -45,7 +50,23 @@ def synth(common: CommonProps, *, region: str | None = None) -> dict[str, Any]:
 
 
 def functions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: resource["Properties"] for name, resource in resources_of_type(template, "AWS::Lambda::Function").items()}
+    """The project's functions (their handlers are in the runtime package), by logical id."""
+    return {
+        name: resource["Properties"]
+        for name, resource in resources_of_type(template, "AWS::Lambda::Function").items()
+        if str(resource["Properties"].get("Handler", "")).startswith("runtime.")
+    }
+
+
+def assert_only_cdk_untraced_deploy_time_handler(template: dict[str, Any]) -> None:
+    """The template's other functions are exactly CDK's bucket notifications handler, with no tracing, layer or environment."""
+    others = {name: resource["Properties"] for name, resource in resources_of_type(template, "AWS::Lambda::Function").items()}
+    for name in functions(template):
+        others.pop(name)
+    ((name, handler),) = others.items()
+    assert name.startswith("BucketNotificationsHandler"), name
+    assert handler["Description"] == 'AWS CloudFormation handler for "Custom::S3BucketNotifications" resources (@aws-cdk/aws-s3)'
+    assert not {"TracingConfig", "Layers", "Environment"} & set(handler), sorted(handler)
 
 
 def xray_statements(template: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,17 +90,21 @@ def test_active_and_sdk_trace_every_function_and_the_state_machine_and_differ_on
 ) -> None:
     # Given the three pipelines built with the mode
     template = templates[mode]
-    # Then every function has Lambda's active tracing, tells the runtime its mode, and runs no ADOT layer or wrapper
+    # Then every function of the project has Lambda's active tracing, tells the runtime its mode, and runs no ADOT layer
+    # or wrapper (CDK's deploy-time bucket notifications handler is not traced: see the module's docstring)
+    assert_only_cdk_untraced_deploy_time_handler(template)
     for name, function in functions(template).items():
         assert function["TracingConfig"] == {"Mode": "Active"}, name
         variables = function["Environment"]["Variables"]
         assert variables[TRACING_MODE_VARIABLE] == mode.value, name
         assert "AWS_LAMBDA_EXEC_WRAPPER" not in variables, name
         assert len(function["Layers"]) == 2, name  # Powertools' and the SDK's
-    # And the state machine traces too, and every role may send its segments
-    (machine,) = resources_of_type(template, "AWS::StepFunctions::StateMachine").values()
-    assert machine["Properties"]["TracingConfiguration"] == {"Enabled": True}
-    assert len(xray_statements(template)) == len(functions(template)) + 1  # each function's role, and the state machine's
+    # And the state machines trace too (the taxi saga's and its bulk route's), and every role may send its segments
+    machines = resources_of_type(template, "AWS::StepFunctions::StateMachine").values()
+    assert len(machines) == 2
+    for machine in machines:
+        assert machine["Properties"]["TracingConfiguration"] == {"Enabled": True}
+    assert len(xray_statements(template)) == len(functions(template)) + len(machines)  # each function's role, each machine's
     assert "Mappings" not in template or "AdotPythonLayer" not in template["Mappings"]
 
 
@@ -100,7 +125,9 @@ def test_otel_adds_the_pinned_adot_layer_of_the_region_and_its_wrapper(templates
     # Then the template maps each pinned region to its layer version ARN
     assert template["Mappings"]["AdotPythonLayer"] == {region: {"Arn": arn} for region, arn in ADOT_PYTHON_LAYER_ARNS.items()}
     assert ADOT_PYTHON_LAYER_ARNS["us-east-1"].endswith(":layer:AWSOpenTelemetryDistroPython:25")
-    # And every function runs Powertools' layer and the mapped ADOT layer, through the ADOT wrapper, with active tracing
+    # And every function of the project runs Powertools' layer and the mapped ADOT layer, through the ADOT wrapper, with
+    # active tracing (CDK's deploy-time bucket notifications handler takes none of them)
+    assert_only_cdk_untraced_deploy_time_handler(template)
     for name, function in functions(template).items():
         assert function["Layers"][1] == {"Fn::FindInMap": ["AdotPythonLayer", {"Ref": "AWS::Region"}, "Arn"]}, name
         # the SDK layer last, so its boto3 and botocore win over any copy in the layers before it
@@ -123,12 +150,16 @@ def test_otel_in_a_region_of_its_own_resolves_the_layer_of_that_region() -> None
 def test_off_traces_nothing_and_grants_no_xray(templates: dict[TracingMode, dict[str, Any]]) -> None:
     # Given the pipelines built with tracing OFF
     template = templates[TracingMode.OFF]
-    # Then no function, nor the state machine, traces, and no role may send segments
+    # Then no function (CDK's deploy-time bucket notifications handler included), nor any state machine, traces, and no
+    # role may send segments
+    assert_only_cdk_untraced_deploy_time_handler(template)
     for name, function in functions(template).items():
         assert "TracingConfig" not in function or function["TracingConfig"] == {"Mode": "PassThrough"}, name
         assert function["Environment"]["Variables"][TRACING_MODE_VARIABLE] == "off", name
-    (machine,) = resources_of_type(template, "AWS::StepFunctions::StateMachine").values()
-    assert machine["Properties"].get("TracingConfiguration", {"Enabled": False}) == {"Enabled": False}
+    machines = resources_of_type(template, "AWS::StepFunctions::StateMachine").values()
+    assert len(machines) == 2
+    for machine in machines:
+        assert machine["Properties"].get("TracingConfiguration", {"Enabled": False}) == {"Enabled": False}
     assert xray_statements(template) == []
 
 

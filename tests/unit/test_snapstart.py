@@ -1,4 +1,4 @@
-"""SnapStart's after-restore hooks (runtime/shared/snapstart.py) and their registration by the four
+"""SnapStart's after-restore hooks (runtime/shared/snapstart.py) and their registration by the five
 HTTP-facing handler modules: the random sources are reseeded, the cached clients dropped and built
 again, and registration happens only where Lambda's runtime offers `snapshot_restore_py`.
 
@@ -22,11 +22,11 @@ from runtime.event_log import api_handler as event_log_api
 from runtime.event_log.snapshots import SnapshotWorker
 from runtime.shared import snapstart
 from runtime.taxi_etl import api_handler as taxi_api
-from runtime.taxi_etl import authorizer_handler, row_state_handler
+from runtime.taxi_etl import authorizer_handler, loads_api_handler, row_state_handler
 from runtime.taxi_etl.api_key import ApiKeyCheck
 from tests.unit.test_cold_start import run_probe
 
-SNAPSTART_HANDLER_MODULES = (event_log_api, taxi_api, row_state_handler, authorizer_handler)
+SNAPSTART_HANDLER_MODULES = (event_log_api, taxi_api, row_state_handler, loads_api_handler, authorizer_handler)
 
 # A stand-in for the runtime's module: it records what is registered, and how.
 REGISTRATION_PROBE = """
@@ -93,9 +93,11 @@ def fake_deps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[ModuleType
             return deps
 
         monkeypatch.setattr(module, "settings", lambda: "settings")
-        # The module's wiring: its function's own (`<function>_wiring`) or its pipeline's (`wiring`)
+        # The module's wiring: its function's own (`<function>_wiring`) or its pipeline's (`wiring`), every builder
+        # in it recording (`build`, or a bulk function's own `build_<kind>`, such as the loads API's `build_loads`)
         (wiring,) = [name for name in vars(module) if name.endswith("wiring") and isinstance(vars(module)[name], ModuleType)]
-        monkeypatch.setattr(module, wiring, SimpleNamespace(build=build))
+        builders = [name for name in vars(vars(module)[wiring]) if name == "build" or name.startswith("build_")]
+        monkeypatch.setattr(module, wiring, SimpleNamespace(**dict.fromkeys(builders, build)))
     yield built
     for module in SNAPSTART_HANDLER_MODULES:
         module.deps.cache_clear()
@@ -116,7 +118,7 @@ def test_outside_lambda_the_runtime_module_is_absent_and_the_hooks_are_still_bui
 def test_with_the_runtime_module_each_snapstart_handler_registers_its_hook_at_import() -> None:
     # Given a fresh interpreter with a fake snapshot_restore_py in sys.modules
     names = [module.__name__ for module in SNAPSTART_HANDLER_MODULES]
-    # When the four HTTP-facing handler modules are imported, as Lambda's init phase does
+    # When the five HTTP-facing handler modules are imported, as Lambda's init phase does
     result = run_probe(REGISTRATION_PROBE, *names, tracing=False)
     # Then the guard found the module, and each handler module registered its own hook once, with no arguments
     assert result["available"] is True
