@@ -40,9 +40,9 @@ from runtime.taxi_etl import (
     wiring,
 )
 from runtime.taxi_etl import contract as taxi_etl_contract
-from runtime.taxi_etl.bulk_plan import report_key
 from runtime.taxi_etl.bulk_wiring import BulkChunkSettings, BulkPlanSettings, BulkReportSettings
 from runtime.taxi_etl.flag_wiring import FlagSettings
+from runtime.taxi_etl.load_objects import report_key
 from runtime.taxi_etl.models import Phase
 from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.store import DynamoStatusTable

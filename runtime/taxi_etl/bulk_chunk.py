@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from runtime.shared.concurrency import map_bounded
-from runtime.taxi_etl.bulk_plan import ChunkRange, LoadFile, summary_key
 from runtime.taxi_etl.chunks import RefusedLine, chunk_rows
 from runtime.taxi_etl.errors import LoadInputError, StoreConflict
 from runtime.taxi_etl.final_table import FinalTable, PutOutcome
 from runtime.taxi_etl.flag_step import CaughtError, FlagOutcome, FlagRequest, flag, rejected_request
 from runtime.taxi_etl.load_bucket import LoadBucket, ObjectGone
+from runtime.taxi_etl.load_objects import ChunkRange, LoadFile, summary_key
 from runtime.taxi_etl.models import Phase, Row, Verdict
 from runtime.taxi_etl.requests import Layout
 from runtime.taxi_etl.store import ChunkStatusTable, StatusRow

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from runtime.shared.aws import Clients
 from runtime.shared.observability import instrumented, logger
 from runtime.taxi_etl import bulk_wiring
-from runtime.taxi_etl.bulk_plan import LoadFile, plan_load
+from runtime.taxi_etl.bulk_plan import plan_load
 from runtime.taxi_etl.bulk_wiring import BulkPlanDeps, BulkPlanSettings
+from runtime.taxi_etl.load_objects import LoadFile
 from runtime.taxi_etl.transient import transient_errors
 
 if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from runtime.shared.concurrency import map_bounded
-from runtime.taxi_etl.bulk_plan import LoadFile, report_key, summaries_prefix
 from runtime.taxi_etl.load_bucket import LoadBucket
+from runtime.taxi_etl.load_objects import LoadFile, report_key, summaries_prefix
 
 CHUNKS_MISSING_SHOWN: Final = 100
 REFUSED_SHOWN: Final = 1_000

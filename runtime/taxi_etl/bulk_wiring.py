@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from runtime.shared.aws import Clients
 from runtime.shared.settings import SettingsError, require_int, require_str
-from runtime.taxi_etl import phase_wiring
 from runtime.taxi_etl.contract import (
     ENV_BULK_STATE_MACHINE_ARN,
     ENV_CHUNK_ROWS,
@@ -25,18 +24,23 @@ from runtime.taxi_etl.contract import (
     ENV_TRANSFORMATION_STATUS_TABLE,
     ENV_VALIDATION_STATUS_TABLE,
 )
-from runtime.taxi_etl.final_table import DynamoFinalTable, FinalTable
 from runtime.taxi_etl.load_bucket import LoadBucket, S3LoadBucket
-from runtime.taxi_etl.models import Phase
-from runtime.taxi_etl.store import ChunkStatusTable, DynamoStatusTable
-from runtime.taxi_etl.workflow import StepFunctionsWorkflow
+
+# Annotations only: each builder imports what its own function is built from, so that the loads API, the starter,
+# Plan and Report do not load the tables, the row logic and the workflow adapter at their cold start.
+if TYPE_CHECKING:
+    from runtime.taxi_etl.final_table import FinalTable
+    from runtime.taxi_etl.models import Phase
+    from runtime.taxi_etl.store import ChunkStatusTable
+    from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 
 # The rows of a chunk (TaxiEtlConfig.bulk_chunk_rows' bounds): fewer makes a month file tens of thousands of map
 # items; more makes one chunk's work longer than its task's timeout allows at the phases' row concurrency.
 CHUNK_ROWS_MIN: Final = 100
 CHUNK_ROWS_MAX: Final = 10_000
-# A chunk writes its rows as a phase does (each row's chain on one thread), and flags as the flag step does.
-CHUNK_ROW_CONCURRENCY: Final = phase_wiring.PHASE_ROW_CONCURRENCY
+# A chunk writes its rows as a phase does (each row's chain on one thread), and flags as the flag step does: the
+# phases' PHASE_ROW_CONCURRENCY (runtime/taxi_etl/phase_wiring.py; a unit test keeps them equal).
+CHUNK_ROW_CONCURRENCY: Final = 32
 # Summaries the report reads at once: small objects, so a month file's ~1,500 take seconds, not minutes.
 REPORT_READ_CONCURRENCY: Final = 16
 
@@ -139,6 +143,10 @@ def build_plan(settings: BulkPlanSettings, clients: Clients) -> BulkPlanDeps:
 
 
 def build_chunk(settings: BulkChunkSettings, clients: Clients) -> BulkChunkDeps:
+    from runtime.taxi_etl.final_table import DynamoFinalTable
+    from runtime.taxi_etl.models import Phase
+    from runtime.taxi_etl.store import DynamoStatusTable
+
     status: dict[Phase, ChunkStatusTable] = {
         Phase.VALIDATION: DynamoStatusTable(settings.validation_status_table, client=clients.dynamodb),
         Phase.TRANSFORMATION: DynamoStatusTable(settings.transformation_status_table, client=clients.dynamodb),
@@ -158,6 +166,8 @@ def build_report(settings: BulkReportSettings, clients: Clients) -> BulkReportDe
 
 
 def build_loads(settings: LoadsSettings, clients: Clients) -> LoadsDeps:
+    from runtime.taxi_etl.workflow import StepFunctionsWorkflow
+
     workflow = StepFunctionsWorkflow(settings.bulk_state_machine_arn, deduplicates=True, client=clients.stepfunctions)
     return LoadsDeps(S3LoadBucket(settings.ingest_bucket, client=clients.s3), workflow)
 

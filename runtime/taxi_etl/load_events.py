@@ -16,8 +16,8 @@ from urllib.parse import unquote_plus
 from runtime.shared.observability import logger
 from runtime.shared.refusals import Refusal
 from runtime.taxi_etl import contract
-from runtime.taxi_etl.bulk_plan import LoadFile
 from runtime.taxi_etl.load_bucket import UNVERSIONED
+from runtime.taxi_etl.load_objects import LoadFile
 from runtime.taxi_etl.loads import load_file, start_load
 from runtime.taxi_etl.workflow import StepFunctionsWorkflow
 

@@ -23,8 +23,8 @@ from botocore.exceptions import ClientError
 from runtime.shared.aws import error_code
 from runtime.shared.refusals import Conflict, InvalidRequest, NotFound
 from runtime.taxi_etl import contract
-from runtime.taxi_etl.bulk_plan import LoadFile, manifest_key, report_key, summaries_prefix
 from runtime.taxi_etl.load_bucket import UNVERSIONED, LoadBucket, ObjectGone
+from runtime.taxi_etl.load_objects import LoadFile, manifest_key, report_key, summaries_prefix
 from runtime.taxi_etl.workflow import StartOutcome, StepFunctionsWorkflow
 
 LOAD_ID_HEX_CHARS: Final = 40

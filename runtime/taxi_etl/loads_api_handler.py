@@ -13,9 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any, Final
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any, Final
 
 from runtime.shared import snapstart
 from runtime.shared.aws import Clients
@@ -25,6 +23,9 @@ from runtime.shared.refusals import InvalidRequest, Refusal
 from runtime.taxi_etl import bulk_wiring, contract
 from runtime.taxi_etl.bulk_wiring import LoadsDeps, LoadsSettings
 from runtime.taxi_etl.loads import load_status, parse_load_id, requested_file, start_body, start_load
+
+if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 MAX_BODY_BYTES: Final = 4096  # a key (at most 1,024 bytes) and a version id, as JSON
 

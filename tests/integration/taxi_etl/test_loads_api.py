@@ -20,9 +20,9 @@ from devtools.aws.clients import new_client
 from devtools.taxi_world import embedded_saga_cloud, http_api_event
 from runtime.shared.aws import Clients
 from runtime.taxi_etl import contract, loads_api_handler, wiring
-from runtime.taxi_etl.bulk_plan import manifest_key, report_key, summary_key
 from runtime.taxi_etl.bulk_wiring import LoadsDeps, LoadsSettings
 from runtime.taxi_etl.load_events import files_to_load, start_loads
+from runtime.taxi_etl.load_objects import manifest_key, report_key, summary_key
 from runtime.taxi_etl.loads import MAX_GENERATIONS, execution_input, execution_name, load_file, start_load
 from runtime.taxi_etl.workflow import Start, StepFunctionsWorkflow
 

@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 
 from runtime.shared.refusals import InvalidRequest
 from runtime.shared.settings import SettingsError
-from runtime.taxi_etl.bulk_plan import ChunkRange, LoadFile, cut_file
+from runtime.taxi_etl.bulk_plan import cut_file
 from runtime.taxi_etl.bulk_report import CHUNKS_MISSING_SHOWN, REFUSED_SHOWN, aggregate
 from runtime.taxi_etl.bulk_wiring import BulkChunkSettings, BulkPlanSettings, BulkReportSettings, LoadsSettings
 from runtime.taxi_etl.chunks import chunk_rows
 from runtime.taxi_etl.errors import LoadInputError, PhaseInputError
 from runtime.taxi_etl.load_events import files_to_load
+from runtime.taxi_etl.load_objects import ChunkRange, LoadFile
 from runtime.taxi_etl.loads import execution_input, execution_name, load_file, load_id, parse_load_id
 from runtime.taxi_etl.requests import Layout
 from tests.unit.taxi_etl.test_taxi_content_identity import HEADER, ROWS
@@ -350,3 +351,11 @@ def test_chunk_rows_out_of_bounds_is_refused_at_cold_start(rows: str) -> None:
 def test_a_chunk_without_one_of_its_variables_is_refused_at_cold_start(missing: str) -> None:
     with pytest.raises(SettingsError, match=missing):
         BulkChunkSettings.from_env({name: value for name, value in CHUNK_ENV.items() if name != missing})
+
+
+def test_a_chunk_writes_as_many_rows_at_once_as_a_phase() -> None:
+    # Given the chunk's row concurrency, a constant so that the light bulk functions need not import the phases' wiring
+    from runtime.taxi_etl import bulk_wiring, phase_wiring
+
+    # Then it is the phases' own: a chunk's burst on the tables is a phase's
+    assert bulk_wiring.CHUNK_ROW_CONCURRENCY == phase_wiring.PHASE_ROW_CONCURRENCY

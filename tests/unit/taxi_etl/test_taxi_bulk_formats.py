@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from runtime.taxi_etl.bulk_chunk import ChunkSummary
-from runtime.taxi_etl.bulk_plan import LoadFile, cut_file
+from runtime.taxi_etl.bulk_plan import cut_file
 from runtime.taxi_etl.bulk_report import aggregate
 from runtime.taxi_etl.chunks import RefusedLine
 from runtime.taxi_etl.load_bucket import json_bytes
+from runtime.taxi_etl.load_objects import LoadFile
 from tests.unit.taxi_etl.test_taxi_content_identity import HEADER, ROWS
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "taxi_etl" / "bulk"
