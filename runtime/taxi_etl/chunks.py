@@ -17,11 +17,11 @@ editor numbers them (1 is the first line; blank and header lines count).
 
 from __future__ import annotations
 
+from codecs import BOM_UTF8
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from runtime.shared.http import UTF8_BOM
 from runtime.shared.refusals import InvalidRequest
 from runtime.taxi_etl.models import Row
 from runtime.taxi_etl.requests import (
@@ -104,7 +104,7 @@ def _numbered_lines(data: bytes, first_line: int) -> Iterator[tuple[int, str | N
     that is not UTF-8. LF is one byte in UTF-8, never part of another character, so splitting the bytes at LF and
     then decoding each line gives the lines the batch route gets by decoding first."""
     if first_line == 1:
-        data = data.removeprefix(UTF8_BOM)
+        data = data.removeprefix(BOM_UTF8)
     for number, piece in enumerate(data.split(b"\n"), start=first_line):
         try:
             text = piece.decode("utf-8")

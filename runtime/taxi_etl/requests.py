@@ -27,18 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.shared.consistency import deterministic_id
-from runtime.shared.http import CSV, body_text, require_media_type
 from runtime.shared.refusals import InvalidRequest, PayloadTooLarge
 from runtime.taxi_etl.contract import CONTENT_ID_HEX_CHARS, IDEMPOTENCY_KEY_PATTERN
 from runtime.taxi_etl.errors import PhaseInputError
 from runtime.taxi_etl.models import Row
-from runtime.taxi_etl.state_budget import check_state_budget
 from runtime.taxi_etl.trip_lines import Schema, canonical_line, header_schema, headerless_layout, is_header, line_columns, row_schema
 from runtime.taxi_etl.trips import COLUMN_COUNTS
 
 IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 EXECUTION_NAME_MAX_CHARS = 80  # Step Functions' limit on an execution name
-MEDIA_TYPES = (CSV,)  # what /trips and /trips/batch take (charset=utf-8 or none); anything else is a 415
 # C0 controls other than tab, CR and LF: CSV text never contains them, binary data nearly always does.
 BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -56,14 +53,21 @@ class Submission:
         return json.dumps({"rows": rows}, separators=(",", ":"), ensure_ascii=False)
 
 
+# The HTTP body's parsing (runtime/shared/http.py) and the state budget are imported where the API uses them: the
+# bulk chunk function reads its lines with this module and never an HTTP body, and its cold start would pay for both.
 def check_media_type(content_type: str | None, body: str | None) -> None:
-    """415 unless a body is labelled text/csv (UTF-8): checked before the body is read."""
-    require_media_type(content_type, body, MEDIA_TYPES)
+    """415 unless a body is labelled text/csv (UTF-8), what /trips and /trips/batch take (charset=utf-8 or none):
+    checked before the body is read."""
+    from runtime.shared.http import CSV, require_media_type
+
+    require_media_type(content_type, body, (CSV,))
 
 
 def within_state_budget(submission: Submission) -> Submission:
     """The submission, unless a state of its execution could pass Step Functions' payload limit: then a 413
     naming it (runtime/taxi_etl/state_budget.py), before anything starts."""
+    from runtime.taxi_etl.state_budget import check_state_budget
+
     check_state_budget(submission.rows, submission.execution_input())
     return submission
 
@@ -73,6 +77,8 @@ def decode_body(body: str | None, *, is_base64: bool, max_bytes: int) -> str:
     `max_bytes` bytes (413), and no control characters."""
     if not body:
         raise InvalidRequest("the request body is empty; send CSV text")
+    from runtime.shared.http import body_text
+
     text = body_text(body, is_base64=is_base64, max_bytes=max_bytes, hint="send CSV lines")
     if BINARY.search(text):
         raise InvalidRequest("the request body contains control characters; send CSV text, not binary data")
