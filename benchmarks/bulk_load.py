@@ -634,13 +634,13 @@ def measure_chunk(template: dict[str, Any], chunk_rows: int, *, small_rows: int 
     from devtools.aws.latency import Latency, measure
     from devtools.taxi_world import TaxiWorld, embedded_saga_cloud
     from runtime.shared.aws import Clients
-    from runtime.taxi_etl import bulk_chunk_handler, bulk_wiring
+    from runtime.taxi_etl import bulk_chunk_handler, bulk_chunk_wiring
     from runtime.taxi_etl.bulk_plan import cut_file
 
     with embedded_saga_cloud():
         world = TaxiWorld.create(template, bulk=True)
-        settings = bulk_wiring.BulkChunkSettings.from_env(world.environment(taxi_etl_contract.HANDLER_BULK_CHUNK))
-        deps = bulk_wiring.build_chunk(settings, Clients(dynamodb=world.dynamodb, s3=world.s3))
+        settings = bulk_chunk_wiring.BulkChunkSettings.from_env(world.environment(taxi_etl_contract.HANDLER_BULK_CHUNK))
+        deps = bulk_chunk_wiring.build_chunk(settings, Clients(dynamodb=world.dynamodb, s3=world.s3))
         context = as_lambda_context(FakeLambdaContext())
         prepared: dict[str, Any] = {"runs": 0}
 

@@ -40,7 +40,8 @@ from runtime.taxi_etl import (
     wiring,
 )
 from runtime.taxi_etl import contract as taxi_etl_contract
-from runtime.taxi_etl.bulk_wiring import BulkChunkSettings, BulkPlanSettings, BulkReportSettings
+from runtime.taxi_etl.bulk_chunk_wiring import BulkChunkSettings
+from runtime.taxi_etl.bulk_wiring import BulkPlanSettings, BulkReportSettings
 from runtime.taxi_etl.flag_wiring import FlagSettings
 from runtime.taxi_etl.load_objects import report_key
 from runtime.taxi_etl.models import Phase

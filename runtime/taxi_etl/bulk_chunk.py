@@ -38,7 +38,6 @@ from runtime.taxi_etl.load_objects import ChunkRange, LoadFile, summary_key
 from runtime.taxi_etl.models import Phase, Row, Verdict
 from runtime.taxi_etl.requests import Layout
 from runtime.taxi_etl.store import ChunkStatusTable, StatusRow
-from runtime.taxi_etl.store_phase import store_conflict
 from runtime.taxi_etl.trip_items import final_item, same_trip
 from runtime.taxi_etl.trip_lines import Rejected, transform_tuple, validate_line
 from runtime.taxi_etl.trips import Finding, Reason, Rule
@@ -175,7 +174,7 @@ def run_chunk(
         # What the per-batch Store's Catch asks of its flag step (flag_step.flag skips a row whose own item is stored).
         _begin(status, Phase.STORE, conflicts, concurrency)
         conflict_rows = tuple(Row(row.store_request_id, judged.given[Phase.STORE]) for row, judged in conflicts)
-        conflict = store_conflict(conflict_rows)
+        conflict = StoreConflict.of_rows(conflict_rows)
         caught = CaughtError(name=type(conflict).__name__, cause=str(conflict))
         outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=conflict_rows, error=caught), status, final, concurrency=concurrency)
         summary.count_flags(Phase.STORE, Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.shared.aws import Clients
 from runtime.shared.observability import MetricUnit, add_dimensioned_metric, instrumented, logger, metrics
-from runtime.taxi_etl import bulk_wiring, contract
+from runtime.taxi_etl import bulk_chunk_wiring, contract
 from runtime.taxi_etl.bulk_chunk import ChunkTask, run_chunk
-from runtime.taxi_etl.bulk_wiring import BulkChunkDeps, BulkChunkSettings
+from runtime.taxi_etl.bulk_chunk_wiring import BulkChunkDeps, BulkChunkSettings
 from runtime.taxi_etl.transient import transient_errors
 
 if TYPE_CHECKING:  # an annotation only: the handler does not import Powertools' typing module
@@ -30,7 +30,7 @@ def settings() -> BulkChunkSettings:
 @functools.cache
 def deps() -> BulkChunkDeps:
     """Built on the first invocation (cold start), never at import time; one pooled connection per row written at once."""
-    return bulk_wiring.build_chunk(settings(), Clients(pool_connections=bulk_wiring.CHUNK_ROW_CONCURRENCY))
+    return bulk_chunk_wiring.build_chunk(settings(), Clients(pool_connections=bulk_chunk_wiring.CHUNK_ROW_CONCURRENCY))
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: BulkChunkDeps) -> dict[str, Any]:

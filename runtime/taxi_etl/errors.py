@@ -5,6 +5,13 @@ and lives where it is raised, in runtime/taxi_etl/workflow.py."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from runtime.taxi_etl.models import Row
+
 
 class PhaseInputError(ValueError):
     """The state machine handed a phase something that is not rows; no retry can fix it."""
@@ -17,6 +24,13 @@ class LoadInputError(ValueError):
 
 class StoreConflict(Exception):
     """The final table holds a different item under this StoreRequestId."""
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Row]) -> StoreConflict:
+        """The error Store raises for rows whose id the trips table holds with different content (a bulk chunk
+        flags them with it)."""
+        ids = [row.store_request_id for row in rows]
+        return cls(f"{len(ids)} row(s) already stored with different content: {', '.join(ids[:10])}")
 
 
 class StoreUnavailable(Exception):

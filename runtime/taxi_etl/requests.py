@@ -42,6 +42,8 @@ BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 @dataclass(frozen=True, slots=True)
 class Submission:
+    """What a request starts: its execution's name, its rows and each data line's StoreRequestId."""
+
     execution_name: str
     rows: tuple[Row, ...]  # unique by id, in first-seen order
     store_request_ids: tuple[str, ...]  # one per data line, in order

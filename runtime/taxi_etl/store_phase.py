@@ -60,13 +60,7 @@ class StoredRows:
     findings_of_stored_rows: tuple[tuple[Finding, int], ...] = ()
 
     def conflict_error(self) -> StoreConflict:
-        return store_conflict(self.conflicts)
-
-
-def store_conflict(rows: Sequence[Row]) -> StoreConflict:
-    """The error Store raises for rows whose id the trips table holds with different content."""
-    ids = [row.store_request_id for row in rows]
-    return StoreConflict(f"{len(ids)} row(s) already stored with different content: {', '.join(ids[:10])}")
+        return StoreConflict.of_rows(self.conflicts)
 
 
 def store_rows(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, concurrency: int = 1) -> StoredRows:

@@ -33,7 +33,8 @@ from onceflow.infra.taxi_etl.stack import TaxiEtlStack
 from runtime.shared.contract import TRACING_MODE_VARIABLE
 from runtime.taxi_etl.api_wiring import ApiSettings
 from runtime.taxi_etl.authorizer_wiring import AuthorizerSettings
-from runtime.taxi_etl.bulk_wiring import BulkChunkSettings, BulkPlanSettings, BulkReportSettings, LoadsSettings
+from runtime.taxi_etl.bulk_chunk_wiring import BulkChunkSettings
+from runtime.taxi_etl.bulk_wiring import BulkPlanSettings, BulkReportSettings, LoadsSettings
 from runtime.taxi_etl.flag_wiring import FlagSettings
 from runtime.taxi_etl.phase_wiring import PhaseSettings
 from runtime.taxi_etl.row_state_wiring import RowStateSettings

@@ -28,9 +28,10 @@ from runtime.shared.aws import Clients
 from runtime.shared.dynamo import to_attributes
 from runtime.taxi_etl import contract, wiring
 from runtime.taxi_etl.bulk_chunk import ChunkSummary, ChunkTask, run_chunk
+from runtime.taxi_etl.bulk_chunk_wiring import BulkChunkDeps, BulkChunkSettings
 from runtime.taxi_etl.bulk_plan import plan_load
 from runtime.taxi_etl.bulk_report import write_report
-from runtime.taxi_etl.bulk_wiring import BulkChunkDeps, BulkChunkSettings, BulkPlanSettings, BulkReportSettings
+from runtime.taxi_etl.bulk_wiring import BulkPlanSettings, BulkReportSettings
 from runtime.taxi_etl.final_table import DynamoRowReader, FinalTable, PutOutcome
 from runtime.taxi_etl.load_objects import LoadFile, manifest_key, report_key, summaries_prefix, summary_key
 from runtime.taxi_etl.loads import load_file

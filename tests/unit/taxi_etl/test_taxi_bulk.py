@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from runtime.shared.refusals import InvalidRequest
 from runtime.shared.settings import SettingsError
+from runtime.taxi_etl.bulk_chunk_wiring import BulkChunkSettings
 from runtime.taxi_etl.bulk_plan import cut_file
 from runtime.taxi_etl.bulk_report import CHUNKS_MISSING_SHOWN, REFUSED_SHOWN, aggregate
-from runtime.taxi_etl.bulk_wiring import BulkChunkSettings, BulkPlanSettings, BulkReportSettings, LoadsSettings
+from runtime.taxi_etl.bulk_wiring import BulkPlanSettings, BulkReportSettings, LoadsSettings
 from runtime.taxi_etl.chunks import chunk_rows
 from runtime.taxi_etl.errors import LoadInputError, PhaseInputError
 from runtime.taxi_etl.load_events import files_to_load
@@ -355,7 +356,7 @@ def test_a_chunk_without_one_of_its_variables_is_refused_at_cold_start(missing: 
 
 def test_a_chunk_writes_as_many_rows_at_once_as_a_phase() -> None:
     # Given the chunk's row concurrency, a constant so that the light bulk functions need not import the phases' wiring
-    from runtime.taxi_etl import bulk_wiring, phase_wiring
+    from runtime.taxi_etl import bulk_chunk_wiring, phase_wiring
 
     # Then it is the phases' own: a chunk's burst on the tables is a phase's
-    assert bulk_wiring.CHUNK_ROW_CONCURRENCY == phase_wiring.PHASE_ROW_CONCURRENCY
+    assert bulk_chunk_wiring.CHUNK_ROW_CONCURRENCY == phase_wiring.PHASE_ROW_CONCURRENCY

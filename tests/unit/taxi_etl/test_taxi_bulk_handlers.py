@@ -16,7 +16,8 @@ import pytest
 from devtools.aws.lambda_context import FakeLambdaContext, as_lambda_context
 from runtime.shared.observability import metrics
 from runtime.taxi_etl import bulk_chunk_handler, bulk_plan_handler, bulk_report_handler
-from runtime.taxi_etl.bulk_wiring import BulkChunkDeps, BulkPlanDeps, BulkReportDeps
+from runtime.taxi_etl.bulk_chunk_wiring import BulkChunkDeps
+from runtime.taxi_etl.bulk_wiring import BulkPlanDeps, BulkReportDeps
 from runtime.taxi_etl.errors import LoadInputError, PhaseInputError
 from runtime.taxi_etl.load_bucket import LoadBucket, ObjectGone, json_bytes
 from runtime.taxi_etl.load_objects import manifest_key, report_key, summary_key
