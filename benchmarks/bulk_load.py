@@ -640,7 +640,7 @@ def measure_chunk(template: dict[str, Any], chunk_rows: int, *, small_rows: int 
     with embedded_saga_cloud():
         world = TaxiWorld.create(template, bulk=True)
         settings = bulk_chunk_wiring.BulkChunkSettings.from_env(world.environment(taxi_etl_contract.HANDLER_BULK_CHUNK))
-        deps = bulk_chunk_wiring.build_chunk(settings, Clients(dynamodb=world.dynamodb, s3=world.s3))
+        deps = bulk_chunk_wiring.build(settings, Clients(dynamodb=world.dynamodb, s3=world.s3))
         context = as_lambda_context(FakeLambdaContext())
         prepared: dict[str, Any] = {"runs": 0}
 

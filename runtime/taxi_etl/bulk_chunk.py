@@ -174,7 +174,7 @@ def run_chunk(
         # What the per-batch Store's Catch asks of its flag step (flag_step.flag skips a row whose own item is stored).
         _begin(status, Phase.STORE, conflicts, concurrency)
         conflict_rows = tuple(Row(row.store_request_id, judged.given[Phase.STORE]) for row, judged in conflicts)
-        conflict = StoreConflict.of_rows(conflict_rows)
+        conflict = StoreConflict.of_ids([row.store_request_id for row in conflict_rows])
         caught = CaughtError(name=type(conflict).__name__, cause=str(conflict))
         outcome = flag(FlagRequest(Phase.STORE, rejected=(), rows=conflict_rows, error=caught), status, final, concurrency=concurrency)
         summary.count_flags(Phase.STORE, Counter({Phase.STORE.reason.name.lower(): outcome.flagged}), outcome)

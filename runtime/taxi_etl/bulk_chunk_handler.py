@@ -30,7 +30,7 @@ def settings() -> BulkChunkSettings:
 @functools.cache
 def deps() -> BulkChunkDeps:
     """Built on the first invocation (cold start), never at import time; one pooled connection per row written at once."""
-    return bulk_chunk_wiring.build_chunk(settings(), Clients(pool_connections=bulk_chunk_wiring.CHUNK_ROW_CONCURRENCY))
+    return bulk_chunk_wiring.build(settings(), Clients(pool_connections=bulk_chunk_wiring.CHUNK_ROW_CONCURRENCY))
 
 
 def handle(event: dict[str, Any], context: LambdaContext, deps: BulkChunkDeps) -> dict[str, Any]:

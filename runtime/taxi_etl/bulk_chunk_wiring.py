@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from runtime.shared.aws import Clients
 from runtime.shared.settings import require_int, require_str
@@ -21,14 +21,10 @@ from runtime.taxi_etl.contract import (
     ENV_TRANSFORMATION_STATUS_TABLE,
     ENV_VALIDATION_STATUS_TABLE,
 )
+from runtime.taxi_etl.final_table import DynamoFinalTable, FinalTable
 from runtime.taxi_etl.load_bucket import LoadBucket, S3LoadBucket
-
-# Annotations only: build_chunk imports the tables' adapters, so that importing this module (bulk_wiring does, for
-# the other bulk functions) loads neither them nor the row logic.
-if TYPE_CHECKING:
-    from runtime.taxi_etl.final_table import FinalTable
-    from runtime.taxi_etl.models import Phase
-    from runtime.taxi_etl.store import ChunkStatusTable
+from runtime.taxi_etl.models import Phase
+from runtime.taxi_etl.store import ChunkStatusTable, DynamoStatusTable
 
 # A chunk writes its rows as a phase does (each row's chain on one thread), and flags as the flag step does: the
 # phases' PHASE_ROW_CONCURRENCY (runtime/taxi_etl/phase_wiring.py; a unit test keeps them equal).
@@ -69,11 +65,7 @@ class BulkChunkDeps:
     concurrency: int = CHUNK_ROW_CONCURRENCY
 
 
-def build_chunk(settings: BulkChunkSettings, clients: Clients) -> BulkChunkDeps:
-    from runtime.taxi_etl.final_table import DynamoFinalTable
-    from runtime.taxi_etl.models import Phase
-    from runtime.taxi_etl.store import DynamoStatusTable
-
+def build(settings: BulkChunkSettings, clients: Clients) -> BulkChunkDeps:
     status: dict[Phase, ChunkStatusTable] = {
         Phase.VALIDATION: DynamoStatusTable(settings.validation_status_table, client=clients.dynamodb),
         Phase.TRANSFORMATION: DynamoStatusTable(settings.transformation_status_table, client=clients.dynamodb),

@@ -4,7 +4,8 @@ and their dependencies, built from the settings and the SDK clients (see runtime
 Plan and Report are the bulk state machine's tasks; the loads API (POST /loads, GET /loads/{LoadId}) and the load
 starter (the ingest bucket's ObjectCreated events) start and read loads, with the same settings. The Chunk task's
 are in runtime/taxi_etl/bulk_chunk_wiring.py: its cold start is the heaviest of the route, and defining the other
-four functions' classes cost it about a sixth of its import. runtime/taxi_etl/wiring.py builds any of the five.
+four functions' classes (a frozen dataclass costs about 1 ms to create) took its import from 1.20x to 1.23x of
+boto3's. runtime/taxi_etl/wiring.py builds any of the five.
 """
 
 from __future__ import annotations

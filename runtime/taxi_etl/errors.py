@@ -5,12 +5,7 @@ and lives where it is raised, in runtime/taxi_etl/workflow.py."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from runtime.taxi_etl.models import Row
+from collections.abc import Sequence
 
 
 class PhaseInputError(ValueError):
@@ -26,10 +21,9 @@ class StoreConflict(Exception):
     """The final table holds a different item under this StoreRequestId."""
 
     @classmethod
-    def of_rows(cls, rows: Sequence[Row]) -> StoreConflict:
-        """The error Store raises for rows whose id the trips table holds with different content (a bulk chunk
-        flags them with it)."""
-        ids = [row.store_request_id for row in rows]
+    def of_ids(cls, ids: Sequence[str]) -> StoreConflict:
+        """The error Store raises for the rows of these StoreRequestIds, which the trips table holds with different
+        content (a bulk chunk flags them with it)."""
         return cls(f"{len(ids)} row(s) already stored with different content: {', '.join(ids[:10])}")
 
 

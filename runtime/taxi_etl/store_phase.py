@@ -60,7 +60,7 @@ class StoredRows:
     findings_of_stored_rows: tuple[tuple[Finding, int], ...] = ()
 
     def conflict_error(self) -> StoreConflict:
-        return StoreConflict.of_rows(self.conflicts)
+        return StoreConflict.of_ids([row.store_request_id for row in self.conflicts])
 
 
 def store_rows(rows: Sequence[Row], status: StatusTable, final: FinalTable, *, concurrency: int = 1) -> StoredRows:

@@ -85,7 +85,7 @@ def build(settings: FunctionSettings, clients: Clients) -> FunctionDeps:
     if isinstance(settings, ApiSettings):
         return api_wiring.build(settings, clients)
     if isinstance(settings, BulkChunkSettings):
-        return bulk_chunk_wiring.build_chunk(settings, clients)
+        return bulk_chunk_wiring.build(settings, clients)
     if isinstance(settings, (BulkPlanSettings, BulkReportSettings, LoadsSettings)):
         return bulk_wiring.build(settings, clients)
     return authorizer_wiring.build(settings, clients)
