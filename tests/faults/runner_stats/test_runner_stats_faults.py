@@ -370,7 +370,9 @@ def test_concurrent_invocations_on_the_same_keys() -> None:
 
         def watch_totals() -> None:
             watcher = new_client()
-            while not stop.is_set():
+            # A breath between scans: a scan holds the table's lock (atomic_moto_dynamodb), and back-to-back scans
+            # starved the writers for up to 80 s on a busy machine; a millisecond still reads between their writes.
+            while not stop.wait(0.001):
                 for item in watcher.scan(TableName=world.settings.tables.run_stats, ConsistentRead=True)["Items"]:
                     key = (int(item["user_id"]["N"]), int(item["run_id"]["N"]))
                     totals_seen.setdefault(key, []).append(Decimal(item["total_meters"]["N"]))
