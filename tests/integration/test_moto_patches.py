@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from devtools.aws import moto_patches
@@ -36,6 +36,7 @@ from devtools.aws.moto_patches import (
     cached_state_machines,
     direct_attribute_values,
     fast_transactions,
+    linear_item_size,
 )
 
 # Each table's key: a partition key alone, or with a sort key (the event log's entries are keyed so).
@@ -986,6 +987,79 @@ def test_direct_attribute_values_skip_moto_s_walk_for_plain_values_only(monkeypa
         assert {"B": b"\x00"} in walked
     # and moto's serializer is back once the patch is left
     assert BaseJSONSerializer.__dict__["_serialize_type_structure"] is counted
+
+
+# moto's limit on an item's size (its attributes' names and values, as moto counts them), in bytes.
+MOTO_ITEM_LIMIT = 405_000
+
+
+def built_item(attributes: dict[str, Any]) -> Any:
+    """What moto's Item makes of these attributes: its key and attributes in order, or "refused" (too large)."""
+    from moto.dynamodb.exceptions import ItemSizeTooLarge
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+
+    try:
+        item = Item(DynamoType({"S": "key"}), None, attributes)
+    except ItemSizeTooLarge:
+        return "refused"
+    return item.hash_key, item.range_key, [(name, value.to_json()) for name, value in item.attrs.items()], type(item.attrs)
+
+
+_LARGE_STRINGS = st.integers(0, MOTO_ITEM_LIMIT // 2).map(lambda size: {"S": "x" * size})
+
+
+@settings(max_examples=40, deadline=None)
+@given(attributes=st.dictionaries(_NAMES, st.one_of(ATTRIBUTE_VALUES, _LARGE_STRINGS), min_size=1, max_size=5))
+@example(attributes={"ab": {"S": "x" * (MOTO_ITEM_LIMIT - 2)}})  # at the limit: built
+@example(attributes={"ab": {"S": "x" * (MOTO_ITEM_LIMIT - 1)}})  # one byte over: refused
+@example(attributes={"a": {"S": "x" * (MOTO_ITEM_LIMIT - 3)}, "b": {"NULL": True}})  # the last attribute tips it over
+@example(attributes={"a": {"S": "x" * MOTO_ITEM_LIMIT}, "b": {"S": ""}})  # an earlier one is over on its own
+def test_linear_item_size_builds_and_refuses_items_exactly_as_moto_does(attributes: dict[str, Any]) -> None:
+    # Given attributes of every type, small and large, around moto's limit
+    shipped = built_item(attributes)
+    # When moto builds the item with one size check instead of one per attribute
+    with linear_item_size():
+        checked_once = built_item(attributes)
+    # Then the item is the same, attributes in the same order, or refused as moto refuses it
+    assert checked_once == shipped
+    # and which it is follows the item's size alone
+    assert (shipped == "refused") == (item_size(attributes) > MOTO_ITEM_LIMIT)
+
+
+def item_size(attributes: dict[str, Any]) -> int:
+    """An item's size as moto counts it: each attribute's name in UTF-8 and its value's size."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    return sum(len(name.encode("utf-8")) + int(DynamoType(value).size()) for name, value in attributes.items())
+
+
+def test_linear_item_size_answers_a_put_over_the_limit_as_moto_does() -> None:
+    from moto import mock_aws
+
+    # Given an item one byte over moto's limit and one at it, put through the API
+    over = {"pk": {"S": "over"}, "v": {"S": "x" * (MOTO_ITEM_LIMIT - len("pkover" + "v") + 1)}}
+    at = {"pk": {"S": "at"}, "v": {"S": "x" * (MOTO_ITEM_LIMIT - len("pkat" + "v"))}}
+    assert (item_size(over), item_size(at)) == (MOTO_ITEM_LIMIT + 1, MOTO_ITEM_LIMIT)
+
+    def answers() -> list[Any]:
+        results: list[Any] = []
+        with mock_aws():
+            dynamodb = new_client("dynamodb")
+            create_tables(dynamodb)
+            for item in (over, at):
+                try:
+                    dynamodb.put_item(TableName="Heads", Item=item)
+                    results.append(dynamodb.get_item(TableName="Heads", Key={"pk": item["pk"]}, ConsistentRead=True)["Item"] == item)
+                except ClientError as err:
+                    results.append(err.response["Error"])
+        return results
+
+    shipped = answers()
+    with linear_item_size():
+        checked_once = answers()
+    # Then both answers are moto's: the item over the limit refused with moto's error, the one at it stored
+    assert checked_once == shipped
+    assert shipped[0]["Code"] == "ValidationException" and shipped[1] is True
 
 
 # Every service the stacks' functions, the worlds and the local server call.
