@@ -876,6 +876,18 @@ def main(template: dict[str, Any], *, bulk_rows: int = 100_000, http_rows: int =
         f"{small.peak_in_flight}) scaled by the rounds of {chunk.concurrency} rows written at once "
         f"({math.ceil(chunk.rows / chunk.concurrency)} rounds against {math.ceil(chunk.small_rows / chunk.concurrency)})"
     )
+    if ratio < TARGET_RATIO:
+        # What bounds bulk on the embedded cloud: one process's CPU, most of it per AWS call, and a chunk's calls are
+        # its puts (one conditional PutItem per new row: the exactly-once store; BatchWriteItem takes no condition).
+        puts = chunk.calls.get("PutItem", 0)
+        print(
+            f"bottleneck on the embedded cloud: CPU in one process, {1000 * bulk.cpu_s / bulk.rows:.2f} ms per row; a chunk's "
+            f"calls are {puts:,} conditional PutItem of {sum(chunk.calls.values()):,} (one per new row), "
+            f"{1000 * chunk.client_cpu_s / chunk.rows:.2f} ms per row in the handler and the SDK and "
+            f"{1000 * chunk.emulator_cpu_s / chunk.rows:.2f} ms in the embedded cloud answering; the batch route spends "
+            f"{1000 * batch.cpu_s / batch.rows:.2f} ms per row, so {TARGET_RATIO:.0f}x needs a whole load under "
+            f"about {1000 * batch.cpu_s / batch.rows / TARGET_RATIO:.2f} ms per row"
+        )
     aws_calls = {run.route: sum(n for op, n in run.calls.items()) for run in (bulk, batch)}
     print(
         "AWS calls per row (every client's, the executor's own included): "
