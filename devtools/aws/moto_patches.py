@@ -25,8 +25,8 @@
   writes a DynamoDB item's attribute values into an answer as they are, instead of member by member
   (14 to 18 % of the CPU of the fault sweeps), and `cached_backend_urls` keeps moto from building
   every URL pattern of a service (reloading a module for S3) to route each request.
-  `linear_item_size` checks an item's size once as moto builds it, not once per attribute (a fifth of
-  moto's time in a put of a trip).
+  `linear_item_size` checks an item's size once as moto builds it, not once per attribute (0.55 s of
+  CPU for 2,000 trips of 27 attributes, 0.11 s with it: about a tenth of moto's time answering a chunk).
   `cached_state_machines` parses each state machine
   definition once instead of at every execution (about 0.1 s each), and `cached_step_functions_clients`
   builds the boto3 client moto's executor calls Lambda (or a Map's S3 reader and writer) with once instead
@@ -431,8 +431,8 @@ def cached_backend_urls() -> Iterator[None]:
 @contextmanager
 def linear_item_size() -> Iterator[None]:
     """moto builds an item's attributes one at a time into a dict that checks the item's size at each one by
-    summing the size of every attribute already in it: quadratic in the attributes (a fifth of moto's time
-    in a bulk chunk's puts of trips of 27 attributes). The sizes only grow as attributes are added, so the
+    summing the size of every attribute already in it: quadratic in the attributes (0.55 s of CPU for 2,000
+    trips of 27 attributes, 0.11 s with this). The sizes only grow as attributes are added, so the
     check of the last one decides. While this is on, an item's attributes but the last go in without a check,
     and the last through moto's own `__setitem__`, which sums them all against moto's own limit: the same
     item, or the same ItemSizeTooLarge."""
