@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from onceflow.infra.common import expect_types
@@ -37,6 +38,15 @@ class TaxiEtlMonitoringProps:
         self.thresholds.validate()
 
 
+def failed_or_timed_out(machine: sfn.StateMachine, label: str) -> cloudwatch.MathExpression:
+    """A state machine's executions that failed or timed out, summed over five minutes."""
+    ended_badly = {
+        "failed": machine.metric_failed(statistic="Sum", period=FIVE_MINUTES),
+        "timedOut": machine.metric_timed_out(statistic="Sum", period=FIVE_MINUTES),
+    }
+    return cloudwatch.MathExpression(expression="failed + timedOut", using_metrics=ended_badly, label=label, period=FIVE_MINUTES)
+
+
 class TaxiEtlMonitoring(PipelineMonitoring):
     """The taxi saga's alarms (each with a runbook entry) and its dashboard."""
 
@@ -48,29 +58,18 @@ class TaxiEtlMonitoring(PipelineMonitoring):
         thresholds = props.thresholds
         saga = props.saga
         machine = saga.state_machine
-        ended_badly = {
-            "failed": machine.metric_failed(statistic="Sum", period=FIVE_MINUTES),
-            "timedOut": machine.metric_timed_out(statistic="Sum", period=FIVE_MINUTES),
-        }
         self._alarm(
             "FailedExecutions",
             "Executions failed or timed out (a flagged row fails its execution too: see the flag alarms).",
-            cloudwatch.MathExpression(expression="failed + timedOut", using_metrics=ended_badly, label="Failed", period=FIVE_MINUTES),
+            failed_or_timed_out(machine, "Failed"),
             thresholds.failed_executions_per_5min,
         )
         # The bulk route's machine: a load that fails (a plan refusing its input, a chunk failing after its retries, a
         # report that cannot be written) or runs out of time is a failure its caller sees on GET /loads/{LoadId}.
-        bulk_machine = saga.bulk_state_machine
-        loads_ended_badly = {
-            "failed": bulk_machine.metric_failed(statistic="Sum", period=FIVE_MINUTES),
-            "timedOut": bulk_machine.metric_timed_out(statistic="Sum", period=FIVE_MINUTES),
-        }
         self._alarm(
             "FailedLoads",
             "Bulk loads failed or timed out: their reports (GET /loads/{LoadId}) name the error and the missing chunks.",
-            cloudwatch.MathExpression(
-                expression="failed + timedOut", using_metrics=loads_ended_badly, label="Failed loads", period=FIVE_MINUTES
-            ),
+            failed_or_timed_out(saga.bulk_state_machine, "Failed loads"),
             thresholds.failed_loads_per_5min,
         )
         for phase, threshold in (
