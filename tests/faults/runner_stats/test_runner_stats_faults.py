@@ -286,6 +286,47 @@ def test_a_lost_response_is_recognised_as_the_writers_own_success(write: str, se
     assert view == clean
 
 
+def test_a_rival_commit_between_our_read_and_our_write_is_reloaded_and_changes_nothing() -> None:
+    # Given the workload's records, and a rival invocation that delivers the first two batches (so its run items are
+    # not the ones ours would write: ours would take a rival's identical item for its own success) at the moment ours
+    # is about to make its first write to the run-stats table, after ours has read the runs
+    records = shard_records()
+    batch_size = SCENARIOS["mixed"].batch_size
+    with embedded_aws():
+        world = new_world()
+        ours, rivals = new_client(), new_client()
+        run_stats = world.settings.tables.run_stats
+        rival_ran: list[str] = []
+
+        def rival_first(model: Any, params: dict[str, Any], **_: Any) -> None:
+            tables = [params.get("TableName")] + [next(iter(item.values())).get("TableName") for item in params.get("TransactItems", [])]
+            if not rival_ran and model.name in ("PutItem", "TransactWriteItems") and run_stats in tables:
+                rival_ran.append(model.name)
+                rival = EventSourceMapping(
+                    lambda event: {"batchItemFailures": world.service(rivals).process(event.get("Records", [])).batch_item_failures()},
+                    batch_size=batch_size,
+                )
+                rival.drain(ListShard(records[: 2 * batch_size]))
+
+        reads: list[str] = []
+        ours.meta.events.register("provide-client-params.dynamodb.*", rival_first)
+        ours.meta.events.register("provide-client-params.dynamodb.GetItem", lambda params, **_: reads.append(params["TableName"]))
+        # When ours commits over the version it read, then the rest of the shard is delivered
+        esm = EventSourceMapping(
+            lambda event: {"batchItemFailures": world.service(ours).process(event.get("Records", [])).batch_item_failures()},
+            batch_size=batch_size,
+        )
+        esm.drain(ListShard(records))
+        assert esm.stats.sent_to_on_failure == 0
+        view = world.view()
+    # Then the rival did write first, ours met its version and read the run again (the conflict path's GetItem)
+    assert rival_ran
+    assert run_stats in reads
+    # and the end state is one clean pass's: nothing counted twice, nothing lost
+    assert view == clean_view()
+    assert_matches_reference(view)
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["put", "transaction"])
 def test_a_rivals_write_over_the_same_version_is_still_a_conflict(chunked: bool) -> None:
     # Given a run item and a tendency record written as version 1 by a rival
