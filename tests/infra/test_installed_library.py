@@ -11,16 +11,17 @@ interpreter is found as `make install` finds python3.13: `python3.11` on PATH if
 pyenv's newest 3.11.x; without one the test fails, naming what to install.
 
 The packages really come from the package index, resolved against the default index alone (this
-machine's pip configuration aside, as `make lock` does) for each environment's Python: pip downloads
-what the wheelhouse build/pip-cache lacks, then installs offline from it, so a rerun downloads
-nothing it already has (pip's own HTTP cache depends on the index's cache headers, which a proxy
-may strip).
+machine's pip and uv configuration aside, as `make lock` does) for each environment's Python. uv installs
+them, as `make install` installs the lock: its cache, which `make install` has filled with the lock's
+pins, keeps each file it downloads, so a rerun (and the newest end, while the lock pins the newest
+releases) downloads nothing, and an environment is linked from the cache in about a second, where
+pip took 4 s offline and up to 30 s online. pip then checks the environment (`pip check`), as a team's
+CI would.
 """
 
 from __future__ import annotations
 
 import email
-import fcntl
 import json
 import os
 import re
@@ -48,10 +49,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # What a source distribution of the project holds; onceflow/ links infra/ and runtime/.
 PACKAGE_SOURCES = ("pyproject.toml", "requirements.txt", "LICENSE", "docs/pypi.md", "onceflow", "infra", "runtime")
 LONG_DESCRIPTION = ROOT / "docs" / "pypi.md"
-WHEELHOUSE = ROOT / "build" / "pip-cache"
+# The dev environment's uv, pinned by requirements-uv.lock (sys.executable's directory, not its resolved target).
+UV = Path(sys.executable).with_name("uv")
 # What a team's CDK app needs from the wheel, each with a range.
 CDK_PACKAGES = ("aws-cdk-lib", "constructs", "cdk-nag")
-# pip settings of this machine that could bring packages from elsewhere than the default index.
+# pip settings of this machine that could bring packages from elsewhere than the default index (uv's UV_* alike,
+# UV_CACHE_DIR aside, which says only where its cache is).
 MACHINE_PIP_SETTINGS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")
 # One test per end and Python, each building its own environment: under xdist, whatever the --dist
 # mode, each environment is built once, and the cases may run on several workers at once.
@@ -99,24 +102,13 @@ def lower_bound(specifier: SpecifierSet) -> Version:
 
 
 def pip_environment() -> dict[str, str]:
-    """pip against the default index alone."""
-    env = {key: value for key, value in os.environ.items() if key not in MACHINE_PIP_SETTINGS}
-    return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-
-
-def download_to_wheelhouse(pip: list[str], requirements: list[str], cwd: Path, *, pinned: bool) -> None:
-    """What the requirements resolve to on the index today for `pip`'s target Python, downloaded into the wheelhouse
-    unless already there. One download at a time: pip keeps a file already there, even one still being written.
-    Exact pins (`pinned`) resolve to the same files wherever they are found, so the wheelhouse is asked first, and
-    the index only for what it lacks (about 6 s of pip's CPU saved per environment)."""
-    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-    with (WHEELHOUSE / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if pinned:
-            offline = [*pip, "download", "--quiet", "--no-index", "--find-links", str(WHEELHOUSE), "--dest", str(WHEELHOUSE)]
-            if subprocess.run([*offline, *requirements], cwd=cwd, env=pip_environment(), capture_output=True, check=False).returncode == 0:
-                return
-        run([*pip, "download", "--quiet", "--dest", str(WHEELHOUSE), *requirements], cwd, pip_environment())
+    """pip and uv against the default index alone."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in MACHINE_PIP_SETTINGS and not (key.startswith("UV_") and key != "UV_CACHE_DIR")
+    }
+    return env | {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1"}
 
 
 def oldest_supported_python() -> str:
@@ -183,7 +175,7 @@ def synthesize_team_app(
     """The team's app synthesized in a new environment of Python `version` at one end of the ranges: its cdk.out,
     its template, where its imports came from, the versions of the CDK packages installed, and the Python that ran."""
     environment = home / "venv"
-    # No pip inside: the dev environment's pip installs into it (--python), which saves ensurepip's seconds.
+    # No pip inside: the dev environment's uv and pip act on it (--python), which saves ensurepip's seconds.
     run([str(interpreter(version)), "-m", "venv", "--without-pip", str(environment)], home)
     python = environment / "bin" / "python"
     ranges = declared_ranges().items()
@@ -193,14 +185,11 @@ def synthesize_team_app(
         requirements = [f"{name}{specifier}" for name, specifier in ranges]
     # The SDK the functions' layer is built from, as the synth error asks a team to install it
     requirements += [f"{name}=={pin}" for name, pin in SDK_VERSIONS.items()]
-    # pip runs itself on the environment's Python (--python), so it resolves and installs for that version.
-    pip = [sys.executable, "-m", "pip", "--python", str(python)]
-    download_to_wheelhouse(pip, requirements, home, pinned=end == "lowest")
-    # Offline from the wheelhouse, which holds nothing newer than the index's newest in the ranges.
-    # --no-compile: byte-compiling all of aws-cdk-lib costs about 8x the install; synth compiles what it imports.
-    offline = ["--no-index", "--find-links", str(WHEELHOUSE), "--no-compile"]
-    run([*pip, "install", "--quiet", *offline, str(wheel), *requirements], home, pip_environment())
-    run([*pip, "check"], home, pip_environment())
+    # uv resolves for the environment's Python (--python), taking the newest release in each range, and installs
+    # without bytecode (its default): byte-compiling all of aws-cdk-lib costs about 8x the install, and synth compiles
+    # what it imports.
+    run([str(UV), "pip", "install", "--quiet", "--python", str(python), str(wheel), *requirements], home, pip_environment())
+    run([sys.executable, "-m", "pip", "--python", str(python), "check"], home, pip_environment())
     probe = (
         "import json, sys, importlib.metadata as m; "
         f"print(json.dumps([{{n: m.version(n) for n in {CDK_PACKAGES!r}}}, '%d.%d' % sys.version_info[:2]]))"
