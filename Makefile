@@ -112,13 +112,15 @@ define gates_beside_suite
 	[ $$suite -eq 0 ] && [ $$gated -eq 0 ]
 endef
 
-# ruff first (a second, and the gate that fails most often), then the slower gates (mypy, about 40 s
-# from a fresh clone; both synths and cfn-lint; the docs) beside the suite, which has the coverage
-# floor on runtime/: on two cores that saves most of their minute.
+# ruff first (a second, and the gate that fails most often), then the slower gates (mypy, about 30 s
+# from a fresh clone; the docs) beside the suite, which has the coverage floor on runtime/: on two
+# cores that saves most of their half minute. cfn-lint and the definition gate run inside the suite,
+# on the templates of its `cdk synth` of each environment (tests/infra/test_config.py), which
+# `make cfn-lint` would otherwise synthesize a second time.
 # --iam-audit=strict: a grant of a function's role that no test's calls used fails the run
 # (devtools/aws/call_audit.py); a call the role does not allow fails it in any run.
-test: lint ## lint, then typecheck, cfn-lint and docs beside the whole pytest suite (in parallel, with the 90 % coverage floor on runtime/ and the IAM audit)
-	$(call gates_beside_suite,typecheck cfn-lint docs,--durations=15 --cov --cov-report=term-missing:skip-covered --iam-audit=strict)
+test: lint ## lint, then typecheck and docs beside the whole pytest suite (in parallel, with the 90 % coverage floor on runtime/, the IAM audit, and cfn-lint and the definition gate on the suite's CLI synth of dev and prod)
+	$(call gates_beside_suite,typecheck docs,--durations=15 --cov --cov-report=term-missing:skip-covered --iam-audit=strict)
 
 # The inner loop: the unit tests, without the coverage floor (which they alone do not reach).
 check: lint ## the inner loop: lint, then typecheck beside the unit tests (tests/unit, in parallel)

@@ -1,4 +1,4 @@
-"""The state machine definition gate (devtools/asl_gate.py, run by `make cfn-lint` inside `make test`)
+"""The state machine definition gate (devtools/asl_gate.py, run by `make cfn-lint`, and in `make test` by the CLI synth test)
 on the synthesized templates: it passes on both environments' state machines, and it fails on each
 breakage injected into the string parts of the DefinitionString's `Fn::Join`, tokens left in place,
 so each test also proves the join is resolved. cfn-lint lets such a breakage through (it skips a

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.metadata
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
+from devtools import asl_gate
 from devtools.aws.template_resources import PROJECT_ROOT, load_assembly
 from onceflow.infra.common import POWERTOOLS_LAYER_VERSION
 from onceflow.infra.config import ENVIRONMENTS, ConfigError, EnvConfig, EventLogConfig, RunnerStatsConfig, load_config
@@ -309,9 +311,11 @@ def test_config_errors_are_value_errors() -> None:
 
 # --- the real CLI -----------------------------------------------------------------------------
 
-# SLOW (~8 s per environment) and needs node_modules (`make install`): runs the real `npx cdk synth`. Deselect
-# with `-k "not cdk_cli"` for a quick run. No AWS credentials are involved: every AWS_* variable
-# is removed from its environment, and synth of an environment-agnostic stack needs none.
+# SLOW (~13 s per environment) and needs node_modules (`make install`): runs the real `npx cdk synth`, then
+# cfn-lint and the state machine definition gate on what it wrote, as `make cfn-lint` does on cdk.out/<env>;
+# `make test` runs them here rather than synthesizing both environments a second time. Deselect with
+# `-k "not cdk_cli"` for a quick run. No AWS credentials are involved: every AWS_* variable is removed from
+# its environment, and synth of an environment-agnostic stack needs none.
 CLI_TIMEOUT_SECONDS = 180
 
 
@@ -354,3 +358,21 @@ def test_cdk_cli_synth_without_aws_credentials(env_name: str, tmp_path: Path, re
     assert set(cli_templates) == set(in_process)
     for name, template in cli_templates.items():
         assert comparable(template) == comparable(in_process[name]), name
+    # And cfn-lint passes on every template the CLI wrote, with the repository's .cfnlintrc.yaml (read from the
+    # working directory; the templates named here replace its globs)
+    templates = sorted(str(path) for path in tmp_path.glob("*.template.json"))
+    assert len(templates) == len(cli_templates) == 4
+    lint = subprocess.run(
+        [str(Path(sys.executable).with_name("cfn-lint")), *templates],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    # And so does the state machine definition gate, which cfn-lint cannot do for CDK's joined definitions: the
+    # saga's and the bulk load's machines, each resolved and valid
+    machines, findings = asl_gate.check([tmp_path])
+    assert findings == []
+    assert len(machines) == 2
