@@ -319,6 +319,11 @@ def test_config_errors_are_value_errors() -> None:
 CLI_TIMEOUT_SECONDS = 180
 
 
+def run_in_repository(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`command` from the repository's root (where cdk.json and .cfnlintrc.yaml are read), its output kept."""
+    return subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_SECONDS, check=False)
+
+
 def comparable(template: dict[str, Any]) -> dict[str, Any]:
     """Drop what only the CLI adds (aws:cdk:path / asset metadata, the CDKMetadata resource)."""
     resources = {
@@ -341,15 +346,7 @@ def test_cdk_cli_synth_without_aws_credentials(env_name: str, tmp_path: Path, re
     env["PATH"] = f"{PROJECT_ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["CDK_DISABLE_CLI_TELEMETRY"] = "true"
     # When `cdk synth -c env=<env>` runs
-    result = subprocess.run(
-        ["npx", "cdk", "synth", "-c", f"env={env_name}", "--quiet", "--no-notices", "-o", str(tmp_path)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_SECONDS,
-        check=False,
-    )
+    result = run_in_repository(["npx", "cdk", "synth", "-c", f"env={env_name}", "--quiet", "--no-notices", "-o", str(tmp_path)], env)
     # Then it succeeds and writes the environment's stack, identical to the in-process synth the
     # tests use (same context, same asset hash) apart from the metadata only the CLI adds
     assert result.returncode == 0, result.stdout + result.stderr
@@ -362,14 +359,7 @@ def test_cdk_cli_synth_without_aws_credentials(env_name: str, tmp_path: Path, re
     # working directory; the templates named here replace its globs)
     templates = sorted(str(path) for path in tmp_path.glob("*.template.json"))
     assert len(templates) == len(cli_templates) == 4
-    lint = subprocess.run(
-        [str(Path(sys.executable).with_name("cfn-lint")), *templates],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_SECONDS,
-        check=False,
-    )
+    lint = run_in_repository([str(Path(sys.executable).with_name("cfn-lint")), *templates])
     assert lint.returncode == 0, lint.stdout + lint.stderr
     # And so does the state machine definition gate, which cfn-lint cannot do for CDK's joined definitions: the
     # saga's and the bulk load's machines, each resolved and valid
