@@ -101,7 +101,7 @@ def lower_bound(specifier: SpecifierSet) -> Version:
     return Version(bound)
 
 
-def pip_environment() -> dict[str, str]:
+def default_index_environment() -> dict[str, str]:
     """pip and uv against the default index alone."""
     env = {
         key: value
@@ -188,8 +188,9 @@ def synthesize_team_app(
     # uv resolves for the environment's Python (--python), taking the newest release in each range, and installs
     # without bytecode (its default): byte-compiling all of aws-cdk-lib costs about 8x the install, and synth compiles
     # what it imports.
-    run([str(UV), "pip", "install", "--quiet", "--python", str(python), str(wheel), *requirements], home, pip_environment())
-    run([sys.executable, "-m", "pip", "--python", str(python), "check"], home, pip_environment())
+    index_only = default_index_environment()
+    run([str(UV), "pip", "install", "--quiet", "--python", str(python), str(wheel), *requirements], home, index_only)
+    run([sys.executable, "-m", "pip", "--python", str(python), "check"], home, index_only)
     probe = (
         "import json, sys, importlib.metadata as m; "
         f"print(json.dumps([{{n: m.version(n) for n in {CDK_PACKAGES!r}}}, '%d.%d' % sys.version_info[:2]]))"
